@@ -1,0 +1,59 @@
+"""Errors of the pure DLS core.
+
+Every error of the project derives from :class:`DLSError`. Errors about input carry the
+offending ``field`` and ``value`` so that a caller (or a dead-letter record) can say
+exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "DLSError",
+    "EventError",
+    "FilterParamsError",
+    "IncompatibleFiltersError",
+    "LabelBudgetError",
+    "PredicateError",
+    "SpaceSpecError",
+]
+
+_MISSING = object()
+
+
+class DLSError(Exception):
+    """Root of every dlsroute error."""
+
+    def __init__(self, message: str, *, field: str | None = None, value: Any = _MISSING):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.value = None if value is _MISSING else value
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SpaceSpecError(DLSError, ValueError):
+    """The content-space specification is invalid."""
+
+
+class PredicateError(DLSError, ValueError):
+    """A subscription (or one of its predicates) is invalid or can match nothing."""
+
+
+class LabelBudgetError(PredicateError):
+    """A subscription would expand to more labels than the configured budget."""
+
+
+class EventError(DLSError, ValueError):
+    """An event is invalid: missing, unknown or out-of-domain attribute."""
+
+
+class FilterParamsError(DLSError, ValueError):
+    """Counting Bloom filter parameters are invalid."""
+
+
+class IncompatibleFiltersError(DLSError, ValueError):
+    """Two filters with different parameters cannot be combined."""
