@@ -1,0 +1,580 @@
+"""Counting Bloom filter of labels, with a set-like API (shaped like ``rbloom``).
+
+Counters are 4-bit (default) or 8-bit, held one per byte in a numpy ``uint8`` array and
+packed only for serialisation. A counter that reaches its maximum (15 or 255) is
+*saturated* and stays so for ever: adds keep it at the maximum and removes never decrement
+it. This can only add false positives, never false negatives.
+
+Each of a label's ``k`` positions (see :mod:`dls.hashing`) is one increment, so a label
+whose positions repeat increments that counter several times. A removal is refused with
+``KeyError`` (changing nothing) when it is certain that what is removed was never
+inserted: some non-saturated counter would have to go below zero.
+
+Batched operations aggregate increments per counter with a sort + run-length (or
+``np.bincount`` over a small domain); there is no per-label Python loop.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dls.exceptions import FilterParamsError, IncompatibleFiltersError
+from dls.hashing import (
+    PositionFn,
+    as_label_array,
+    check_k,
+    check_label,
+    check_m,
+    check_seed,
+    positions,
+    positions_scalar,
+)
+
+__all__ = [
+    "CBFParams",
+    "CountingBloomFilter",
+    "HEADER_SIZE",
+    "MAGIC",
+    "VERSION",
+    "check_counter_bits",
+    "count_keys",
+    "counter_max",
+]
+
+MAGIC = b"DLSCBF"
+"""Magic bytes opening a serialised filter."""
+
+VERSION = 1
+"""Serialisation format version."""
+
+_HEADER = struct.Struct(">6sBBBIQq")
+HEADER_SIZE = _HEADER.size
+"""Size of the serialised header: magic, version, counter_bits, k, seed, m, n_items."""
+
+_BINCOUNT_MIN_DOMAIN = 1 << 16
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def check_counter_bits(counter_bits: Any) -> int:
+    """Validate a counter width (4 or 8) and return it as int.
+
+    Raises:
+        FilterParamsError: If ``counter_bits`` is not 4 or 8.
+    """
+    if not _is_int(counter_bits) or int(counter_bits) not in (4, 8):
+        raise FilterParamsError(
+            f"counter_bits must be 4 or 8, got {counter_bits!r}",
+            field="counter_bits",
+            value=counter_bits,
+        )
+    return int(counter_bits)
+
+
+def counter_max(counter_bits: int) -> int:
+    """Saturation value of a counter of ``counter_bits`` bits (15 or 255)."""
+    return (1 << counter_bits) - 1
+
+
+def count_keys(keys: np.ndarray, domain: int) -> tuple[np.ndarray, np.ndarray]:
+    """Aggregate non-negative integer keys into (sorted unique keys, multiplicities).
+
+    Uses ``np.bincount`` when the key domain is small relative to the number of keys, and
+    a sort + run-length encoding otherwise (uint32 keys when the domain allows it).
+
+    Args:
+        keys: 1-D array of integer keys in ``[0, domain)``.
+        domain: Exclusive upper bound of the keys.
+
+    Returns:
+        ``(unique_keys, counts)``: int64 arrays, ``unique_keys`` ascending.
+    """
+    keys = np.asarray(keys).reshape(-1)
+    n = keys.shape[0]
+    if n == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    if domain <= max(_BINCOUNT_MIN_DOMAIN, 2 * n):
+        counts = np.bincount(keys.astype(np.int64, copy=False), minlength=domain)
+        uniq = np.flatnonzero(counts)
+        return uniq.astype(np.int64, copy=False), counts[uniq].astype(np.int64, copy=False)
+    if domain <= 2**32:
+        srt = np.sort(keys.astype(np.uint32))
+    else:
+        srt = np.sort(keys.astype(np.int64, copy=False))
+    flags = np.empty(n, dtype=bool)
+    flags[0] = True
+    np.not_equal(srt[1:], srt[:-1], out=flags[1:])
+    starts = np.flatnonzero(flags)
+    counts = np.diff(starts, append=n)
+    return srt[starts].astype(np.int64), counts.astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CBFParams:
+    """The parameters two filters must share to be combined or compared."""
+
+    m: int
+    k: int
+    counter_bits: int
+    seed: int
+
+
+class CountingBloomFilter:
+    """A counting Bloom filter of unsigned 64-bit labels.
+
+    Args:
+        expected_items: Number of labels the filter is sized for (``n``).
+        fp_rate: Target false-positive rate ``p`` at ``n`` items, in ``(0, 1)``.
+        counter_bits: Counter width, 4 or 8.
+        seed: MurmurHash3 seed in ``[0, 2**32)``.
+
+    The filter has ``m = ceil(-n ln p / (ln 2)^2)`` counters and
+    ``k = max(1, round(m / n * ln 2))`` hash functions (capped at 64). Use
+    :meth:`with_params` to give ``m`` and ``k`` directly.
+
+    Raises:
+        FilterParamsError: If a parameter is invalid.
+    """
+
+    __slots__ = ("_bits", "_counters", "_k", "_m", "_max", "_n", "_position_fn", "_seed")
+
+    def __init__(
+        self,
+        expected_items: int,
+        fp_rate: float,
+        *,
+        counter_bits: int = 4,
+        seed: int = 0,
+    ) -> None:
+        if not _is_int(expected_items) or int(expected_items) <= 0:
+            raise FilterParamsError(
+                f"expected_items must be a positive integer, got {expected_items!r}",
+                field="expected_items",
+                value=expected_items,
+            )
+        if (
+            isinstance(fp_rate, bool | np.bool_)
+            or not isinstance(fp_rate, int | float | np.integer | np.floating)
+            or not 0.0 < float(fp_rate) < 1.0  # also rejects NaN
+        ):
+            raise FilterParamsError(
+                f"fp_rate must be in (0, 1), got {fp_rate!r}", field="fp_rate", value=fp_rate
+            )
+        n = int(expected_items)
+        p = float(fp_rate)
+        m = max(1, math.ceil(-n * math.log(p) / (math.log(2) ** 2)))
+        k = min(64, max(1, round(m / n * math.log(2))))
+        self._init(m, k, counter_bits, seed, None)
+
+    def _init(
+        self, m: int, k: int, counter_bits: int, seed: int, position_fn: PositionFn | None
+    ) -> None:
+        self._bits = check_counter_bits(counter_bits)
+        self._m = check_m(m)
+        self._k = check_k(k)
+        self._seed = check_seed(seed)
+        if position_fn is not None and not callable(position_fn):
+            raise FilterParamsError(
+                f"position_fn must be callable, got {position_fn!r}",
+                field="position_fn",
+                value=position_fn,
+            )
+        self._position_fn = position_fn
+        self._max = counter_max(self._bits)
+        self._counters = np.zeros(self._m, dtype=np.uint8)
+        self._n = 0
+
+    @classmethod
+    def with_params(
+        cls,
+        m: int,
+        k: int,
+        *,
+        counter_bits: int = 4,
+        seed: int = 0,
+        position_fn: PositionFn | None = None,
+    ) -> CountingBloomFilter:
+        """Create an empty filter with ``m`` counters and ``k`` hash functions.
+
+        Args:
+            m: Number of counters (positive).
+            k: Number of hash functions, in ``[1, 64]``.
+            counter_bits: Counter width, 4 or 8.
+            seed: MurmurHash3 seed in ``[0, 2**32)``.
+            position_fn: Optional replacement of the hashing, e.g. a
+                :class:`dls.hashing.PositionTable` built with the same ``(m, k, seed)``;
+                it must return exactly :func:`dls.hashing.positions` of its input.
+
+        Raises:
+            FilterParamsError: If a parameter is invalid.
+        """
+        new = cls.__new__(cls)
+        new._init(m, k, counter_bits, seed, position_fn)
+        return new
+
+    @classmethod
+    def from_counters(
+        cls,
+        counters: np.ndarray,
+        k: int,
+        *,
+        counter_bits: int = 4,
+        seed: int = 0,
+        n_items: int = 0,
+        position_fn: PositionFn | None = None,
+    ) -> CountingBloomFilter:
+        """Create a filter holding a copy of the given counters (``m = len(counters)``).
+
+        Raises:
+            FilterParamsError: If a parameter is invalid or a counter exceeds the maximum.
+        """
+        arr = np.asarray(counters)
+        if arr.ndim != 1 or arr.dtype.kind not in "ui":
+            raise FilterParamsError(
+                "counters must be a 1-D integer array", field="counters", value=arr.shape
+            )
+        new = cls.with_params(
+            int(arr.shape[0]), k, counter_bits=counter_bits, seed=seed, position_fn=position_fn
+        )
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) > new._max):
+            raise FilterParamsError(
+                f"counters must be in [0, {new._max}]", field="counters", value=None
+            )
+        if not _is_int(n_items):
+            raise FilterParamsError(
+                f"n_items must be an integer, got {n_items!r}", field="n_items", value=n_items
+            )
+        new._counters[:] = arr
+        new._n = int(n_items)
+        return new
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def m(self) -> int:
+        """Number of counters."""
+        return self._m
+
+    @property
+    def k(self) -> int:
+        """Number of hash functions."""
+        return self._k
+
+    @property
+    def counter_bits(self) -> int:
+        """Counter width in bits (4 or 8)."""
+        return self._bits
+
+    @property
+    def seed(self) -> int:
+        """MurmurHash3 seed."""
+        return self._seed
+
+    @property
+    def max_count(self) -> int:
+        """Saturation value of a counter."""
+        return self._max
+
+    @property
+    def params(self) -> CBFParams:
+        """The filter's parameters ``(m, k, counter_bits, seed)``."""
+        return CBFParams(self._m, self._k, self._bits, self._seed)
+
+    @property
+    def n_items(self) -> int:
+        """Insertions minus removals (may be negative only after removing saturated items)."""
+        return self._n
+
+    @property
+    def counters(self) -> np.ndarray:
+        """A read-only view of the counters (uint8, length ``m``)."""
+        view = self._counters.view()
+        view.flags.writeable = False
+        return view
+
+    # ------------------------------------------------------------------ positions
+    def positions(self, labels: Any) -> np.ndarray:
+        """Return the int64 ``(n, k)`` counter positions of ``labels``."""
+        arr = as_label_array(labels)
+        if self._position_fn is None:
+            return positions(arr, self._m, self._k, self._seed)
+        out = np.asarray(self._position_fn(arr))
+        if out.shape != (arr.shape[0], self._k):
+            raise ValueError(
+                f"position_fn returned shape {out.shape}, expected {(arr.shape[0], self._k)}"
+            )
+        return out
+
+    def _positions_one(self, label: Any) -> np.ndarray:
+        value = check_label(label)
+        if self._position_fn is None:
+            return np.array(positions_scalar(value, self._m, self._k, self._seed), np.int64)
+        return self.positions(np.array([value], dtype=np.uint64))[0]
+
+    # ------------------------------------------------------------------ updates
+    def _apply_add(self, pos: np.ndarray) -> None:
+        uniq, inc = count_keys(pos, self._m)
+        cur = self._counters[uniq].astype(np.int64)
+        self._counters[uniq] = np.minimum(cur + inc, self._max)
+
+    def _check_remove(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return (unique positions, decrements, offending mask) for removing ``pos``."""
+        uniq, dec = count_keys(pos, self._m)
+        cur = self._counters[uniq].astype(np.int64)
+        bad = (cur < self._max) & (dec > cur)
+        return uniq, dec, bad
+
+    def _commit_remove(self, uniq: np.ndarray, dec: np.ndarray) -> None:
+        cur = self._counters[uniq].astype(np.int64)
+        self._counters[uniq] = np.where(cur == self._max, cur, cur - dec)
+
+    def add(self, label: int) -> None:
+        """Insert one label."""
+        self._apply_add(self._positions_one(label))
+        self._n += 1
+
+    def remove(self, label: int) -> None:
+        """Remove one label previously inserted.
+
+        Raises:
+            KeyError: If the filter definitely does not contain ``label`` (nothing changes).
+        """
+        value = check_label(label)
+        pos = self._positions_one(value)
+        uniq, dec, bad = self._check_remove(pos)
+        if bad.any():
+            raise KeyError(f"label {value} is not in the filter")
+        self._commit_remove(uniq, dec)
+        self._n -= 1
+
+    def discard(self, label: int) -> None:
+        """Remove one label if the filter may contain it; do nothing otherwise."""
+        try:
+            self.remove(label)
+        except KeyError:
+            pass
+
+    def add_many(self, labels: Iterable[int] | np.ndarray) -> None:
+        """Insert every label of ``labels`` (repeats are inserted repeatedly)."""
+        arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
+        if arr.size == 0:
+            return
+        self._apply_add(self.positions(arr))
+        self._n += int(arr.shape[0])
+
+    def remove_many(self, labels: Iterable[int] | np.ndarray) -> None:
+        """Remove every label of ``labels``, all or nothing.
+
+        Raises:
+            KeyError: Naming a label that is definitely absent (the filter is unchanged).
+        """
+        arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
+        if arr.size == 0:
+            return
+        pos = self.positions(arr)
+        uniq, dec, bad = self._check_remove(pos)
+        if bad.any():
+            offending = np.isin(pos, uniq[bad]).any(axis=1)
+            first = int(arr[int(np.argmax(offending))])
+            raise KeyError(f"label {first} is not in the filter")
+        self._commit_remove(uniq, dec)
+        self._n -= int(arr.shape[0])
+
+    def clear(self) -> None:
+        """Remove everything."""
+        self._counters[:] = 0
+        self._n = 0
+
+    # ------------------------------------------------------------------ queries
+    def count(self, label: int) -> int:
+        """Return the minimum counter over the label's positions (0 = definitely absent)."""
+        return int(self._counters[self._positions_one(label)].min())
+
+    def __contains__(self, label: object) -> bool:
+        return self.count(label) > 0  # type: ignore[arg-type]
+
+    def count_many(self, labels: Iterable[int] | np.ndarray) -> np.ndarray:
+        """Minimum counter per label, as a uint8 array."""
+        arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
+        if arr.size == 0:
+            return np.empty(0, dtype=np.uint8)
+        return self._counters[self.positions(arr)].min(axis=1)
+
+    def contains_many(self, labels: Iterable[int] | np.ndarray) -> np.ndarray:
+        """Membership of each label, as a bool array."""
+        return self.count_many(labels) > 0
+
+    def __len__(self) -> int:
+        return max(self._n, 0)
+
+    def fill_ratio(self) -> float:
+        """Fraction of non-zero counters."""
+        return float(np.count_nonzero(self._counters)) / self._m
+
+    def estimated_fpr(self) -> float:
+        """Estimated false-positive rate: ``fill_ratio() ** k``."""
+        return self.fill_ratio() ** self._k
+
+    def memory_bytes(self) -> int:
+        """Packed size of the counters in bytes (``ceil(m * counter_bits / 8)``)."""
+        return (self._m * self._bits + 7) // 8
+
+    # ------------------------------------------------------------------ comparison / copy
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CountingBloomFilter):
+            return NotImplemented
+        return (
+            self.params == other.params
+            and self._n == other._n
+            and bool(np.array_equal(self._counters, other._counters))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def copy(self) -> CountingBloomFilter:
+        """Return an independent copy (sharing the position function)."""
+        new = CountingBloomFilter.with_params(
+            self._m,
+            self._k,
+            counter_bits=self._bits,
+            seed=self._seed,
+            position_fn=self._position_fn,
+        )
+        new._counters[:] = self._counters
+        new._n = self._n
+        return new
+
+    def __copy__(self) -> CountingBloomFilter:
+        return self.copy()
+
+    def __repr__(self) -> str:
+        return (
+            f"CountingBloomFilter(m={self._m}, k={self._k}, counter_bits={self._bits}, "
+            f"seed={self._seed}, items={self._n}, fill_ratio={self.fill_ratio():.4f})"
+        )
+
+    # ------------------------------------------------------------------ combining
+    def _check_compatible(self, other: object) -> CountingBloomFilter:
+        if not isinstance(other, CountingBloomFilter):
+            raise TypeError(f"cannot combine a CountingBloomFilter with {type(other).__name__}")
+        if self.params != other.params:
+            raise IncompatibleFiltersError(
+                f"cannot combine filters with different parameters: {self.params} vs "
+                f"{other.params}",
+                field="params",
+                value=(self.params, other.params),
+            )
+        return other
+
+    def _union_into(self, other: CountingBloomFilter) -> None:
+        total = self._counters.astype(np.uint16) + other._counters
+        self._counters[:] = np.minimum(total, self._max)
+        self._n += other._n
+
+    def union(self, other: CountingBloomFilter) -> CountingBloomFilter:
+        """Return a new filter holding both multisets (counters added, saturating).
+
+        Raises:
+            TypeError: If ``other`` is not a CountingBloomFilter.
+            IncompatibleFiltersError: If the parameters differ.
+        """
+        checked = self._check_compatible(other)
+        new = self.copy()
+        new._union_into(checked)
+        return new
+
+    def update(self, other: CountingBloomFilter) -> None:
+        """In-place :meth:`union`."""
+        self._union_into(self._check_compatible(other))
+
+    def __or__(self, other: object) -> CountingBloomFilter:
+        if not isinstance(other, CountingBloomFilter):
+            return NotImplemented
+        return self.union(other)
+
+    def __ior__(self, other: object) -> CountingBloomFilter:
+        if not isinstance(other, CountingBloomFilter):
+            return NotImplemented
+        self.update(other)
+        return self
+
+    # ------------------------------------------------------------------ serialisation
+    def to_bytes(self) -> bytes:
+        """Serialise: header (see :data:`HEADER_SIZE`) then the packed counters.
+
+        Header, big-endian: magic ``b"DLSCBF"``, version (u8), counter_bits (u8), k (u8),
+        seed (u32), m (u64), n_items (i64). Counters: 4-bit packed two per byte, high
+        nibble first (a final odd counter takes the high nibble, low nibble 0); 8-bit one
+        per byte.
+        """
+        header = _HEADER.pack(MAGIC, VERSION, self._bits, self._k, self._seed, self._m, self._n)
+        if self._bits == 8:
+            return header + self._counters.tobytes()
+        c = self._counters
+        if self._m % 2:
+            c = np.append(c, np.uint8(0))
+        packed = (c[0::2] << np.uint8(4)) | c[1::2]
+        return header + packed.tobytes()
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, *, position_fn: PositionFn | None = None
+    ) -> CountingBloomFilter:
+        """Deserialise a filter written by :meth:`to_bytes`.
+
+        Raises:
+            FilterParamsError: If the data is truncated, has a wrong magic, version,
+                length or parameter.
+        """
+        buf = bytes(data)
+        if len(buf) < HEADER_SIZE:
+            raise FilterParamsError(
+                f"serialised filter too short: {len(buf)} bytes, header needs {HEADER_SIZE}",
+                field="data",
+                value=len(buf),
+            )
+        magic, version, bits, k, seed, m, n_items = _HEADER.unpack_from(buf)
+        if magic != MAGIC:
+            raise FilterParamsError(
+                f"bad magic {magic!r}, expected {MAGIC!r}", field="magic", value=magic
+            )
+        if version != VERSION:
+            raise FilterParamsError(
+                f"unsupported version {version}, expected {VERSION}",
+                field="version",
+                value=version,
+            )
+        bits = check_counter_bits(bits)
+        k = check_k(k)
+        m = check_m(m)
+        payload = (m * bits + 7) // 8
+        if len(buf) != HEADER_SIZE + payload:
+            raise FilterParamsError(
+                f"serialised filter has {len(buf)} bytes, expected {HEADER_SIZE + payload} "
+                f"for m={m}, counter_bits={bits}",
+                field="data",
+                value=len(buf),
+            )
+        body = np.frombuffer(buf, dtype=np.uint8, offset=HEADER_SIZE)
+        if bits == 8:
+            counters = body
+        else:
+            counters = np.empty(2 * payload, dtype=np.uint8)
+            counters[0::2] = body >> np.uint8(4)
+            counters[1::2] = body & np.uint8(0x0F)
+            if m % 2 and counters[-1] != 0:
+                raise FilterParamsError(
+                    "padding nibble of the last byte must be 0", field="data", value=None
+                )
+            counters = counters[:m]
+        new = cls.with_params(m, k, counter_bits=bits, seed=seed, position_fn=position_fn)
+        new._counters[:] = counters
+        new._n = int(n_items)
+        return new
