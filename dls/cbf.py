@@ -57,7 +57,7 @@ _HEADER = struct.Struct(">6sBBBIQq")
 HEADER_SIZE = _HEADER.size
 """Size of the serialised header: magic, version, counter_bits, k, seed, m, n_items."""
 
-_BINCOUNT_MIN_DOMAIN = 1 << 16
+_BINCOUNT_MIN_DOMAIN = 1 << 10
 
 
 def _is_int(value: Any) -> bool:
