@@ -1,0 +1,1 @@
+"""The pure DLS core: content space, labels, predicates, mapping, Bloom filters."""

@@ -1,0 +1,1 @@
+"""Spark jobs: the streaming DLS mapping and batch jobs."""

@@ -46,13 +46,13 @@ def spaces(draw):
 
 
 def edge_values(attr):
-    """Values around every cell edge and the domain ends."""
+    """Values around every cell edge, every cell middle and the domain ends."""
     if isinstance(attr, UniformAttribute):
         w = (attr.high - attr.low) / attr.granules
         edges = [attr.low + j * w for j in range(attr.granules + 1)]
     else:
         edges = [attr.low, *attr.breakpoints, attr.high]
-    out = set()
+    out = {(a + b) / 2 for a, b in zip(edges, edges[1:], strict=False)}  # cell middles
     for e in edges:
         for v in (e, math.nextafter(e, -math.inf), math.nextafter(e, math.inf)):
             if attr.low <= v <= attr.high:

@@ -1,0 +1,657 @@
+"""One logical DLS broker of an acyclic overlay, as a pure state machine.
+
+Nothing here does I/O: every operation takes labels and returns the messages to send.
+
+State (paper Algorithm 1, generalised to many neighbours):
+
+* per local client, a counting Bloom filter of the labels of its live subscriptions, kept in
+  one bank so that an event is matched against every client at once (``ClientCBFs``);
+* the exact registry ``subscription id -> (client, labels)``, so that an unsubscription
+  removes exactly the labels its subscription added (DESIGN §3.3);
+* per neighbour *n*, the labels *n* advertised to us (exact) and the event routing table
+  ``ERT_n`` (a CBF of the same labels, or the exact table itself);
+* in ``exact`` mode (the default), the exact count of every label over local
+  subscriptions and all neighbours' advertisements. The count *advertised to* neighbour
+  *j* is that total minus *j*'s own advertisement; a label is advertised to *j* when that
+  count goes 0 -> 1 and withdrawn when it goes 1 -> 0 (paper Algorithms 2 and 3 with the
+  fix of DESIGN §3.2);
+* in ``paper`` mode, per neighbour *j* an ``SFF_j`` counting Bloom filter of the same size
+  as the ERTs, with the paper's query-then-add / query-then-delete rules. That mode
+  reproduces the paper, including its false negatives; never use it to route real traffic.
+
+Events (paper Algorithm 4) go to every client whose filter contains the label and to every
+neighbour whose ERT does, never back to the client or neighbour they came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from broker_node.exceptions import (
+    BrokerError,
+    DuplicateSubscriptionError,
+    SubscriptionOwnerError,
+    UnknownNeighbourError,
+    UnknownSubscriptionError,
+)
+from broker_node.tables import LabelTable, make_table, unique_counts
+from dls.bank import BitSlicedCBFBank, ClientFilterBank, DirectLabelBank
+from dls.cbf import CountingBloomFilter
+from dls.space import ContentSpace
+
+__all__ = ["BrokerConfig", "BrokerState", "LinkMessage", "Routes"]
+
+Mode = Literal["exact", "paper"]
+ADVERTISE = "advertise"
+WITHDRAW = "withdraw"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """How a broker keeps its filters.
+
+    ``client_filter``: ``cbf`` (bit-sliced counting Bloom filters, any label space) or
+    ``direct`` (exact direct-address bitmap, small label spaces only). ``routing_filter``:
+    ``cbf`` (ERTs are counting Bloom filters, as in the paper) or ``direct`` (route on the
+    exact advertised-label tables; ``exact`` mode only).
+    """
+
+    mode: Mode = "exact"
+    client_filter: Literal["cbf", "direct"] = "cbf"
+    routing_filter: Literal["cbf", "direct"] = "cbf"
+    client_m: int = 65_536
+    client_k: int = 4
+    routing_m: int = 1 << 20
+    routing_k: int = 7
+    counter_bits: int = 4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("exact", "paper"):
+            raise BrokerError(f"mode must be 'exact' or 'paper', got {self.mode!r}",
+                              field="mode", value=self.mode)
+        if self.client_filter not in ("cbf", "direct"):
+            raise BrokerError(f"client_filter must be 'cbf' or 'direct', got "
+                              f"{self.client_filter!r}", field="client_filter",
+                              value=self.client_filter)
+        if self.routing_filter not in ("cbf", "direct"):
+            raise BrokerError(f"routing_filter must be 'cbf' or 'direct', got "
+                              f"{self.routing_filter!r}", field="routing_filter",
+                              value=self.routing_filter)
+        if self.mode == "paper" and self.routing_filter != "cbf":
+            raise BrokerError("paper mode routes on CBFs: routing_filter must be 'cbf'",
+                              field="routing_filter", value=self.routing_filter)
+
+    @classmethod
+    def from_space(cls, space: ContentSpace, **overrides: Any) -> BrokerConfig:
+        """Filter sizes from the space spec's ``filters`` object, then ``overrides``."""
+        f = space.filters
+        kw: dict[str, Any] = {"counter_bits": f.counter_bits, "seed": f.seed}
+        for part in ("client", "routing"):
+            spec = getattr(f, part)
+            if "m" in spec:
+                m, k = spec["m"], spec["k"]
+            else:
+                m, k = _optimal_mk(spec["expected_items"], spec["fp_rate"])
+            kw[f"{part}_m"], kw[f"{part}_k"] = m, k
+        kw.update(overrides)
+        return cls(**kw)
+
+
+def _optimal_mk(n: int, p: float) -> tuple[int, int]:
+    params = CountingBloomFilter(n, p).params  # the filter's own sizing rule
+    return params.m, params.k
+
+
+@dataclass(frozen=True)
+class LinkMessage:
+    """Labels advertised to or withdrawn from a neighbour."""
+
+    to: str
+    kind: str
+    labels: np.ndarray
+
+    def __repr__(self) -> str:
+        return f"LinkMessage(to={self.to!r}, kind={self.kind!r}, n={len(self.labels)})"
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where each event of a batch goes: clients as CSR, neighbours as a bool matrix."""
+
+    offsets: np.ndarray
+    clients: np.ndarray
+    neighbours: np.ndarray
+    neighbour_names: tuple[str, ...]
+
+    def clients_of(self, e: int) -> np.ndarray:
+        """Client indexes that event ``e`` is delivered to."""
+        return self.clients[self.offsets[e]:self.offsets[e + 1]]
+
+    def neighbours_of(self, e: int) -> list[str]:
+        """Neighbours that event ``e`` is forwarded to."""
+        return [n for n, hit in zip(self.neighbour_names, self.neighbours[e], strict=True)
+                if hit]
+
+
+class _Registry:
+    """Exact ``subscription id -> (client, labels)``, stored in CSR batches.
+
+    One dict entry per subscription maps the id to ``batch << 32 | row``; the labels stay in
+    the numpy arrays of the batch they arrived in, so bulk inserts and deletes need no
+    per-subscription Python objects.
+    """
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.batches: dict[int, list[Any]] = {}  # batch -> [offsets, labels, clients, live]
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __contains__(self, sub_id: str) -> bool:
+        return sub_id in self.codes
+
+    def add(self, sub_ids: Sequence[str], clients: np.ndarray, offsets: np.ndarray,
+            labels: np.ndarray) -> None:
+        b = self._next
+        self._next += 1
+        self.batches[b] = [offsets, labels, clients, len(sub_ids)]
+        base = b << 32
+        self.codes.update(zip(sub_ids, range(base, base + len(sub_ids)), strict=True))
+
+    def get(self, sub_id: str) -> tuple[int, np.ndarray]:
+        code = self.codes[sub_id]
+        offsets, labels, clients, _ = self.batches[code >> 32]
+        row = code & 0xFFFFFFFF
+        return int(clients[row]), labels[offsets[row]:offsets[row + 1]]
+
+    def gather(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(client per sub, label count per sub, labels concatenated) for codes."""
+        batch_of = codes >> 32
+        rows = codes & 0xFFFFFFFF
+        owners = np.empty(len(codes), dtype=np.int64)
+        lens = np.empty(len(codes), dtype=np.int64)
+        starts = np.empty(len(codes), dtype=np.int64)
+        order = np.argsort(batch_of, kind="stable")
+        bounds = np.flatnonzero(np.diff(batch_of[order])) + 1
+        for group in np.split(order, bounds):
+            if group.size == 0:
+                continue
+            offsets, labels, clients, _ = self.batches[int(batch_of[group[0]])]
+            r = rows[group]
+            owners[group] = clients[r]
+            starts[group] = offsets[r]
+            lens[group] = offsets[r + 1] - offsets[r]
+        # Gather in the caller's order, batch by batch.
+        out = np.empty(int(lens.sum()), dtype=np.uint64)
+        out_off = np.zeros(len(codes) + 1, dtype=np.int64)
+        np.cumsum(lens, out=out_off[1:])
+        for group in np.split(order, bounds):
+            if group.size == 0:
+                continue
+            labels = self.batches[int(batch_of[group[0]])][1]
+            g_lens = lens[group]
+            total = int(g_lens.sum())
+            if total == 0:
+                continue
+            src = np.repeat(starts[group] - np.cumsum(g_lens) + g_lens, g_lens) + np.arange(
+                total)
+            dst = np.repeat(out_off[group] - np.cumsum(g_lens) + g_lens, g_lens) + np.arange(
+                total)
+            out[dst] = labels[src]
+        return owners, lens, out
+
+    def remove(self, sub_ids: Sequence[str], codes: np.ndarray) -> None:
+        for sid in sub_ids:
+            del self.codes[sid]
+        batch_of, counts = np.unique(codes >> 32, return_counts=True)
+        for b, c in zip(batch_of.tolist(), counts.tolist(), strict=True):
+            entry = self.batches[b]
+            entry[3] -= c
+            if entry[3] == 0:
+                del self.batches[b]
+
+
+@dataclass
+class _Counters:
+    advertised: int = 0
+    withdrawn: int = 0
+    per_neighbour_live: dict[str, int] = field(default_factory=dict)
+
+
+def _sorted_unique_rows(offsets: np.ndarray, flat: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Sort and de-duplicate the labels inside each CSR row (cheap when already so)."""
+    if len(flat) < 2:
+        return offsets, flat
+    rising = flat[1:] > flat[:-1]
+    rising[offsets[1:-1] - 1] = True  # a row boundary may go down
+    if rising.all():
+        return offsets, flat
+    rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    order = np.lexsort((flat, rows))
+    flat, rows = flat[order], rows[order]
+    keep = np.ones(len(flat), dtype=bool)
+    keep[1:] = (flat[1:] != flat[:-1]) | (rows[1:] != rows[:-1])
+    flat, rows = flat[keep], rows[keep]
+    new_offsets = np.zeros_like(offsets)
+    np.cumsum(np.bincount(rows, minlength=len(offsets) - 1), out=new_offsets[1:])
+    return new_offsets, flat
+
+
+def _take_rows(offsets: np.ndarray, flat: np.ndarray, rows: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Keep some rows of a CSR array."""
+    lens = offsets[rows + 1] - offsets[rows]
+    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lens, out=new_offsets[1:])
+    src = np.repeat(offsets[rows] - new_offsets[:-1], lens) + np.arange(int(new_offsets[-1]))
+    return new_offsets, flat[src]
+
+
+class BrokerState:
+    """The broker: subscriptions, aggregation towards neighbours, and event routing."""
+
+    def __init__(
+        self,
+        node_id: str,
+        neighbours: Sequence[str],
+        config: BrokerConfig | None = None,
+        *,
+        label_base: int | None = None,
+        label_space_size: int | None = None,
+    ):
+        """Create an empty broker; the label space, when known, lets tables be dense."""
+        self.node_id = node_id
+        if len(set(neighbours)) != len(neighbours) or node_id in neighbours:
+            raise BrokerError(f"node {node_id!r}: neighbours must be distinct other nodes, "
+                              f"got {list(neighbours)}", field="neighbours",
+                              value=list(neighbours))
+        self.neighbours: tuple[str, ...] = tuple(neighbours)
+        self._nidx = {n: i for i, n in enumerate(self.neighbours)}
+        self.config = cfg = config or BrokerConfig()
+        self.label_base = label_base
+        self.label_space_size = label_space_size
+        self._clients: dict[str, int] = {}
+        self._client_names: list[str] = []
+        self._registry = _Registry()
+        if cfg.client_filter == "direct":
+            if label_base is None or label_space_size is None:
+                raise BrokerError("client_filter 'direct' needs a known label space",
+                                  field="client_filter", value="direct")
+            self._bank: ClientFilterBank = DirectLabelBank(label_space_size)
+        else:
+            self._bank = BitSlicedCBFBank(cfg.client_m, cfg.client_k,
+                                          counter_bits=cfg.counter_bits, seed=cfg.seed)
+        self._ert = {n: self._new_routing_cbf() for n in self.neighbours}
+        # exact mode tables (also kept in paper mode for "direct" checks: cheap, exact)
+        self._total: LabelTable = make_table(label_base, label_space_size)
+        self._recv: dict[str, LabelTable] = {
+            n: make_table(label_base, label_space_size, np.int8) for n in self.neighbours}
+        self._sff = ({n: self._new_routing_cbf() for n in self.neighbours}
+                     if cfg.mode == "paper" else {})
+        self.counters = _Counters(per_neighbour_live=dict.fromkeys(self.neighbours, 0))
+
+    @classmethod
+    def for_space(cls, node_id: str, neighbours: Sequence[str], space: ContentSpace,
+                  **config: Any) -> BrokerState:
+        """A broker for one content space; filter sizes come from the space spec."""
+        return cls(node_id, neighbours, BrokerConfig.from_space(space, **config),
+                   label_base=space.app_prefix, label_space_size=space.label_space_size)
+
+    def _new_routing_cbf(self) -> CountingBloomFilter:
+        c = self.config
+        return CountingBloomFilter.with_params(c.routing_m, c.routing_k,
+                                               counter_bits=c.counter_bits, seed=c.seed)
+
+    # -- clients ------------------------------------------------------------------------
+    def client_index(self, name: str, *, create: bool = True) -> int:
+        """Index of a client in the filter bank (-1 if unknown and not created)."""
+        idx = self._clients.get(name)
+        if idx is None:
+            if not create:
+                return -1
+            idx = len(self._client_names)
+            self._clients[name] = idx
+            self._client_names.append(name)
+        return idx
+
+    def client_name(self, index: int) -> str:
+        """Name of the client at a bank index."""
+        return self._client_names[index]
+
+    @property
+    def clients(self) -> tuple[str, ...]:
+        """Every client that has ever subscribed here."""
+        return tuple(self._client_names)
+
+    def subscription(self, sub_id: str) -> tuple[str, np.ndarray]:
+        """(client, labels) of a live subscription."""
+        if sub_id not in self._registry:
+            raise UnknownSubscriptionError(f"unknown subscription id {sub_id!r}",
+                                           field="id", value=sub_id)
+        client, labels = self._registry.get(sub_id)
+        return self._client_names[client], labels
+
+    def __len__(self) -> int:
+        return len(self._registry)
+
+    # -- validation ---------------------------------------------------------------------
+    def _check_labels(self, labels: Any, what: str) -> np.ndarray:
+        arr = np.asarray(labels)
+        if arr.ndim != 1 or arr.size == 0:
+            raise BrokerError(f"{what}: labels must be a non-empty 1-d array",
+                              field="labels", value=arr.shape)
+        if arr.dtype.kind not in "ui":
+            raise BrokerError(f"{what}: labels must be integers, got dtype {arr.dtype}",
+                              field="labels", value=str(arr.dtype))
+        if arr.dtype.kind == "i" and arr.min() < 0:
+            raise BrokerError(f"{what}: negative label {int(arr.min())}", field="labels",
+                              value=int(arr.min()))
+        arr = arr.astype(np.uint64)
+        if self.label_base is not None and self.label_space_size is not None:
+            rel = arr - np.uint64(self.label_base)
+            bad = (arr < np.uint64(self.label_base)) | (rel >= np.uint64(self.label_space_size))
+            if bad.any():
+                label = int(arr[bad][0])
+                raise BrokerError(f"{what}: label {label:#x} is outside this node's label "
+                                  f"space", field="labels", value=label)
+        return arr
+
+    # -- subscriptions ------------------------------------------------------------------
+    def subscribe(self, client: str, sub_id: str, labels: Any) -> list[LinkMessage]:
+        """Register a subscription; return the advertisements it causes."""
+        return self.subscribe_many([client], [sub_id], np.array([0, len(labels)]), labels)
+
+    def subscribe_many(self, clients: Sequence[str], sub_ids: Sequence[str],
+                       offsets: Any, labels: Any) -> list[LinkMessage]:
+        """Register a batch of subscriptions given as CSR ``(offsets, labels)``.
+
+        Every check happens before anything changes: a bad batch changes nothing. A
+        repeated id with the same client and labels is a no-op (replays are harmless); with
+        other content it is refused.
+        """
+        n = len(sub_ids)
+        offs = np.asarray(offsets, dtype=np.int64)
+        if len(clients) != n or offs.shape != (n + 1,):
+            raise BrokerError("subscribe_many: clients, ids and offsets disagree in length",
+                              field="offsets", value=len(offs))
+        if n == 0:
+            return []
+        flat = self._check_labels(labels, "subscription")
+        lens = np.diff(offs)
+        if offs[0] != 0 or offs[-1] != len(flat) or (lens < 0).any():
+            raise BrokerError("subscribe_many: offsets do not describe the label array",
+                              field="offsets", value=offs[:3].tolist())
+        if (lens == 0).any():
+            sid = sub_ids[int(np.flatnonzero(lens == 0)[0])]
+            raise BrokerError(f"subscription {sid!r} has no labels", field="labels", value=sid)
+        offs, flat = _sorted_unique_rows(offs, flat)
+        if len(set(sub_ids)) != n:
+            seen: set[str] = set()
+            dup = next(x for x in sub_ids if x in seen or seen.add(x))  # type: ignore[func-returns-value]
+            raise DuplicateSubscriptionError(f"subscription id {dup!r} repeats in one batch",
+                                             field="id", value=dup)
+        codes = self._registry.codes
+        known = [i for i, sid in enumerate(sub_ids) if sid in codes]
+        if known:
+            keep = np.ones(n, dtype=bool)
+            for i in known:
+                sid = sub_ids[i]
+                old_client, old_labels = self._registry.get(sid)
+                if (self._client_names[old_client] == clients[i]
+                        and np.array_equal(old_labels, flat[offs[i]:offs[i + 1]])):
+                    keep[i] = False
+                    continue
+                raise DuplicateSubscriptionError(
+                    f"subscription id {sid!r} is already used by client "
+                    f"{self._client_names[old_client]!r} with other labels",
+                    field="id", value=sid)
+            if not keep.any():
+                return []
+            rows = np.flatnonzero(keep)
+            sub_ids = [sub_ids[i] for i in rows.tolist()]
+            clients = [clients[i] for i in rows.tolist()]
+            offs, flat = _take_rows(offs, flat, rows)
+        cidx = np.fromiter((self.client_index(c) for c in clients), dtype=np.int64,
+                           count=len(clients))
+        lens = np.diff(offs)
+        self._registry.add(sub_ids, cidx, offs, flat)
+        self._bank.add(np.repeat(cidx, lens), flat)
+        if self.config.mode == "paper":
+            return self._paper_add(flat, source=None)
+        return self._exact_change(flat, +1, source=None)
+
+    def unsubscribe(self, client: str, sub_id: str) -> list[LinkMessage]:
+        """Remove exactly the labels a subscription added; return the withdrawals."""
+        return self.unsubscribe_many([client], [sub_id])
+
+    def unsubscribe_many(self, clients: Sequence[str], sub_ids: Sequence[str]
+                         ) -> list[LinkMessage]:
+        """Remove a batch of subscriptions; an unknown id or a wrong owner changes nothing."""
+        if len(clients) != len(sub_ids):
+            raise BrokerError("unsubscribe_many: clients and ids disagree in length",
+                              field="id", value=len(sub_ids))
+        if not sub_ids:
+            return []
+        codes_d = self._registry.codes
+        codes = np.empty(len(sub_ids), dtype=np.int64)
+        for i, sid in enumerate(sub_ids):
+            code = codes_d.get(sid)
+            if code is None:
+                raise UnknownSubscriptionError(
+                    f"unknown subscription id {sid!r} (client {clients[i]!r})", field="id",
+                    value=sid)
+            codes[i] = code
+        if len(set(sub_ids)) != len(sub_ids):
+            seen: set[str] = set()
+            dup = next(x for x in sub_ids if x in seen or seen.add(x))  # type: ignore[func-returns-value]
+            raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
+                                           field="id", value=dup)
+        owners, lens, flat = self._registry.gather(codes)
+        asked = np.fromiter((self._clients.get(c, -1) for c in clients), dtype=np.int64,
+                            count=len(clients))
+        wrong = np.flatnonzero(asked != owners)
+        if wrong.size:
+            i = int(wrong[0])
+            owner = self._client_names[int(owners[i])]
+            raise SubscriptionOwnerError(
+                f"subscription {sub_ids[i]!r} belongs to client {owner!r}, not {clients[i]!r}",
+                field="client", value=clients[i])
+        self._bank.remove(np.repeat(owners, lens), flat)
+        self._registry.remove(sub_ids, codes)
+        if self.config.mode == "paper":
+            return self._paper_remove(flat, source=None)
+        return self._exact_change(flat, -1, source=None)
+
+    # -- link messages from neighbours ----------------------------------------------------
+    def on_link(self, source: str, kind: str, labels: Any) -> list[LinkMessage]:
+        """Apply labels advertised or withdrawn by neighbour ``source``.
+
+        Re-advertising a label the neighbour already advertised, or withdrawing one it
+        never did, is ignored (link topics are at-least-once).
+        """
+        if source not in self._nidx:
+            raise UnknownNeighbourError(f"node {self.node_id!r}: {source!r} is not a "
+                                        f"neighbour", field="source", value=source)
+        if kind not in (ADVERTISE, WITHDRAW):
+            raise BrokerError(f"link message kind must be advertise or withdraw, got {kind!r}",
+                              field="kind", value=kind)
+        ls = np.unique(self._check_labels(labels, f"link message from {source!r}"))
+        recv = self._recv[source]
+        have = recv.get(ls) > 0
+        if kind == ADVERTISE:
+            ls = ls[~have]
+            if ls.size == 0:
+                return []
+            recv.add(ls, 1)
+            self._ert[source].add_many(ls)
+            if self.config.mode == "paper":
+                return self._paper_add(ls, source=source)
+            return self._exact_change(ls, +1, source=source)
+        ls = ls[have]
+        if ls.size == 0:
+            return []
+        recv.add(ls, -1)
+        ert = self._ert[source]
+        if self.config.mode == "paper":
+            # Algorithm 3 on the ERT: delete only where the CBF says present.
+            ert.remove_many(ls[ert.count_many(ls) != 0])
+            return self._paper_remove(ls, source=source)
+        ert.remove_many(ls)
+        return self._exact_change(ls, -1, source=source)
+
+    # -- aggregation ----------------------------------------------------------------------
+    def _exact_change(self, labels: np.ndarray, sign: int, source: str | None
+                      ) -> list[LinkMessage]:
+        """Apply +1/-1 per occurrence of each label; emit 0<->1 transitions per neighbour."""
+        u, c = unique_counts(labels)
+        old = self._total.get(u)
+        new = old + sign * c
+        if sign < 0 and (new < 0).any():
+            raise BrokerError(f"node {self.node_id!r}: exact count would go negative",
+                              field="labels", value=int(u[new < 0][0]))
+        self._total.add(u, sign * c)
+        out: list[LinkMessage] = []
+        kind = ADVERTISE if sign > 0 else WITHDRAW
+        for n in self.neighbours:
+            if n == source:
+                continue
+            mine = self._recv[n].get(u)
+            before, after = old - mine, new - mine
+            hit = u[(before == 0) & (after > 0)] if sign > 0 else u[(before > 0) & (after == 0)]
+            if hit.size:
+                out.append(LinkMessage(n, kind, hit))
+                self._count(n, kind, len(hit))
+        return out
+
+    def _paper_add(self, labels: np.ndarray, source: str | None) -> list[LinkMessage]:
+        """Paper Algorithm 2 on every SFF_j (j != source), label by label."""
+        out: list[LinkMessage] = []
+        for n, sff in self._sff.items():
+            if n == source:
+                continue
+            fwd = []
+            for label in labels.tolist():
+                if sff.count(label) == 0:
+                    fwd.append(label)
+                sff.add(label)
+            if fwd:
+                out.append(LinkMessage(n, ADVERTISE, np.asarray(fwd, dtype=np.uint64)))
+                self._count(n, ADVERTISE, len(fwd))
+        self._total.add(*unique_counts(labels))
+        return out
+
+    def _paper_remove(self, labels: np.ndarray, source: str | None) -> list[LinkMessage]:
+        """Paper Algorithm 3 on every SFF_j (j != source), label by label."""
+        out: list[LinkMessage] = []
+        for n, sff in self._sff.items():
+            if n == source:
+                continue
+            wd = []
+            for label in labels.tolist():
+                q = sff.count(label)
+                if q == 1:
+                    wd.append(label)
+                if q != 0:
+                    sff.remove(label)
+            if wd:
+                out.append(LinkMessage(n, WITHDRAW, np.asarray(wd, dtype=np.uint64)))
+                self._count(n, WITHDRAW, len(wd))
+        u, c = unique_counts(labels)
+        self._total.add(u, -c)
+        return out
+
+    def _count(self, n: str, kind: str, k: int) -> None:
+        if kind == ADVERTISE:
+            self.counters.advertised += k
+            self.counters.per_neighbour_live[n] += k
+        else:
+            self.counters.withdrawn += k
+            self.counters.per_neighbour_live[n] -= k
+
+    # -- events ---------------------------------------------------------------------------
+    def route(self, labels: Any, origin_clients: Any = None, origin_nodes: Any = None
+              ) -> Routes:
+        """Route a batch of event labels (paper Algorithm 4).
+
+        ``origin_clients[e]`` is the bank index of the publishing client (-1: not a local
+        subscriber); ``origin_nodes[e]`` the index of the neighbour it came from (-1: local).
+        """
+        ls = np.asarray(labels, dtype=np.uint64)
+        e = len(ls)
+        oc = (np.full(e, -1, dtype=np.int64) if origin_clients is None
+              else np.asarray(origin_clients, dtype=np.int64))
+        on = (np.full(e, -1, dtype=np.int64) if origin_nodes is None
+              else np.asarray(origin_nodes, dtype=np.int64))
+        if self._client_names:
+            offsets, clients = self._bank.match(ls, exclude=oc)
+        else:
+            offsets, clients = np.zeros(e + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        hits = np.zeros((e, len(self.neighbours)), dtype=bool)
+        direct = self.config.routing_filter == "direct"
+        in_space = self._in_space(ls) if direct else None
+        for j, n in enumerate(self.neighbours):
+            if direct:
+                assert in_space is not None  # noqa: S101
+                col = np.zeros(e, dtype=bool)
+                col[in_space] = self._recv[n].get(ls[in_space]) > 0
+            else:
+                col = self._ert[n].contains_many(ls)
+            hits[:, j] = col & (on != j)
+        return Routes(offsets, clients, hits, self.neighbours)
+
+    def _in_space(self, ls: np.ndarray) -> np.ndarray:
+        if self.label_base is None or self.label_space_size is None:
+            return np.ones(len(ls), dtype=bool)
+        rel = ls - np.uint64(self.label_base)
+        return (ls >= np.uint64(self.label_base)) & (rel < np.uint64(self.label_space_size))
+
+    def route_one(self, label: int, origin_client: str | None = None,
+                  origin_node: str | None = None) -> tuple[list[str], list[str]]:
+        """Route one event; returns (client names, neighbour names)."""
+        oc = -1 if origin_client is None else self.client_index(origin_client, create=False)
+        if origin_node is not None and origin_node not in self._nidx:
+            raise UnknownNeighbourError(f"node {self.node_id!r}: {origin_node!r} is not a "
+                                        f"neighbour", field="origin", value=origin_node)
+        on = -1 if origin_node is None else self._nidx[origin_node]
+        r = self.route(np.array([label], dtype=np.uint64), [oc], [on])
+        return [self._client_names[i] for i in r.clients_of(0).tolist()], r.neighbours_of(0)
+
+    def neighbour_index(self, name: str) -> int:
+        """Index of a neighbour (as used by :meth:`route`)."""
+        if name not in self._nidx:
+            raise UnknownNeighbourError(f"node {self.node_id!r}: {name!r} is not a neighbour",
+                                        field="origin", value=name)
+        return self._nidx[name]
+
+    # -- introspection ----------------------------------------------------------------------
+    def advertised_to(self, neighbour: str) -> np.ndarray:
+        """Exact labels currently advertised to a neighbour (exact mode)."""
+        live = self._total.nonzero()
+        return live[(self._total.get(live) - self._recv[neighbour].get(live)) > 0]
+
+    def received_from(self, neighbour: str) -> np.ndarray:
+        """Labels the neighbour has advertised to us and not withdrawn."""
+        return self._recv[neighbour].nonzero()
+
+    def stats(self) -> dict[str, Any]:
+        """Sizes, traffic and filter health for metrics."""
+        return {
+            "node": self.node_id,
+            "mode": self.config.mode,
+            "subscriptions": len(self._registry),
+            "clients": len(self._client_names),
+            "labels_advertised": self.counters.advertised,
+            "labels_withdrawn": self.counters.withdrawn,
+            "labels_live_per_neighbour": dict(self.counters.per_neighbour_live),
+            "client_bank_bytes": self._bank.memory_bytes(),
+            "ert_fill": {n: f.fill_ratio() for n, f in self._ert.items()},
+            "ert_estimated_fpr": {n: f.estimated_fpr() for n, f in self._ert.items()},
+        }

@@ -1,0 +1,5 @@
+"""``python -m dlsroute``."""
+
+from dlsroute.cli import main
+
+raise SystemExit(main())
