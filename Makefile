@@ -1,0 +1,42 @@
+# dlsroute — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help setup test test-fast lint bench demo clean
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Create .venv and install dlsroute (editable) with its dev tools
+
+test: setup ## Run every test
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup ## Run the tests without the long property tests
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: setup ## ruff and mypy on the packages
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+bench: setup ## Benchmarks; results in benchmarks/results/
+	$(PY) -m benchmarks.core --out benchmarks/results/core.json
+
+demo: setup ## In-process three-node overlay on a generated workload
+	$(VENV)/bin/dlsroute demo
+
+clean: ## Remove caches (keeps .venv)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
