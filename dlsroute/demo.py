@@ -71,7 +71,7 @@ class _Quotes:
 def run_demo(seconds: float = 5.0, seed: int = 7, out: Any = None) -> int:
     """Run the demo for about ``seconds``; returns 0, or 1 if any event was missed."""
     out = out or sys.stdout
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - a demo workload, not cryptography
     space = ContentSpace.from_spec(DEMO_SPACE)
     topo = Topology.from_spec({"nodes": ["A", "B", "C"], "links": [["A", "B"], ["B", "C"]]})
     net = Overlay(space, topo)
