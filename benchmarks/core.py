@@ -150,8 +150,8 @@ def map_boxes(space: ContentSpace, lo: np.ndarray, hi: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """Raw integer boxes (N, d) -> CSR labels (the timed mapping step)."""
     attrs = space.attributes
-    lo_c = np.stack([a.cells(lo[:, i]) for i, a in enumerate(attrs)], axis=1)  # type: ignore[arg-type]
-    hi_c = np.stack([a.cells(hi[:, i]) for i, a in enumerate(attrs)], axis=1)  # type: ignore[arg-type]
+    lo_c = np.stack([a.cells(lo[:, i]) for i, a in enumerate(attrs)], axis=1)
+    hi_c = np.stack([a.cells(hi[:, i]) for i, a in enumerate(attrs)], axis=1)
     return box_labels_batch(space, lo_c, hi_c)
 
 
@@ -377,13 +377,22 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,  # noqa: S607
-                                text=True, check=False).stdout.strip()
-    except OSError:
-        commit = ""
+    import dls
+
+    code_dir = Path(dls.__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(code_dir), *args],  # noqa: S603,S607
+                                  capture_output=True, text=True, check=False).stdout.strip()
+        except OSError:
+            return ""
+
     return {"cpu_count": os.cpu_count(), "cpu_model": cpu, "python": sys.version.split()[0],
-            "numpy": np.__version__, "platform": platform.platform(), "git_commit": commit}
+            "numpy": np.__version__, "platform": platform.platform(),
+            "code_dir": str(code_dir), "git_commit": git("rev-parse", "HEAD"),
+            "git_dirty_core_files": git("status", "--porcelain", "--", "dls",
+                                        "broker_node").splitlines()}
 
 
 def plot(records: list[dict[str, Any]], path: Path) -> bool:
