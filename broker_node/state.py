@@ -41,11 +41,13 @@ from broker_node.exceptions import (
 from broker_node.tables import LabelTable, make_table, unique_counts
 from dls.bank import BitSlicedCBFBank, ClientFilterBank, DirectLabelBank
 from dls.cbf import CountingBloomFilter
+from dls.hashing import PositionFn, make_position_fn
 from dls.space import ContentSpace
 
 __all__ = ["BrokerConfig", "BrokerState", "LinkMessage", "Routes"]
 
 Mode = Literal["exact", "paper"]
+_TABLE_LABELS = 1 << 20  # label spaces up to this size hash through a precomputed table
 ADVERTISE = "advertise"
 WITHDRAW = "withdraw"
 
@@ -280,6 +282,7 @@ class BrokerState:
         self.label_space_size = label_space_size
         self._clients: dict[str, int] = {}
         self._client_names: list[str] = []
+        self._position_fns: dict[tuple[int, int], PositionFn] = {}
         self._registry = _Registry()
         if cfg.client_filter == "direct":
             if label_base is None or label_space_size is None:
@@ -288,7 +291,9 @@ class BrokerState:
             self._bank: ClientFilterBank = DirectLabelBank(label_space_size)
         else:
             self._bank = BitSlicedCBFBank(cfg.client_m, cfg.client_k,
-                                          counter_bits=cfg.counter_bits, seed=cfg.seed)
+                                          counter_bits=cfg.counter_bits, seed=cfg.seed,
+                                          position_fn=self._position_fn(cfg.client_m,
+                                                                        cfg.client_k))
         self._ert = {n: self._new_routing_cbf() for n in self.neighbours}
         # exact mode tables (also kept in paper mode for "direct" checks: cheap, exact)
         self._total: LabelTable = make_table(label_base, label_space_size)
@@ -305,10 +310,23 @@ class BrokerState:
         return cls(node_id, neighbours, BrokerConfig.from_space(space, **config),
                    label_base=space.app_prefix, label_space_size=space.label_space_size)
 
+    def _position_fn(self, m: int, k: int) -> PositionFn | None:
+        """A precomputed label -> positions table when the label space is small enough."""
+        if self.label_space_size is None or self.label_space_size > _TABLE_LABELS:
+            return None
+        key = (m, k)
+        fn = self._position_fns.get(key)
+        if fn is None:
+            fn = make_position_fn(m, k, self.config.seed, self.label_space_size,
+                                  base=self.label_base or 0)
+            self._position_fns[key] = fn
+        return fn
+
     def _new_routing_cbf(self) -> CountingBloomFilter:
         c = self.config
-        return CountingBloomFilter.with_params(c.routing_m, c.routing_k,
-                                               counter_bits=c.counter_bits, seed=c.seed)
+        return CountingBloomFilter.with_params(
+            c.routing_m, c.routing_k, counter_bits=c.counter_bits, seed=c.seed,
+            position_fn=self._position_fn(c.routing_m, c.routing_k))
 
     # -- clients ------------------------------------------------------------------------
     def client_index(self, name: str, *, create: bool = True) -> int:
@@ -321,6 +339,14 @@ class BrokerState:
             self._clients[name] = idx
             self._client_names.append(name)
         return idx
+
+    def _client_indexes(self, clients: Sequence[str]) -> np.ndarray:
+        """Bank indexes of many clients, creating the new ones (C-level dict lookups)."""
+        found = list(map(self._clients.get, clients))
+        if None in found:
+            found = [self.client_index(c) if i is None else i
+                     for c, i in zip(clients, found, strict=True)]
+        return np.array(found, dtype=np.int64)
 
     def client_name(self, index: int) -> str:
         """Name of the client at a bank index."""
@@ -419,8 +445,7 @@ class BrokerState:
             sub_ids = [sub_ids[i] for i in rows.tolist()]
             clients = [clients[i] for i in rows.tolist()]
             offs, flat = _take_rows(offs, flat, rows)
-        cidx = np.fromiter((self.client_index(c) for c in clients), dtype=np.int64,
-                           count=len(clients))
+        cidx = self._client_indexes(clients)
         lens = np.diff(offs)
         self._registry.add(sub_ids, cidx, offs, flat)
         self._bank.add(np.repeat(cidx, lens), flat)
@@ -590,20 +615,24 @@ class BrokerState:
               else np.asarray(origin_clients, dtype=np.int64))
         on = (np.full(e, -1, dtype=np.int64) if origin_nodes is None
               else np.asarray(origin_nodes, dtype=np.int64))
+        inside = self._in_space(ls)
+        if not inside.all():  # a label of another space matches nothing here
+            sub = self.route(ls[inside], oc[inside], on[inside])
+            counts = np.zeros(e, dtype=np.int64)
+            counts[inside] = np.diff(sub.offsets)
+            offsets = np.zeros(e + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            hits = np.zeros((e, len(self.neighbours)), dtype=bool)
+            hits[inside] = sub.neighbours
+            return Routes(offsets, sub.clients, hits, self.neighbours)
         if self._client_names:
             offsets, clients = self._bank.match(ls, exclude=oc)
         else:
             offsets, clients = np.zeros(e + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
         hits = np.zeros((e, len(self.neighbours)), dtype=bool)
         direct = self.config.routing_filter == "direct"
-        in_space = self._in_space(ls) if direct else None
         for j, n in enumerate(self.neighbours):
-            if direct:
-                assert in_space is not None  # noqa: S101
-                col = np.zeros(e, dtype=bool)
-                col[in_space] = self._recv[n].get(ls[in_space]) > 0
-            else:
-                col = self._ert[n].contains_many(ls)
+            col = self._recv[n].get(ls) > 0 if direct else self._ert[n].contains_many(ls)
             hits[:, j] = col & (on != j)
         return Routes(offsets, clients, hits, self.neighbours)
 

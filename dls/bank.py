@@ -208,23 +208,26 @@ class _BitsetBank:
         return int(self._counts.nbytes + self._bits.nbytes)
 
     # -- updates --------------------------------------------------------------------
-    def _refresh(self, flat_keys: np.ndarray) -> None:
-        """Recompute the bitset words holding the (sorted) touched flat count indices."""
-        words = flat_keys // WORD_BITS
-        if words.size > 1:
-            keep = np.empty(words.shape[0], dtype=bool)
-            keep[0] = True
-            np.not_equal(words[1:], words[:-1], out=keep[1:])
-            words = words[keep]
+    def _refresh(self, flat_keys: np.ndarray, new_counts: np.ndarray) -> None:
+        """Update the bitset bits of sorted unique flat count indices to ``count != 0``.
+
+        Bits of one 64-client word are OR-reduced together (``reduceat`` over the sorted
+        keys), so each touched word is written once, without re-reading its 64 counters.
+        """
         flat_bits = self._bits.reshape(-1)
-        blocks = self._counts.reshape(-1, WORD_BITS)
-        if words.size * 4 > flat_bits.size:
-            # Most words touched: one pass over everything is cheaper than a gather.
-            packed = np.packbits(blocks != 0, axis=1, bitorder="little")
-            flat_bits[:] = packed.view(_LE_U64).reshape(-1)
-            return
-        packed = np.packbits(blocks[words] != 0, axis=1, bitorder="little")
-        flat_bits[words] = packed.view(_LE_U64).reshape(-1)
+        nonzero = new_counts != 0
+        for keys, setting in ((flat_keys[nonzero], True), (flat_keys[~nonzero], False)):
+            if keys.size == 0:
+                continue
+            words = keys >> 6  # WORD_BITS == 64
+            masks = np.left_shift(np.uint64(1), (keys & 63).astype(np.uint64))
+            starts = np.flatnonzero(np.concatenate(([True], words[1:] != words[:-1])))
+            merged = np.bitwise_or.reduceat(masks, starts)
+            w = words[starts]
+            if setting:
+                flat_bits[w] |= merged
+            else:
+                flat_bits[w] &= ~merged
 
     def _add_pairs(self, clients: Any, labels: Any) -> np.ndarray:
         cli, lab = _check_pairs(clients, labels)
@@ -247,7 +250,7 @@ class _BitsetBank:
                     f"a count would exceed {limit}", field="labels", value=int(new.max())
                 )
         flat[uniq] = new
-        self._refresh(uniq)
+        self._refresh(uniq, new)
         return cli
 
     def _remove_pairs(self, clients: Any, labels: Any) -> np.ndarray:
@@ -276,7 +279,7 @@ class _BitsetBank:
         if sat is not None:
             new[cur == sat] = sat  # a saturated counter stays saturated
         flat[uniq] = new
-        self._refresh(uniq)
+        self._refresh(uniq, new)
         return cli
 
     # -- queries --------------------------------------------------------------------
@@ -513,7 +516,7 @@ class BitSlicedCBFBank(_BitsetBank):
         self._counts[:, c] = cbf.counters
         self._items[c] = cbf.n_items
         rows = np.arange(self._m, dtype=np.int64)
-        self._refresh(rows * self._cap + c)
+        self._refresh(rows * self._cap + c, self._counts[:, c].astype(np.int64))
 
     def __repr__(self) -> str:
         return (

@@ -281,17 +281,18 @@ def positions_scalar(label: int, m: int, k: int, seed: int = 0) -> list[int]:
 
 
 class PositionTable:
-    """Precomputed label -> positions for a dense label space ``0..n_labels-1``.
+    """Precomputed label -> positions for a dense label space ``base..base+n_labels-1``.
 
     Hashing then becomes a gather. The table takes ``n_labels * k * 4`` bytes (uint32
     entries, when ``m < 2**32``; 8 bytes per entry otherwise) and is only built when that
     fits in ``max_bytes``.
 
     Args:
-        n_labels: Size of the label space (labels ``0..n_labels-1``).
+        n_labels: Size of the label space (labels ``base..base+n_labels-1``).
         m: Number of counters.
         k: Number of hash functions.
         seed: MurmurHash3 seed.
+        base: First label of the space (e.g. the application-id prefix).
         max_bytes: Memory budget of the table.
 
     Raises:
@@ -305,6 +306,7 @@ class PositionTable:
         k: int,
         seed: int = 0,
         *,
+        base: int = 0,
         max_bytes: int = DEFAULT_TABLE_BUDGET,
     ) -> None:
         if not _is_int(n_labels) or int(n_labels) <= 0:
@@ -317,6 +319,13 @@ class PositionTable:
         self.k = check_k(k)
         self.seed = check_seed(seed)
         self.n_labels = int(n_labels)
+        self.base = check_label(base)
+        if self.base + self.n_labels - 1 > MAX_LABEL:
+            raise FilterParamsError(
+                f"labels {self.base}..{self.base + self.n_labels - 1} exceed 64 bits",
+                field="base",
+                value=base,
+            )
         dtype = np.dtype(np.uint32) if self.m < 2**32 else np.dtype(np.int64)
         need = PositionTable.table_bytes(self.n_labels, self.m, self.k)
         if need > max_bytes:
@@ -330,7 +339,7 @@ class PositionTable:
         chunk = 1 << 20
         for start in range(0, self.n_labels, chunk):  # chunks bound temporary memory
             stop = min(start + chunk, self.n_labels)
-            labels = np.arange(start, stop, dtype=np.uint64)
+            labels = np.arange(start, stop, dtype=np.uint64) + np.uint64(self.base)
             table[start:stop] = positions(labels, self.m, self.k, self.seed)
         table.flags.writeable = False
         self.table = table
@@ -347,11 +356,14 @@ class PositionTable:
             ValueError: If a label is outside ``0..n_labels-1``.
         """
         arr = as_label_array(labels)
-        if arr.size and int(arr.max()) >= self.n_labels:
+        idx = arr - np.uint64(self.base)  # wraps around for labels below base
+        if idx.size and int(idx.max()) >= self.n_labels:
+            bad = int(arr[int(np.argmax(idx))])
             raise ValueError(
-                f"label {int(arr.max())} is outside the table's label space 0..{self.n_labels - 1}"
+                f"label {bad} is outside the table's label space "
+                f"{self.base}..{self.base + self.n_labels - 1}"
             )
-        return self.table[arr].astype(np.int64, copy=False)
+        return self.table[idx].astype(np.int64, copy=False)
 
     def __call__(self, labels: Any) -> np.ndarray:
         """Alias of :meth:`lookup`, so a table is a position function."""
@@ -367,6 +379,7 @@ def make_position_fn(
     seed: int = 0,
     label_space_size: int | None = None,
     *,
+    base: int = 0,
     max_bytes: int = DEFAULT_TABLE_BUDGET,
 ) -> PositionFn:
     """Return a callable ``labels -> int64 positions (n, k)``.
@@ -378,8 +391,9 @@ def make_position_fn(
         m: Number of counters.
         k: Number of hash functions.
         seed: MurmurHash3 seed.
-        label_space_size: Number of labels (``0..label_space_size-1``), or None if unknown
-            or unbounded.
+        label_space_size: Number of labels (``base..base+label_space_size-1``), or None if
+            unknown or unbounded.
+        base: First label of the space.
         max_bytes: Memory budget of the table.
     """
     m = check_m(m)
@@ -390,7 +404,7 @@ def make_position_fn(
         and label_space_size > 0
         and PositionTable.table_bytes(label_space_size, m, k) <= max_bytes
     ):
-        return PositionTable(label_space_size, m, k, seed, max_bytes=max_bytes).lookup
+        return PositionTable(label_space_size, m, k, seed, base=base, max_bytes=max_bytes).lookup
 
     def hashed(labels: np.ndarray) -> np.ndarray:
         return positions(labels, m, k, seed)

@@ -175,3 +175,20 @@ def test_sparse_tables_without_a_known_space():
     assert adv(out) == {("A", "advertise"): [7, 2**63 + 5]}
     assert node.route_one(2**63 + 5) == (["c"], [])
     assert adv(node.unsubscribe("c", "s")) == {("A", "withdraw"): [7, 2**63 + 5]}
+
+
+def test_labels_of_another_space_match_nothing(node):
+    node.subscribe("c1", "s1", labels(7))
+    node.on_link("A", "advertise", labels(7))
+    r = node.route(labels(7, 1 << 40, 7))
+    assert [r.clients_of(e).tolist() for e in range(3)] == [[0], [], [0]]
+    assert r.neighbours.tolist() == [[True, False], [False, False], [True, False]]
+
+
+def test_app_id_space_uses_offset_tables():
+    space = ContentSpace.from_spec({"attributes": SPACE.to_spec()["attributes"], "app_id": 9})
+    node = BrokerState.for_space("B", ["A"], space)
+    base = space.app_prefix
+    node.subscribe("c1", "s1", labels(base + 3))
+    assert node.route_one(base + 3) == (["c1"], [])
+    assert node.route_one(3) == ([], [])

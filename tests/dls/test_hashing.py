@@ -162,3 +162,14 @@ def test_make_position_fn_paths_agree() -> None:
     ref = positions(labels, 4099, 5, 11)
     for fn in (tabled, hashed, too_big):
         assert np.array_equal(fn(labels), ref)
+
+
+def test_position_table_with_a_base_equals_hashing():
+    from dls.hashing import PositionTable, positions
+
+    base = 7 << 20
+    table = PositionTable(1 << 12, 1000, 5, 3, base=base)
+    labels = np.arange(base, base + (1 << 12), 37, dtype=np.uint64)
+    assert np.array_equal(table.lookup(labels), positions(labels, 1000, 5, 3))
+    with pytest.raises(ValueError, match="outside the table's label space"):
+        table.lookup(np.array([base - 1], dtype=np.uint64))
