@@ -1,0 +1,33 @@
+import numpy as np
+import pytest
+
+from broker_node.tables import DenseLabelTable, SparseLabelTable, make_table, unique_counts
+
+
+def test_unique_counts():
+    u, c = unique_counts(np.array([5, 1, 5, 5, 2], dtype=np.uint64))
+    assert u.tolist() == [1, 2, 5] and c.tolist() == [1, 1, 3]
+    u, c = unique_counts(np.array([], dtype=np.uint64))
+    assert u.size == 0 and c.size == 0
+
+
+@pytest.mark.parametrize("table", [DenseLabelTable(100, 50), SparseLabelTable()])
+def test_tables_agree(table):
+    labels = np.array([100, 120, 149], dtype=np.uint64)
+    table.add(labels, np.array([2, 1, 5]))
+    table.add(labels[:2], -1)
+    assert table.get(labels).tolist() == [1, 0, 5]
+    assert table.nonzero().tolist() == [100, 149]
+    assert table.memory_bytes() > 0
+
+
+def test_dense_refuses_labels_outside_its_space():
+    t = DenseLabelTable(100, 50)
+    with pytest.raises(ValueError, match="outside this table's label space"):
+        t.get(np.array([150], dtype=np.uint64))
+
+
+def test_make_table_picks_layout():
+    assert isinstance(make_table(0, 1 << 10), DenseLabelTable)
+    assert isinstance(make_table(0, 1 << 40), SparseLabelTable)
+    assert isinstance(make_table(None, None), SparseLabelTable)
