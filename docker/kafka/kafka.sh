@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# Local single-node Apache Kafka 4.x (KRaft, combined broker+controller) on loopback,
+# run from Maven Central jars with plain `java` -- no Docker engine needed.
+#
+#   bash docker/kafka/kafka.sh fetch    # jars -> $CACHE/kafka-libs (skipped when present)
+#   bash docker/kafka/kafka.sh up       # fetch, format storage once, start, wait until it answers
+#   bash docker/kafka/kafka.sh down     # SIGTERM, SIGKILL after $KAFKA_STOP_TIMEOUT s; fine if not running
+#   bash docker/kafka/kafka.sh status   # exit 0 when running and answering, 3 otherwise
+#   bash docker/kafka/kafka.sh clean    # down, then delete this broker's data (next `up` reformats)
+#
+# Environment:
+#   DLS_CACHE              cache root (default: <repo>/.cache); Kafka lives in $DLS_CACHE/kafka
+#   KAFKA_PORT             client listener, PLAINTEXT://127.0.0.1:$KAFKA_PORT (default 9092)
+#   KAFKA_CONTROLLER_PORT  controller listener (default KAFKA_PORT+1, i.e. 9093)
+#   KAFKA_UP_TIMEOUT       seconds `up` waits for the broker (default 60)
+#   KAFKA_STOP_TIMEOUT     seconds `down` waits after SIGTERM before SIGKILL (default 20)
+#   KAFKA_HEAP_OPTS        JVM heap flags (default "-Xmx1g -Xms256m")
+#   JAVA                   java binary (default $JAVA_HOME/bin/java, else java); Java 17+
+#   MVN                    maven binary (default mvn)
+#   PYTHON                 python with confluent-kafka for the readiness check
+#                          (default <repo>/.venv/bin/python; without it only the port is checked)
+#
+# Each port gets its own directory $DLS_CACHE/kafka/broker-$KAFKA_PORT holding
+# server.properties, cluster-id, data/, server.log, stdout.log and kafka.pid.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+CACHE="${DLS_CACHE:-$REPO/.cache}/kafka"
+LIBS="$CACHE/kafka-libs"
+POM="$HERE/pom.xml"
+LOG4J2_CONFIG="$HERE/log4j2.properties"
+
+KAFKA_PORT="${KAFKA_PORT:-9092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}"
+KAFKA_UP_TIMEOUT="${KAFKA_UP_TIMEOUT:-60}"
+KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
+KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xmx1g -Xms256m}"
+MVN="${MVN:-mvn}"
+if [[ -z "${JAVA:-}" ]]; then
+    if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then JAVA="$JAVA_HOME/bin/java"; else JAVA=java; fi
+fi
+PY="${PYTHON:-$REPO/.venv/bin/python}"
+
+NODE_DIR="$CACHE/broker-$KAFKA_PORT"
+DATA_DIR="$NODE_DIR/data"
+PROPS="$NODE_DIR/server.properties"
+PID_FILE="$NODE_DIR/kafka.pid"
+CLUSTER_ID_FILE="$NODE_DIR/cluster-id"
+FORMAT_STAMP="$NODE_DIR/formatted-for"   # controller port the storage was formatted with
+SERVER_LOG="$NODE_DIR/server.log"
+STDOUT_LOG="$NODE_DIR/stdout.log"
+LIBS_STAMP="$LIBS/.pom.sha256"           # which pom.xml filled kafka-libs
+
+log() { printf '[kafka.sh] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# ---------------------------------------------------------------- fetch
+pom_sum() { sha256sum "$POM" | cut -d' ' -f1; }
+
+libs_ok() {
+    compgen -G "$LIBS/kafka_2.13-*.jar" >/dev/null && [[ -f "$LIBS_STAMP" && "$(cat "$LIBS_STAMP")" == "$(pom_sum)" ]]
+}
+
+cmd_fetch() {
+    if libs_ok; then
+        log "jars present in $LIBS"
+        return 0
+    fi
+    command -v "$MVN" >/dev/null || die "maven ($MVN) not found; needed once to fetch the Kafka jars"
+    mkdir -p "$CACHE"
+    local tmp="$CACHE/kafka-libs.tmp.$$"
+    rm -rf "$tmp"
+    log "fetching Kafka jars from Maven Central into $LIBS ..."
+    # -B: no colour codes or progress bars in logs.
+    if ! "$MVN" -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+        -DoutputDirectory="$tmp" -DincludeScope=runtime; then
+        rm -rf "$tmp"
+        die "mvn dependency:copy-dependencies failed"
+    fi
+    pom_sum >"$tmp/.pom.sha256"
+    rm -rf "$LIBS"
+    mv "$tmp" "$LIBS"   # atomic swap: never a half-filled folder on the classpath
+    log "$(find "$LIBS" -name '*.jar' | wc -l) jars in $LIBS"
+}
+
+# ---------------------------------------------------------------- helpers
+kafka_java() { "$JAVA" -cp "$LIBS/*" "$@"; }
+
+# pid from the pid file if that process is alive and is our broker (guards against pid reuse).
+running_pid() {
+    [[ -f "$PID_FILE" ]] || return 1
+    local pid
+    pid="$(cat "$PID_FILE" 2>/dev/null || true)"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    if [[ -r "/proc/$pid/cmdline" ]]; then
+        tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$PROPS" || return 1
+    fi
+    echo "$pid"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
+
+have_py_kafka() { [[ -x "$PY" ]] && "$PY" -c 'import confluent_kafka' 2>/dev/null; }
+
+# Metadata request via confluent-kafka: the broker must list itself. $1 = timeout (s).
+admin_ok() {
+    if ! have_py_kafka; then
+        port_open
+        return
+    fi
+    "$PY" - "127.0.0.1:$KAFKA_PORT" "$1" <<'PY' 2>/dev/null
+import sys
+
+from confluent_kafka.admin import AdminClient
+
+bootstrap, timeout = sys.argv[1], float(sys.argv[2])
+admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+md = admin.list_topics(timeout=timeout)
+sys.exit(0 if md.brokers else 1)
+PY
+}
+
+write_props() {
+    mkdir -p "$NODE_DIR" "$DATA_DIR"
+    cat >"$PROPS" <<EOF
+# Written by docker/kafka/kafka.sh on every \`up\` -- edits are lost.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$DATA_DIR
+num.partitions=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+EOF
+}
+
+format_once() {
+    if [[ ! -s "$CLUSTER_ID_FILE" ]]; then
+        kafka_java kafka.tools.StorageTool random-uuid >"$CLUSTER_ID_FILE.tmp"
+        mv "$CLUSTER_ID_FILE.tmp" "$CLUSTER_ID_FILE"
+    fi
+    # The single-voter quorum records the controller endpoint at format time.
+    if [[ -f "$DATA_DIR/meta.properties" ]]; then
+        if [[ "$(cat "$FORMAT_STAMP" 2>/dev/null || true)" == "$KAFKA_CONTROLLER_PORT" ]]; then
+            return 0
+        fi
+        log "controller port changed; wiping $DATA_DIR and reformatting"
+        rm -rf "$DATA_DIR"
+        mkdir -p "$DATA_DIR"
+    fi
+    log "formatting $DATA_DIR (cluster id $(cat "$CLUSTER_ID_FILE"))"
+    kafka_java kafka.tools.StorageTool format --standalone \
+        -t "$(cat "$CLUSTER_ID_FILE")" -c "$PROPS" >>"$STDOUT_LOG" 2>&1 \
+        || { tail -n 20 "$STDOUT_LOG" >&2; die "storage format failed"; }
+    echo "$KAFKA_CONTROLLER_PORT" >"$FORMAT_STAMP"
+}
+
+# Wait until the broker answers; $1 = pid to watch (empty: don't watch).
+wait_ready() {
+    local pid="$1" deadline=$((SECONDS + KAFKA_UP_TIMEOUT)) left
+    while ((SECONDS < deadline)); do
+        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+            log "broker process $pid exited during startup"
+            return 1
+        fi
+        if port_open; then
+            left=$((deadline - SECONDS))
+            ((left < 2)) && left=2
+            ((left > 10)) && left=10
+            admin_ok "$left" && return 0
+        fi
+        sleep 0.25
+    done
+    log "broker did not answer on 127.0.0.1:$KAFKA_PORT within ${KAFKA_UP_TIMEOUT}s"
+    return 1
+}
+
+show_log_tail() {
+    local f
+    for f in "$STDOUT_LOG" "$SERVER_LOG"; do
+        [[ -s "$f" ]] || continue
+        log "---- tail of $f"
+        tail -n 30 "$f" >&2
+    done
+}
+
+# ---------------------------------------------------------------- up / down / status
+cmd_up() {
+    local pid
+    if pid="$(running_pid)"; then
+        if port_open && admin_ok 5; then
+            log "already running (pid $pid) on 127.0.0.1:$KAFKA_PORT"
+            return 0
+        fi
+        log "pid $pid is starting; waiting"
+        wait_ready "$pid" && { log "ready on 127.0.0.1:$KAFKA_PORT"; return 0; }
+        show_log_tail
+        return 1
+    fi
+    if port_open; then
+        if admin_ok 5; then
+            log "a Kafka broker not started by this script already answers on 127.0.0.1:$KAFKA_PORT; using it"
+            return 0
+        fi
+        die "port 127.0.0.1:$KAFKA_PORT is taken by something that is not a Kafka broker"
+    fi
+
+    local t0=$SECONDS
+    cmd_fetch
+    command -v "$JAVA" >/dev/null || die "java ($JAVA) not found; Kafka 4.x needs Java 17+"
+    write_props
+    format_once
+
+    log "starting Kafka (client 127.0.0.1:$KAFKA_PORT, controller 127.0.0.1:$KAFKA_CONTROLLER_PORT)"
+    # stdin/stdout/stderr all detached from the caller: a caller that captures our output
+    # (subprocess.run(capture_output=True), $(...)) would otherwise wait for the broker to exit.
+    # setsid: Ctrl-C in the caller's terminal does not reach the broker.
+    local -a heap
+    read -r -a heap <<<"$KAFKA_HEAP_OPTS"
+    local setsid=()
+    command -v setsid >/dev/null && setsid=(setsid)
+    "${setsid[@]}" nohup "$JAVA" "${heap[@]}" -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError \
+        -Djava.awt.headless=true \
+        -Dkafka.logs.dir="$NODE_DIR" \
+        -Dlog4j2.configurationFile="$LOG4J2_CONFIG" \
+        -cp "$LIBS/*" kafka.Kafka "$PROPS" \
+        </dev/null >>"$STDOUT_LOG" 2>&1 &
+    pid=$!
+    echo "$pid" >"$PID_FILE"
+
+    if wait_ready "$pid"; then
+        log "ready on 127.0.0.1:$KAFKA_PORT (pid $pid, $((SECONDS - t0))s)"
+        return 0
+    fi
+    show_log_tail
+    log "stopping the half-started broker"
+    cmd_down || true
+    return 1
+}
+
+cmd_down() {
+    local pid
+    if ! pid="$(running_pid)"; then
+        rm -f "$PID_FILE"
+        log "not running"
+        return 0
+    fi
+    log "stopping pid $pid"
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + KAFKA_STOP_TIMEOUT))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
+        sleep 0.2
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "still alive after ${KAFKA_STOP_TIMEOUT}s; SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    fi
+    rm -f "$PID_FILE"
+    log "stopped"
+}
+
+cmd_status() {
+    local pid
+    if pid="$(running_pid)"; then
+        if port_open && admin_ok 5; then
+            echo "running: pid $pid, bootstrap 127.0.0.1:$KAFKA_PORT, dir $NODE_DIR"
+            return 0
+        fi
+        echo "starting or unhealthy: pid $pid, 127.0.0.1:$KAFKA_PORT not answering; log $SERVER_LOG"
+        return 3
+    fi
+    echo "not running (127.0.0.1:$KAFKA_PORT)"
+    return 3
+}
+
+cmd_clean() {
+    cmd_down
+    rm -rf "$NODE_DIR"
+    log "removed $NODE_DIR"
+}
+
+case "${1:-}" in
+    fetch) cmd_fetch ;;
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    clean) cmd_clean ;;
+    *)
+        echo "usage: $0 {fetch|up|down|status|clean}" >&2
+        exit 2
+        ;;
+esac
