@@ -67,6 +67,17 @@ cmd_fetch() {
         log "jars present in $LIBS"
         return 0
     fi
+    mkdir -p "$CACHE"
+    if command -v flock >/dev/null; then
+        # Concurrent fetches (two ports, parallel test workers) wait for each other.
+        exec 8>"$CACHE/.fetch.lock"
+        flock 8
+        if libs_ok; then
+            exec 8>&-
+            log "jars present in $LIBS"
+            return 0
+        fi
+    fi
     command -v "$MVN" >/dev/null || die "maven ($MVN) not found; needed once to fetch the Kafka jars"
     mkdir -p "$CACHE"
     local tmp="$CACHE/kafka-libs.tmp.$$"
@@ -80,7 +91,8 @@ cmd_fetch() {
     fi
     pom_sum >"$tmp/.pom.sha256"
     rm -rf "$LIBS"
-    mv "$tmp" "$LIBS"   # atomic swap: never a half-filled folder on the classpath
+    mv "$tmp" "$LIBS"   # never a half-filled folder on the classpath
+    exec 8>&-
     log "$(find "$LIBS" -name '*.jar' | wc -l) jars in $LIBS"
 }
 
@@ -239,7 +251,7 @@ cmd_up() {
         -Dkafka.logs.dir="$NODE_DIR" \
         -Dlog4j2.configurationFile="$LOG4J2_CONFIG" \
         -cp "$LIBS/*" kafka.Kafka "$PROPS" \
-        </dev/null >>"$STDOUT_LOG" 2>&1 &
+        </dev/null >>"$STDOUT_LOG" 2>&1 8>&- 9>&- &
     pid=$!
     echo "$pid" >"$PID_FILE"
 
@@ -294,6 +306,19 @@ cmd_clean() {
     rm -rf "$NODE_DIR"
     log "removed $NODE_DIR"
 }
+
+# up/down/clean of one broker directory are serialised (parallel test workers may all call `up`).
+# The lock fds are closed for the broker process, so the lock is never held by it.
+lock_node() {
+    mkdir -p "$NODE_DIR"
+    command -v flock >/dev/null || return 0
+    exec 9>"$NODE_DIR/.lock"
+    flock -w $((KAFKA_UP_TIMEOUT + KAFKA_STOP_TIMEOUT + 300)) 9 || die "timed out waiting for $NODE_DIR/.lock"
+}
+
+case "${1:-}" in
+    up | down | clean) lock_node ;;
+esac
 
 case "${1:-}" in
     fetch) cmd_fetch ;;

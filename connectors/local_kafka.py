@@ -1,0 +1,139 @@
+"""A real single-node Kafka on loopback for tests and demos, without a Docker engine.
+
+``ensure_local_kafka`` runs ``docker/kafka/kafka.sh up``, which fetches the Kafka 4.x jars
+from Maven Central once (into ``$DLS_CACHE/kafka``, default ``<repo>/.cache/kafka``), formats
+a KRaft storage directory once and starts a combined broker+controller with ``java``.
+It needs Java 17+ and, for the first fetch, Maven. ``docker_engine_available`` tells whether
+testcontainers could be used instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = [
+    "KAFKA_SCRIPT",
+    "LocalKafkaError",
+    "docker_engine_available",
+    "ensure_local_kafka",
+    "stop_local_kafka",
+]
+
+KAFKA_SCRIPT: Path = Path(__file__).resolve().parent.parent / "docker" / "kafka" / "kafka.sh"
+"""The shell script that fetches, starts and stops the local broker."""
+
+
+class LocalKafkaError(RuntimeError):
+    """The local Kafka broker could not be started or stopped."""
+
+
+def _run_script(command: str, port: int, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``kafka.sh <command>`` for the broker on ``port`` and return the finished process."""
+    bash = shutil.which("bash")
+    if bash is None:
+        raise LocalKafkaError("bash not found on PATH")
+    if not KAFKA_SCRIPT.is_file():
+        raise LocalKafkaError(f"{KAFKA_SCRIPT} is missing")
+    env = dict(os.environ)
+    env["KAFKA_PORT"] = str(port)
+    # The readiness check in kafka.sh uses confluent-kafka; this interpreter has it.
+    env.setdefault("PYTHON", sys.executable)
+    try:
+        # Fixed argv, no shell: the only variable part is the validated port.
+        return subprocess.run(  # noqa: S603
+            [bash, str(KAFKA_SCRIPT), command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LocalKafkaError(f"kafka.sh {command} took longer than {timeout:g}s") from exc
+
+
+def _check_port(port: int) -> None:
+    """Raise ``ValueError`` unless ``port`` is a usable TCP port (the controller takes port+1)."""
+    if not 1 <= port <= 65534:
+        raise ValueError(f"port must be in 1..65534, got {port}")
+
+
+def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0) -> str:
+    """Start the local Kafka broker on ``127.0.0.1:port`` unless it already runs.
+
+    Idempotent: returns at once when the broker already answers. The first call may take a
+    while (jar download, storage format); later starts take a few seconds. The controller
+    listens on ``port + 1`` unless ``KAFKA_CONTROLLER_PORT`` is set.
+
+    Args:
+        port: The client (PLAINTEXT) port on loopback.
+        timeout: Seconds to allow for fetch plus start-up.
+
+    Returns:
+        The bootstrap servers string, ``"127.0.0.1:<port>"``.
+
+    Raises:
+        LocalKafkaError: The broker did not come up; the message holds the log tail.
+        ValueError: ``port`` is out of range.
+    """
+    _check_port(port)
+    proc = _run_script("up", port, timeout)
+    if proc.returncode != 0:
+        raise LocalKafkaError(
+            f"kafka.sh up failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
+    return f"127.0.0.1:{port}"
+
+
+def stop_local_kafka(port: int = 9092, *, timeout: float = 60.0) -> None:
+    """Stop the local Kafka broker on ``port``; a no-op when it is not running.
+
+    Args:
+        port: The client port the broker was started with.
+        timeout: Seconds to allow for the shutdown.
+
+    Raises:
+        LocalKafkaError: ``kafka.sh down`` failed.
+        ValueError: ``port`` is out of range.
+    """
+    _check_port(port)
+    proc = _run_script("down", port, timeout)
+    if proc.returncode != 0:
+        raise LocalKafkaError(
+            f"kafka.sh down failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
+
+
+def docker_engine_available(timeout: float = 3.0) -> bool:
+    """Tell whether a Docker engine answers a ping (so testcontainers would work).
+
+    A ``docker`` CLI or Python package without a reachable engine socket counts as
+    unavailable. Never raises.
+
+    Args:
+        timeout: Seconds to wait for the engine.
+
+    Returns:
+        ``True`` when ``docker.from_env().ping()`` succeeds.
+    """
+    try:
+        # Not a plain `import docker`: the repo's own docker/ folder (no __init__.py) would
+        # make mypy see an empty namespace package. At run time the installed package wins.
+        docker = importlib.import_module("docker")
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=timeout)
+    except Exception:
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+    finally:
+        client.close()
