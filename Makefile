@@ -8,7 +8,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-fast lint bench demo clean
+.PHONY: help setup test test-fast lint bench demo clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
+
+KAFKA_SH := bash docker/kafka/kafka.sh
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,3 +42,18 @@ demo: setup ## In-process three-node overlay on a generated workload
 clean: ## Remove caches (keeps .venv)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+kafka-fetch: ## Fetch the Kafka 4.x jars from Maven Central into .cache/kafka (once)
+	$(KAFKA_SH) fetch
+
+kafka-up: setup ## Start a local single-node Kafka on 127.0.0.1:9092 (KAFKA_PORT)
+	PYTHON=$(PY) $(KAFKA_SH) up
+
+kafka-down: ## Stop the local Kafka
+	$(KAFKA_SH) down
+
+kafka-status: ## Is the local Kafka running and answering?
+	$(KAFKA_SH) status
+
+kafka-clean: ## Stop the local Kafka and delete its data (jars are kept)
+	$(KAFKA_SH) clean
