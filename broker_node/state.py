@@ -288,7 +288,8 @@ class BrokerState:
             if label_base is None or label_space_size is None:
                 raise BrokerError("client_filter 'direct' needs a known label space",
                                   field="client_filter", value="direct")
-            self._bank: ClientFilterBank = DirectLabelBank(label_space_size)
+            self._bank: ClientFilterBank = DirectLabelBank(label_space_size,
+                                                           base=label_base)
         else:
             self._bank = BitSlicedCBFBank(cfg.client_m, cfg.client_k,
                                           counter_bits=cfg.counter_bits, seed=cfg.seed,
@@ -425,7 +426,8 @@ class BrokerState:
             raise DuplicateSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                              field="id", value=dup)
         codes = self._registry.codes
-        known = [i for i, sid in enumerate(sub_ids) if sid in codes]
+        known = ([] if codes.keys().isdisjoint(sub_ids)
+                 else [i for i, sid in enumerate(sub_ids) if sid in codes])
         if known:
             keep = np.ones(n, dtype=bool)
             for i in known:
@@ -465,15 +467,13 @@ class BrokerState:
                               field="id", value=len(sub_ids))
         if not sub_ids:
             return []
-        codes_d = self._registry.codes
-        codes = np.empty(len(sub_ids), dtype=np.int64)
-        for i, sid in enumerate(sub_ids):
-            code = codes_d.get(sid)
-            if code is None:
-                raise UnknownSubscriptionError(
-                    f"unknown subscription id {sid!r} (client {clients[i]!r})", field="id",
-                    value=sid)
-            codes[i] = code
+        found = list(map(self._registry.codes.get, sub_ids))
+        if None in found:
+            i = found.index(None)
+            raise UnknownSubscriptionError(
+                f"unknown subscription id {sub_ids[i]!r} (client {clients[i]!r})", field="id",
+                value=sub_ids[i])
+        codes = np.array(found, dtype=np.int64)
         if len(set(sub_ids)) != len(sub_ids):
             seen: set[str] = set()
             dup = next(x for x in sub_ids if x in seen or seen.add(x))  # type: ignore[func-returns-value]
@@ -536,7 +536,7 @@ class BrokerState:
     def _exact_change(self, labels: np.ndarray, sign: int, source: str | None
                       ) -> list[LinkMessage]:
         """Apply +1/-1 per occurrence of each label; emit 0<->1 transitions per neighbour."""
-        u, c = unique_counts(labels)
+        u, c = unique_counts(labels, self.label_base, self.label_space_size)
         old = self._total.get(u)
         new = old + sign * c
         if sign < 0 and (new < 0).any():

@@ -22,9 +22,19 @@ __all__ = ["DenseLabelTable", "LabelTable", "SparseLabelTable", "make_table", "u
 DENSE_LIMIT = 1 << 22
 
 
-def unique_counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique labels and how often each occurs (sort + run length)."""
-    s = np.sort(np.asarray(labels, dtype=np.uint64))
+def unique_counts(labels: np.ndarray, base: int | None = None, size: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique labels and how often each occurs.
+
+    With a known dense label space ``base..base+size-1`` and a batch that is large next to
+    it, one ``bincount`` replaces the sort; otherwise sort + run length.
+    """
+    labels = np.asarray(labels, dtype=np.uint64)
+    if base is not None and size is not None and 4 * labels.size >= size:
+        counts = np.bincount((labels - np.uint64(base)).astype(np.int64), minlength=size)
+        idx = np.flatnonzero(counts)
+        return idx.astype(np.uint64) + np.uint64(base), counts[idx]
+    s = np.sort(labels)
     if s.size == 0:
         return s, np.zeros(0, dtype=np.int64)
     starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))

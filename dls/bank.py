@@ -132,16 +132,20 @@ def _check_exclude(exclude: Any, n_events: int) -> np.ndarray | None:
 
 
 def _decode(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Turn an (E, W) uint64 bitset into CSR (offsets, sorted client indices)."""
-    n_events = acc.shape[0]
-    ev, wd = np.nonzero(acc)
-    words = np.ascontiguousarray(acc[ev, wd], dtype=_LE_U64)
-    unpacked = np.unpackbits(words.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
-    row, bit = np.nonzero(unpacked)
-    clients = wd[row].astype(np.int64) * WORD_BITS + bit
+    """Turn an (E, W) uint64 bitset into CSR (offsets, sorted client indices).
+
+    Counts come from a popcount per row; the indices from one unpack of the whole matrix
+    viewed as bool, whose flat non-zero positions are ``event * 64W + client``.
+    """
+    n_events, n_words = acc.shape
     offsets = np.zeros(n_events + 1, dtype=np.int64)
-    np.cumsum(np.bincount(ev[row], minlength=n_events), out=offsets[1:])
-    return offsets, clients
+    np.cumsum(np.bitwise_count(acc).sum(axis=1, dtype=np.int64), out=offsets[1:])
+    if offsets[-1] == 0:
+        return offsets, np.zeros(0, dtype=np.int64)
+    raw = np.ascontiguousarray(acc, dtype=_LE_U64).view(np.uint8)
+    bits = np.unpackbits(raw, axis=1, bitorder="little")
+    flat = np.flatnonzero(bits.view(bool))
+    return offsets, np.remainder(flat, n_words * WORD_BITS)
 
 
 class _BitsetBank:
@@ -301,7 +305,7 @@ class _BitsetBank:
         n_events = lab.shape[0]
         ex = _check_exclude(exclude, n_events)
         words = self._cap // WORD_BITS
-        chunk = max(1, _MATCH_CHUNK_BYTES // max(1, 8 * words))
+        chunk = max(1, _MATCH_CHUNK_BYTES // max(1, WORD_BITS * words))  # unpacked bytes
         if n_events <= chunk:
             return self._match_chunk(lab, ex)
         parts_off: list[np.ndarray] = []
@@ -526,10 +530,11 @@ class BitSlicedCBFBank(_BitsetBank):
 
 
 class DirectLabelBank(_BitsetBank):
-    """Exact per-client label counts over a small dense label space ``0..L-1``.
+    """Exact per-client label counts over a small dense label space ``base..base+L-1``.
 
     Args:
         label_space_size: Number of labels ``L``.
+        base: First label of the space (e.g. the application-id prefix).
         max_bytes: Budget of the count matrix (``L * capacity * 4`` bytes).
         initial_capacity: Client slots to allocate up front (rounded up to 64).
 
@@ -544,6 +549,7 @@ class DirectLabelBank(_BitsetBank):
         self,
         label_space_size: int,
         *,
+        base: int = 0,
         max_bytes: int = 2**30,
         initial_capacity: int = WORD_BITS,
     ) -> None:
@@ -558,6 +564,7 @@ class DirectLabelBank(_BitsetBank):
                 value=label_space_size,
             )
         self._labels = int(label_space_size)
+        self._base = check_label(base, field="base")
         self._max_bytes = int(max_bytes)
         super().__init__(self._labels, initial_capacity)
 
@@ -586,20 +593,28 @@ class DirectLabelBank(_BitsetBank):
     def _saturation(self) -> int | None:
         return None
 
+    def _row(self, labels: np.ndarray) -> np.ndarray:
+        """Row of each label: ``label - base`` (labels below base wrap to huge values)."""
+        return labels - np.uint64(self._base)
+
     def _pair_rows(self, labels: np.ndarray) -> np.ndarray:
-        if labels.size and int(labels.max()) >= self._labels:
+        rows = self._row(labels)
+        if rows.size and int(rows.max()) >= self._labels:
+            bad = int(labels[int(np.argmax(rows))])
             raise FilterParamsError(
-                f"label {int(labels.max())} is outside the label space 0..{self._labels - 1}",
+                f"label {bad} is outside the label space "
+                f"{self._base}..{self._base + self._labels - 1}",
                 field="labels",
-                value=int(labels.max()),
+                value=bad,
             )
-        return labels.astype(np.int64).reshape(-1, 1)
+        return rows.astype(np.int64).reshape(-1, 1)
 
     def _match_rows(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        valid = labels < np.uint64(self._labels)
+        rel = self._row(labels)
+        valid = rel < np.uint64(self._labels)
         if valid.all():
-            return labels.astype(np.int64).reshape(-1, 1), None
-        rows = np.where(valid, labels, np.uint64(0)).astype(np.int64).reshape(-1, 1)
+            return rel.astype(np.int64).reshape(-1, 1), None
+        rows = np.where(valid, rel, np.uint64(0)).astype(np.int64).reshape(-1, 1)
         return rows, valid
 
     def add(self, clients: np.ndarray, labels: np.ndarray) -> None:
@@ -622,16 +637,16 @@ class DirectLabelBank(_BitsetBank):
     def contains(self, client: int, label: int) -> bool:
         """Whether ``client`` holds ``label`` (exact)."""
         c = _check_client(client)
-        value = check_label(label)
-        if c >= self._cap or value >= self._labels:
+        value = check_label(label) - self._base
+        if c >= self._cap or not 0 <= value < self._labels:
             return False
         return bool(self._counts[value, c] > 0)
 
     def count(self, client: int, label: int) -> int:
         """How many times the pair is currently held."""
         c = _check_client(client)
-        value = check_label(label)
-        if c >= self._cap or value >= self._labels:
+        value = check_label(label) - self._base
+        if c >= self._cap or not 0 <= value < self._labels:
             return 0
         return int(self._counts[value, c])
 

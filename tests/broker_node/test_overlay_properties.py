@@ -33,7 +33,8 @@ def spaces(draw):
     m = draw(st.sampled_from([8, 16, 32, 4096]))
     filters = {"client": {"m": m, "k": draw(st.integers(1, 4))},
                "routing": {"m": m, "k": draw(st.integers(1, 4))}}
-    return ContentSpace.from_spec({"attributes": attrs, "filters": filters})
+    app_id = draw(st.one_of(st.none(), st.integers(0, 65535)))
+    return ContentSpace.from_spec({"attributes": attrs, "filters": filters, "app_id": app_id})
 
 
 @st.composite

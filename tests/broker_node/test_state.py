@@ -185,9 +185,10 @@ def test_labels_of_another_space_match_nothing(node):
     assert r.neighbours.tolist() == [[True, False], [False, False], [True, False]]
 
 
-def test_app_id_space_uses_offset_tables():
+@pytest.mark.parametrize("config", [{}, {"client_filter": "direct", "routing_filter": "direct"}])
+def test_app_id_space_uses_offset_tables(config):
     space = ContentSpace.from_spec({"attributes": SPACE.to_spec()["attributes"], "app_id": 9})
-    node = BrokerState.for_space("B", ["A"], space)
+    node = BrokerState.for_space("B", ["A"], space, **config)
     base = space.app_prefix
     node.subscribe("c1", "s1", labels(base + 3))
     assert node.route_one(base + 3) == (["c1"], [])

@@ -31,3 +31,11 @@ def test_make_table_picks_layout():
     assert isinstance(make_table(0, 1 << 10), DenseLabelTable)
     assert isinstance(make_table(0, 1 << 40), SparseLabelTable)
     assert isinstance(make_table(None, None), SparseLabelTable)
+
+
+def test_unique_counts_dense_path_equals_sort_path():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(1000, 1100, 500).astype(np.uint64)
+    a = unique_counts(labels)
+    b = unique_counts(labels, base=1000, size=100)
+    assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()

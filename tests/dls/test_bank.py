@@ -346,3 +346,14 @@ def test_direct_bank_budget_and_errors() -> None:
     assert bank.memory_bytes() == 1000 * 128 * 4 + 1000 * 2 * 8
     with pytest.raises(KeyError, match="client 3 does not contain label 5"):
         bank.remove(np.array([3], dtype=np.int64), np.array([5], dtype=np.uint64))
+
+
+def test_direct_bank_with_a_base():
+    base = 5 << 20
+    bank = DirectLabelBank(100, base=base)
+    bank.add(np.array([3]), np.array([base + 7], dtype=np.uint64))
+    assert bank.contains(3, base + 7) and not bank.contains(3, 7)
+    off, cli = bank.match(np.array([base + 7, 7, base + 100], dtype=np.uint64))
+    assert off.tolist() == [0, 1, 1, 1] and cli.tolist() == [3]
+    with pytest.raises(FilterParamsError, match="outside the label space"):
+        bank.add(np.array([3]), np.array([7], dtype=np.uint64))
