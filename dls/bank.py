@@ -212,15 +212,17 @@ class _BitsetBank:
         return int(self._counts.nbytes + self._bits.nbytes)
 
     # -- updates --------------------------------------------------------------------
-    def _refresh(self, flat_keys: np.ndarray, new_counts: np.ndarray) -> None:
-        """Update the bitset bits of sorted unique flat count indices to ``count != 0``.
+    def _refresh(self, flat_keys: np.ndarray, old_counts: np.ndarray,
+                 new_counts: np.ndarray) -> None:
+        """Flip the bitset bits of the counters (sorted unique flat indices) that crossed 0.
 
-        Bits of one 64-client word are OR-reduced together (``reduceat`` over the sorted
-        keys), so each touched word is written once, without re-reading its 64 counters.
+        Only counters going 0 -> non-zero or non-zero -> 0 change a bit. Bits of one
+        64-client word are OR-reduced together (``reduceat`` over the sorted keys), so each
+        touched word is written once, without re-reading its 64 counters.
         """
         flat_bits = self._bits.reshape(-1)
-        nonzero = new_counts != 0
-        for keys, setting in ((flat_keys[nonzero], True), (flat_keys[~nonzero], False)):
+        was, now = old_counts != 0, new_counts != 0
+        for keys, setting in ((flat_keys[now & ~was], True), (flat_keys[was & ~now], False)):
             if keys.size == 0:
                 continue
             words = keys >> 6  # WORD_BITS == 64
@@ -243,7 +245,8 @@ class _BitsetBank:
         keys += cli[:, None]
         uniq, inc = count_keys(keys.reshape(-1), self._rows * self._cap)
         flat = self._counts.reshape(-1)
-        new = flat[uniq].astype(np.int64) + inc
+        old = flat[uniq].astype(np.int64)
+        new = old + inc
         sat = self._saturation()
         if sat is not None:
             np.minimum(new, sat, out=new)
@@ -254,7 +257,7 @@ class _BitsetBank:
                     f"a count would exceed {limit}", field="labels", value=int(new.max())
                 )
         flat[uniq] = new
-        self._refresh(uniq, new)
+        self._refresh(uniq, old, new)
         return cli
 
     def _remove_pairs(self, clients: Any, labels: Any) -> np.ndarray:
@@ -283,7 +286,7 @@ class _BitsetBank:
         if sat is not None:
             new[cur == sat] = sat  # a saturated counter stays saturated
         flat[uniq] = new
-        self._refresh(uniq, new)
+        self._refresh(uniq, cur, new)
         return cli
 
     # -- queries --------------------------------------------------------------------
@@ -520,7 +523,9 @@ class BitSlicedCBFBank(_BitsetBank):
         self._counts[:, c] = cbf.counters
         self._items[c] = cbf.n_items
         rows = np.arange(self._m, dtype=np.int64)
-        self._refresh(rows * self._cap + c, self._counts[:, c].astype(np.int64))
+        self._bits[:, c // WORD_BITS] &= ~(np.uint64(1) << np.uint64(c % WORD_BITS))
+        self._refresh(rows * self._cap + c, np.zeros(self._m, dtype=np.int64),
+                      self._counts[:, c].astype(np.int64))
 
     def __repr__(self) -> str:
         return (
