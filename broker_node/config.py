@@ -1,0 +1,113 @@
+"""Settings of one broker-node process: a frozen object, loaded once, logged once.
+
+Sources, later ones winning: defaults, the TOML file given with ``--config``, then
+environment variables ``DLS_NODE_<FIELD>`` (e.g. ``DLS_NODE_BOOTSTRAP``).
+
+Example ``node.toml``::
+
+    node = "B"
+    neighbours = ["A", "C"]
+    bootstrap = "127.0.0.1:9092"
+    space = "examples/space.json"
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from broker_node.exceptions import BrokerError
+
+__all__ = ["NodeSettings", "load_settings"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class NodeSettings(BaseSettings):
+    """Everything one node process needs; immutable after loading."""
+
+    model_config = SettingsConfigDict(env_prefix="DLS_NODE_", frozen=True, extra="forbid")
+
+    node: str = Field(description="this node's name")
+    neighbours: tuple[str, ...] = Field(default=(), description="adjacent nodes")
+    space: Path = Field(description="content space spec (JSON)")
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = "dls"
+    group_id: str | None = Field(default=None, description="default dls-node-<node>")
+    mode: Literal["exact", "paper"] = "exact"
+    client_filter: Literal["cbf", "direct"] = "cbf"
+    routing_filter: Literal["cbf", "direct"] = "cbf"
+    batch_size: int = Field(default=1000, ge=1, le=100_000)
+    poll_timeout_s: float = Field(default=0.05, gt=0, le=10)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    unsubscribe_grace_s: float = Field(
+        default=30.0, ge=0,
+        description="how long an unsubscription of a not-yet-seen id waits for it")
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+
+    @field_validator("node")
+    @classmethod
+    def _node_name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"node must be [A-Za-z0-9_-]+, got {v!r}")
+        return v
+
+    @field_validator("neighbours")
+    @classmethod
+    def _neighbour_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for n in v:
+            if not _NAME.match(n):
+                raise ValueError(f"neighbour names must be [A-Za-z0-9_-]+, got {n!r}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"neighbours repeat: {list(v)}")
+        return v
+
+    @property
+    def consumer_group(self) -> str:
+        """The consumer group (and transactional id stem) of this node."""
+        return self.group_id or f"dls-node-{self.node}"
+
+    def kafka_security(self) -> dict[str, str]:
+        """Security settings for librdkafka, if any."""
+        if self.sasl_username is None or self.sasl_password is None:
+            return {}
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                "sasl.username": self.sasl_username,
+                "sasl.password": self.sasl_password.get_secret_value()}
+
+    def masked(self) -> dict[str, Any]:
+        """The settings for the start-up log line (secrets masked)."""
+        out = self.model_dump(mode="json")
+        if out.get("sasl_password"):
+            out["sasl_password"] = "***"  # noqa: S105 - masking, not a password
+        return out
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> NodeSettings:
+    """Load the TOML file (if any), then the environment, then ``overrides``."""
+    data: dict[str, Any] = {}
+    if config is not None:
+        try:
+            data = tomllib.loads(Path(config).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise BrokerError(f"cannot read node config {config}: {exc}", field="config",
+                              value=str(config)) from exc
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        # Environment beats the file: pass file values as init only where no env var is set.
+        env_keys = {k[len("DLS_NODE_"):].lower() for k in os.environ if k.startswith("DLS_NODE_")}
+        kwargs = {k: v for k, v in data.items() if k not in env_keys or k in overrides}
+        return NodeSettings(**kwargs)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "config"
+        raise BrokerError(f"node config: {field}: {first.get('msg')}", field=field,
+                          value=first.get("input")) from exc
