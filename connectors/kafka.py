@@ -1,0 +1,356 @@
+"""Kafka plumbing shared by the node service, the client SDK, the replay and the tests.
+
+* :func:`producer_config`, :func:`consumer_config` and :func:`admin` build clients with the
+  project's defaults (safe and low-latency producers, read-committed consumers that commit
+  only explicitly);
+* :func:`ensure_topics` creates missing topics and waits until the metadata shows them;
+* :func:`wait_for_broker` waits until a broker answers;
+* :func:`is_fatal`, :func:`check_message` and :func:`consume_batch` handle the errors a
+  consume loop meets, in the style of confluent-kafka's ``examples/eos_transactions.py``:
+  a fatal error raises :class:`~connectors.exceptions.ConnectorError`, a partition EOF or a
+  transient error is logged and skipped;
+* :func:`source_of` names a message's position, ``"topic[partition]@offset"``.
+
+Extra client settings are keyword arguments named as in librdkafka's CONFIGURATION.md or the
+Python client (``**{"linger.ms": 0}``, ``log_level=2``, ``error_cb=...``); a value of
+``None`` removes a default.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from connectors.exceptions import ConnectorError
+from connectors.topics import source_of as _position
+
+__all__ = [
+    "CONSUMER_DEFAULTS",
+    "PRODUCER_DEFAULTS",
+    "admin",
+    "check_message",
+    "consume_batch",
+    "consumer_config",
+    "ensure_topics",
+    "is_fatal",
+    "producer_config",
+    "source_of",
+    "wait_for_broker",
+]
+
+_log = logging.getLogger(__name__)
+
+PRODUCER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 2,
+        "compression.type": "none",
+    }
+)
+"""Producer settings unless overridden: no loss, no duplicates, little batching delay."""
+
+CONSUMER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "enable.partition.eof": False,
+    }
+)
+"""Consumer settings unless overridden: explicit commits, committed transactions only."""
+
+# Non-retriable errors that no retry loop can get past: wrong credentials or missing ACLs.
+_FATAL_CODES = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+
+# Poll interval while waiting for metadata or a broker, seconds.
+_POLL_S = 0.1
+
+
+def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``overrides``, where a ``None`` value deletes the key."""
+    conf = dict(base)
+    for key, value in overrides.items():
+        if value is None:
+            conf.pop(key, None)
+        else:
+            conf[key] = value
+    return conf
+
+
+def _check_bootstrap(bootstrap: str) -> str:
+    """Return ``bootstrap`` stripped, or raise ``ValueError`` when it is empty."""
+    if not isinstance(bootstrap, str) or not bootstrap.strip():
+        raise ValueError(
+            f"bootstrap servers must be a non-empty 'host:port' string, got {bootstrap!r}"
+        )
+    return bootstrap.strip()
+
+
+def producer_config(
+    bootstrap: str, *, transactional_id: str | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """Configuration for a ``confluent_kafka.Producer``.
+
+    Args:
+        bootstrap: Bootstrap servers, ``"host:port[,host:port...]"``.
+        transactional_id: Makes the producer transactional (call ``init_transactions()``
+            before producing); a restarted process with the same id fences its predecessor.
+        **overrides: Further or different settings (see the module docstring).
+
+    Returns:
+        A fresh dict; :data:`PRODUCER_DEFAULTS` plus ``bootstrap.servers``, the
+        transactional id and the overrides.
+    """
+    conf = {"bootstrap.servers": _check_bootstrap(bootstrap), **PRODUCER_DEFAULTS}
+    if transactional_id is not None:
+        if not transactional_id:
+            raise ValueError("transactional_id must not be empty")
+        conf["transactional.id"] = transactional_id
+    return _merge(conf, overrides)
+
+
+def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str, Any]:
+    """Configuration for a ``confluent_kafka.Consumer``.
+
+    Args:
+        bootstrap: Bootstrap servers, ``"host:port[,host:port...]"``.
+        group_id: The consumer group; its committed offsets are where a restart resumes.
+        **overrides: Further or different settings (see the module docstring).
+
+    Returns:
+        A fresh dict; :data:`CONSUMER_DEFAULTS` plus ``bootstrap.servers``, ``group.id`` and
+        the overrides.
+    """
+    if not group_id:
+        raise ValueError("group_id must not be empty")
+    conf = {"bootstrap.servers": _check_bootstrap(bootstrap), "group.id": group_id}
+    conf.update(CONSUMER_DEFAULTS)
+    return _merge(conf, overrides)
+
+
+def admin(bootstrap: str, **overrides: Any) -> AdminClient:
+    """An ``AdminClient`` for ``bootstrap`` (``overrides`` as in :func:`producer_config`)."""
+    return AdminClient(_merge({"bootstrap.servers": _check_bootstrap(bootstrap)}, overrides))
+
+
+def _kafka_error(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` inside a ``KafkaException``, if there is one."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+def _not_ready(md: Any, names: Iterable[str]) -> list[str]:
+    """The ``names`` that metadata ``md`` lacks, or shows with an error or a leaderless part."""
+    pending = []
+    for name in names:
+        topic = md.topics.get(name)
+        if (
+            topic is None
+            or topic.error is not None
+            or not topic.partitions
+            or any(p.leader < 0 or p.error is not None for p in topic.partitions.values())
+        ):
+            pending.append(name)
+    return pending
+
+
+def ensure_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    *,
+    partitions: int = 1,
+    replication: int = 1,
+    config: Mapping[str, str | int] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create the topics of ``names`` that do not exist yet and wait until all are usable.
+
+    Idempotent and safe against concurrent creators: an existing topic is left as it is
+    (its partition count and settings are not changed).
+
+    Args:
+        bootstrap: Bootstrap servers.
+        names: Topic names; duplicates are fine.
+        partitions: Partitions of each created topic.
+        replication: Replication factor of each created topic.
+        config: Topic settings of each created topic, e.g. ``{"retention.ms": -1}``.
+        timeout: Seconds for creation plus the wait for the metadata.
+
+    Raises:
+        ConnectorError: A topic could not be created (invalid name, no permission, ...) or
+            did not show up in the metadata within ``timeout``.
+        ValueError: ``partitions`` or ``replication`` is below 1.
+    """
+    wanted = list(dict.fromkeys(names))
+    if not wanted:
+        return
+    if partitions < 1 or replication < 1:
+        raise ValueError(
+            f"partitions and replication must be >= 1, got {partitions}, {replication}"
+        )
+    deadline = time.monotonic() + timeout
+    client = admin(bootstrap)
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.1)
+
+    try:
+        missing = [n for n in wanted if n not in client.list_topics(timeout=left()).topics]
+    except KafkaException as exc:
+        raise ConnectorError(f"cannot read topic metadata from {bootstrap}: {exc}") from exc
+    if missing:
+        topic_config = {k: str(v) for k, v in (config or {}).items()}
+        new = [NewTopic(n, partitions, replication, config=topic_config) for n in missing]
+        futures = client.create_topics(new, operation_timeout=left(), request_timeout=left())
+        for name, future in futures.items():
+            try:
+                future.result(timeout=left())
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                raise ConnectorError(
+                    f"cannot create topic {name!r} on {bootstrap}: {exc}", field="topic", value=name
+                ) from exc
+            except concurrent.futures.TimeoutError as exc:
+                raise ConnectorError(
+                    f"creating topic {name!r} on {bootstrap} took longer than {timeout:g}s",
+                    field="topic",
+                    value=name,
+                ) from exc
+            _log.info("created topic %s (%d partitions)", name, partitions)
+
+    pending = wanted
+    while True:
+        try:
+            pending = _not_ready(client.list_topics(timeout=min(left(), 5.0)), pending)
+        except KafkaException as exc:
+            _log.debug("metadata request failed, retrying: %s", exc)
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise ConnectorError(
+                f"topics not ready on {bootstrap} after {timeout:g}s: {', '.join(pending)}",
+                field="topic",
+                value=pending[0],
+            )
+        time.sleep(_POLL_S)
+
+
+def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> None:
+    """Return once a broker of ``bootstrap`` answers a metadata request.
+
+    Args:
+        bootstrap: Bootstrap servers.
+        timeout: Seconds to keep trying.
+
+    Raises:
+        ConnectorError: No broker answered within ``timeout``; the message names the
+            address and the last error.
+    """
+    deadline = time.monotonic() + timeout
+    # Connection failures are expected while waiting: keep librdkafka's log quiet (level 2
+    # drops its "Connect ... failed" errors); the last error goes into the exception.
+    client = admin(bootstrap, log_level=2)
+    last: object = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ConnectorError(
+                f"no Kafka broker answered at {bootstrap} within {timeout:g}s ({last}); "
+                "is it running? (`make kafka-up` starts a local one)",
+                field="bootstrap",
+                value=bootstrap,
+            )
+        try:
+            if client.list_topics(timeout=min(max(left, 0.1), 5.0)).brokers:
+                return
+            last = "metadata lists no brokers"
+        except KafkaException as exc:
+            last = _kafka_error(exc) or exc
+        time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0.0)))
+
+
+def is_fatal(err: KafkaError) -> bool:
+    """Tell whether ``err`` ends the client: librdkafka says so, or credentials/ACLs fail."""
+    if err.fatal():
+        return True
+    return not err.retriable() and err.code() in _FATAL_CODES
+
+
+def source_of(msg: Message) -> str:
+    """``"topic[partition]@offset"`` of ``msg``, for logs and dead-letter reasons.
+
+    The format is :func:`connectors.topics.source_of`'s; a part the message lacks (an error
+    event without a topic) is written ``None``.
+    """
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    if topic is None or partition is None or offset is None:
+        return f"{topic}[{partition}]@{offset}"
+    return _position(topic, partition, offset)
+
+
+def check_message(msg: Message | None) -> Message | None:
+    """Return ``msg`` if it carries data; ``None`` for nothing or a skippable error.
+
+    A partition EOF is logged at debug level, any other non-fatal error (retriable ones, a
+    subscribed topic that does not exist yet, ...) as a warning.
+
+    Raises:
+        ConnectorError: ``msg`` carries a fatal error (see :func:`is_fatal`).
+    """
+    if msg is None:
+        return None
+    err = msg.error()
+    if err is None:
+        return msg
+    where = source_of(msg) if msg.topic() is not None else "consumer"
+    if err.code() == KafkaError._PARTITION_EOF:
+        _log.debug("reached end of %s", where)
+        return None
+    if is_fatal(err):
+        raise ConnectorError(
+            f"fatal Kafka error at {where}: {err.str()} ({err.name()})",
+            field="kafka_error",
+            value=err.name(),
+        ) from KafkaException(err)
+    _log.warning("skipping Kafka error at %s: %s (%s)", where, err.str(), err.name())
+    return None
+
+
+def consume_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Up to ``max_messages`` good messages from ``consumer`` within ``timeout`` seconds.
+
+    Wraps ``consumer.consume`` and applies :func:`check_message` to each message: skippable
+    errors are dropped from the list, so it may be shorter than what was consumed (or empty).
+
+    Raises:
+        ConnectorError: A message carried a fatal error, or the consumer itself failed.
+        ValueError: ``max_messages`` is below 1.
+    """
+    if max_messages < 1:
+        raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+    try:
+        msgs = consumer.consume(num_messages=max_messages, timeout=timeout)
+    except KafkaException as exc:
+        raise ConnectorError(f"consume failed: {exc}") from exc
+    return [ok for msg in msgs if (ok := check_message(msg)) is not None]

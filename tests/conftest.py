@@ -1,0 +1,117 @@
+"""Fixtures shared by every test: a real Kafka broker and unique names.
+
+``kafka_bootstrap`` gives a ``"host:port"`` of a real broker, chosen in this order:
+
+1. ``DLS_KAFKA_BOOTSTRAP`` if set, used as is (nothing is started or stopped);
+2. testcontainers' Kafka module (KRaft) when a Docker engine answers a ping
+   (image from ``DLS_TEST_KAFKA_IMAGE``, default the module's own);
+3. the local Kafka of ``docker/kafka/kafka.sh`` (Java 17+, Maven once for the jars) on
+   ``127.0.0.1:$DLS_TEST_KAFKA_PORT`` (default 19092, so a developer's 9092 is untouched).
+   It is stopped at session end only if this session started it: keep one running across
+   sessions with ``KAFKA_PORT=19092 make kafka-up``.
+
+Tests that use it are skipped only when neither Java nor a Docker engine is available.
+Every test that requests ``kafka_bootstrap`` is marked ``integration``
+(``pytest -m "not integration"`` leaves them out).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from connectors.local_kafka import docker_engine_available, ensure_local_kafka, stop_local_kafka
+
+DEFAULT_TEST_KAFKA_PORT = 19092
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs a Kafka broker as ``integration``."""
+    for item in items:
+        if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
+
+
+def _java_available() -> bool:
+    """Tell whether a ``java`` binary is there, as ``kafka.sh`` would look it up."""
+    java = os.environ.get("JAVA")
+    if java:
+        return shutil.which(java) is not None
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return True
+    return shutil.which("java") is not None
+
+
+def _port_answers(port: int) -> bool:
+    """Tell whether something accepts TCP connections on ``127.0.0.1:port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _testcontainers_kafka() -> Iterator[str]:
+    """Run a KRaft Kafka container for the session and yield its bootstrap server."""
+    try:
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError:  # testcontainers < 4.9
+        from testcontainers.kafka import KafkaContainer
+
+    image = os.environ.get("DLS_TEST_KAFKA_IMAGE")
+    container = KafkaContainer(image) if image else KafkaContainer()
+    if hasattr(container, "with_kraft"):
+        container = container.with_kraft()
+    container.start(timeout=180)
+    try:
+        yield container.get_bootstrap_server()
+    finally:
+        container.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap servers (``"host:port"``) of a real Kafka broker for the whole session."""
+    given = os.environ.get("DLS_KAFKA_BOOTSTRAP", "").strip()
+    if given:
+        yield given
+        return
+    if docker_engine_available():
+        yield from _testcontainers_kafka()
+        return
+    if not _java_available():
+        pytest.skip("no Kafka: neither a Docker engine nor Java 17+ is available")
+    port = int(os.environ.get("DLS_TEST_KAFKA_PORT", DEFAULT_TEST_KAFKA_PORT))
+    started_here = not _port_answers(port)
+    bootstrap = ensure_local_kafka(port)
+    try:
+        yield bootstrap
+    finally:
+        # Under pytest-xdist every worker is a session; the first to finish must not stop
+        # the broker under the others, so there it is left running (`make kafka-down`).
+        if started_here and "PYTEST_XDIST_WORKER" not in os.environ:
+            stop_local_kafka(port)
+
+
+@pytest.fixture
+def unique_name() -> str:
+    """A fresh 12-character ``[a-z0-9]`` string, usable in topic, group and client names."""
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A fresh topic namespace for one test, e.g. ``"t1a2b3c4d"`` (``[a-z0-9]``)."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def group_id() -> str:
+    """A fresh consumer group id (a uuid string)."""
+    return str(uuid.uuid4())
