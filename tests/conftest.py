@@ -17,6 +17,7 @@ Every test that requests ``kafka_bootstrap`` is marked ``integration``
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import socket
@@ -68,7 +69,11 @@ def _testcontainers_kafka() -> Iterator[str]:
     container = KafkaContainer(image) if image else KafkaContainer()
     if hasattr(container, "with_kraft"):
         container = container.with_kraft()
-    container.start(timeout=180)
+    # First pull plus KRaft start can exceed the module's 30 s default (newer versions).
+    if "timeout" in inspect.signature(container.start).parameters:
+        container.start(timeout=180)
+    else:
+        container.start()
     try:
         yield container.get_bootstrap_server()
     finally:
