@@ -1,0 +1,19 @@
+"""Errors of the connectors: the wire contract (serde, topic names) and the Kafka plumbing."""
+
+from __future__ import annotations
+
+from dls.exceptions import DLSError
+
+__all__ = ["ConnectorError", "SerdeError", "TopicNameError"]
+
+
+class ConnectorError(DLSError):
+    """Root of the connectors' errors."""
+
+
+class SerdeError(ConnectorError, ValueError):
+    """Bytes that do not decode, or a record that does not fit its schema."""
+
+
+class TopicNameError(ConnectorError, ValueError):
+    """A topic prefix, node or client name that cannot be part of a Kafka topic name."""

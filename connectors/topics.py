@@ -1,0 +1,300 @@
+"""Topic names and Kafka header conventions: the naming half of the wire contract.
+
+Every topic name starts with a configurable prefix (default ``dls``)::
+
+    dls.raw.subscriptions    dls.raw.unsubscriptions    dls.raw.events   (mapping job input)
+    dls.node.N.subscribe     dls.node.N.unsubscribe     dls.node.N.publish
+    dls.link.N.M             what node N sends to node M (link control and events)
+    dls.deliver.CLIENT       what client CLIENT receives
+    dls.deadletter           what could not be used, with the reason
+
+Node and client names are topic name parts: non-empty, ``[A-Za-z0-9_-]`` (no dots, which
+separate the parts). A whole topic name is at most 249 characters (Kafka's limit).
+
+Events carry their routing data in headers, never in the value: :data:`HEADER_LABEL` (the
+label, 8 bytes big-endian), :data:`HEADER_ORIGIN` (``"NODE/CLIENT"`` of the publisher) and
+:data:`HEADER_EVENT_ID`. Dead letters carry :data:`HEADER_DLQ_REASON` and
+:data:`HEADER_DLQ_SOURCE` (``"topic[partition]@offset"``).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from connectors.exceptions import SerdeError, TopicNameError
+
+__all__ = [
+    "HEADER_DLQ_REASON",
+    "HEADER_DLQ_SOURCE",
+    "HEADER_EVENT_ID",
+    "HEADER_LABEL",
+    "HEADER_ORIGIN",
+    "MAX_TOPIC_LENGTH",
+    "HeaderValue",
+    "Headers",
+    "Topics",
+    "check_name",
+    "decode_label",
+    "decode_labels",
+    "encode_label",
+    "encode_labels",
+    "headers_dict",
+    "source_of",
+]
+
+HEADER_LABEL = "dls-label"
+"""Header with the event's label: an unsigned 64-bit integer, 8 bytes big-endian."""
+HEADER_ORIGIN = "dls-origin"
+"""Header with the original publisher, UTF-8 ``"NODE/CLIENT"``."""
+HEADER_EVENT_ID = "dls-event-id"
+"""Header with the publisher's event id, UTF-8."""
+HEADER_DLQ_REASON = "dls-dlq-reason"
+"""Header of a dead letter: why the message was rejected, UTF-8."""
+HEADER_DLQ_SOURCE = "dls-dlq-source"
+"""Header of a dead letter: where the message was read, UTF-8 ``"topic[partition]@offset"``."""
+
+MAX_TOPIC_LENGTH = 249
+"""Kafka's limit on the length of a topic name."""
+
+_PREFIX_RE = re.compile(r"[A-Za-z0-9._-]+")
+_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+_LABEL = struct.Struct(">Q")
+_BE_U64 = np.dtype(">u8")
+
+
+def check_name(name: Any, field: str) -> str:
+    """Return ``name`` if it can be a topic name part (node or client), else raise.
+
+    Raises:
+        TopicNameError: ``name`` is not a non-empty string of ``[A-Za-z0-9_-]``; the error
+            names ``field`` and carries the value.
+    """
+    if not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
+        raise TopicNameError(
+            f"{field} must be a non-empty name of letters, digits, '_' and '-' (it is part of "
+            f"a topic name), got {name!r}", field=field, value=name)
+    return name
+
+
+def _fit(topic: str, field: str, value: str) -> str:
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise TopicNameError(
+            f"{field} {value[:40]!r}{'...' if len(value) > 40 else ''} makes the topic name "
+            f"{len(topic)} characters long; Kafka allows {MAX_TOPIC_LENGTH}",
+            field=field, value=value)
+    return topic
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topic names of one dlsroute installation, all under ``prefix``."""
+
+    prefix: str = "dls"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str) or _PREFIX_RE.fullmatch(self.prefix) is None:
+            raise TopicNameError(
+                f"topic prefix must be a non-empty string of letters, digits, '.', '_' and "
+                f"'-', got {self.prefix!r}", field="prefix", value=self.prefix)
+        # The longest fixed name; per-node and per-client names are checked when made.
+        _fit(self.raw_unsubscriptions, "prefix", self.prefix)
+
+    # -- fixed topics ---------------------------------------------------------------------
+    @property
+    def raw_subscriptions(self) -> str:
+        """Raw subscriptions from applications (input of the mapping job)."""
+        return f"{self.prefix}.raw.subscriptions"
+
+    @property
+    def raw_unsubscriptions(self) -> str:
+        """Raw unsubscriptions from applications (input of the mapping job)."""
+        return f"{self.prefix}.raw.unsubscriptions"
+
+    @property
+    def raw_events(self) -> str:
+        """Raw events from applications (input of the mapping job)."""
+        return f"{self.prefix}.raw.events"
+
+    @property
+    def deadletter(self) -> str:
+        """Messages that could not be used, with the reason."""
+        return f"{self.prefix}.deadletter"
+
+    # -- per node, link and client ----------------------------------------------------------
+    def node_subscribe(self, node: str) -> str:
+        """Label-set subscriptions for ``node``."""
+        check_name(node, "node")
+        return _fit(f"{self.prefix}.node.{node}.subscribe", "node", node)
+
+    def node_unsubscribe(self, node: str) -> str:
+        """Label-set unsubscriptions for ``node``."""
+        check_name(node, "node")
+        return _fit(f"{self.prefix}.node.{node}.unsubscribe", "node", node)
+
+    def node_publish(self, node: str) -> str:
+        """Events published by the clients of ``node`` (label and origin in headers)."""
+        check_name(node, "node")
+        return _fit(f"{self.prefix}.node.{node}.publish", "node", node)
+
+    def link(self, src: str, dst: str) -> str:
+        """What node ``src`` sends to its neighbour ``dst`` (link control and events).
+
+        Raises:
+            TopicNameError: A name is invalid, or ``src == dst`` (a link joins two nodes).
+        """
+        check_name(src, "src")
+        check_name(dst, "dst")
+        if src == dst:
+            raise TopicNameError(f"a link joins two different nodes, got {src!r} twice",
+                                 field="dst", value=dst)
+        field, value = ("src", src) if len(src) >= len(dst) else ("dst", dst)
+        return _fit(f"{self.prefix}.link.{src}.{dst}", field, value)
+
+    def deliver(self, client: str) -> str:
+        """What client ``client`` receives."""
+        check_name(client, "client")
+        return _fit(f"{self.prefix}.deliver.{client}", "client", client)
+
+    def node_inputs(self, node: str, neighbours: Iterable[str]) -> list[str]:
+        """Every topic ``node`` consumes, in a fixed order.
+
+        Its subscribe, unsubscribe and publish topics, then the inbound link topic
+        ``link(neighbour, node)`` of each neighbour (in the order given, each once).
+        """
+        out = [self.node_subscribe(node), self.node_unsubscribe(node), self.node_publish(node)]
+        for n in dict.fromkeys(neighbours):
+            out.append(self.link(n, node))
+        return out
+
+    def parse_link(self, topic: str) -> tuple[str, str] | None:
+        """``(src, dst)`` of a link topic under this prefix, ``None`` for any other name."""
+        head = f"{self.prefix}.link."
+        if not isinstance(topic, str) or not topic.startswith(head):
+            return None
+        parts = topic[len(head):].split(".")
+        if len(parts) != 2:
+            return None
+        src, dst = parts
+        if (_NAME_RE.fullmatch(src) is None or _NAME_RE.fullmatch(dst) is None or src == dst
+                or len(topic) > MAX_TOPIC_LENGTH):
+            return None
+        return src, dst
+
+
+# -- headers ------------------------------------------------------------------------------
+def encode_label(label: int | np.integer[Any]) -> bytes:
+    """The :data:`HEADER_LABEL` value of ``label``: 8 bytes big-endian.
+
+    Raises:
+        SerdeError: ``label`` is not an integer in ``[0, 2**64)``.
+    """
+    try:
+        return _LABEL.pack(label)  # ints and numpy integers (via __index__)
+    except struct.error:
+        raise SerdeError(f"a label must be an integer in [0, 2**64), got {label!r}",
+                         field="label", value=label) from None
+
+
+def decode_label(b: bytes | bytearray) -> int:
+    """The label in a :data:`HEADER_LABEL` value.
+
+    Raises:
+        SerdeError: ``b`` is not exactly 8 bytes.
+    """
+    if isinstance(b, bytes | bytearray) and len(b) == 8:
+        return int(_LABEL.unpack(b)[0])
+    is_bytes = isinstance(b, bytes | bytearray)
+    raise SerdeError(
+        f"a {HEADER_LABEL} header must be exactly 8 bytes, got "
+        f"{f'{len(b)} bytes' if is_bytes else type(b).__name__}",
+        field=HEADER_LABEL, value=bytes(b).hex() if is_bytes else b)
+
+
+def encode_labels(labels: np.ndarray) -> bytes:
+    """Concatenated 8-byte big-endian labels (the ``labels`` field of the Avro messages).
+
+    ``labels`` is a 1-d array of unsigned integers (signed ones must be non-negative); a
+    Python sequence of ints is accepted too.
+
+    Raises:
+        SerdeError: Not a 1-d integer array, or a negative label.
+    """
+    arr = np.asarray(labels)
+    if not isinstance(labels, np.ndarray) and arr.dtype.kind in "fO" and arr.ndim == 1:
+        # A Python sequence mixing large and small ints comes out float or object: go exact.
+        try:
+            arr = np.array([operator.index(x) for x in labels], dtype=np.uint64)
+        except (TypeError, OverflowError, ValueError):
+            raise SerdeError(f"labels must be integers in [0, 2**64), got {labels!r}",
+                             field="labels", value=labels) from None
+    if arr.ndim != 1:
+        raise SerdeError(f"labels must be a 1-d array, got shape {arr.shape}",
+                         field="labels", value=arr.shape)
+    if arr.size == 0:
+        return b""
+    if arr.dtype.kind == "i":
+        if int(arr.min()) < 0:
+            raise SerdeError(f"labels must be non-negative, got {int(arr.min())}",
+                             field="labels", value=int(arr.min()))
+    elif arr.dtype.kind != "u":
+        raise SerdeError(f"labels must be unsigned integers, got dtype {arr.dtype}",
+                         field="labels", value=str(arr.dtype))
+    return arr.astype(_BE_U64, copy=False).tobytes()
+
+
+def decode_labels(b: bytes) -> np.ndarray:
+    """The labels (native ``uint64``, a fresh writable array) of concatenated 8-byte labels.
+
+    Raises:
+        SerdeError: The length is not a multiple of 8.
+    """
+    if not isinstance(b, bytes | bytearray | memoryview):
+        raise SerdeError(f"labels must be bytes, got {type(b).__name__}",
+                         field="labels", value=b)
+    if len(b) % 8:
+        raise SerdeError(f"labels must be a multiple of 8 bytes long, got {len(b)} bytes",
+                         field="labels", value=len(b))
+    return np.frombuffer(b, dtype=_BE_U64).astype(np.uint64)
+
+
+def source_of(topic: str | None, partition: int | None, offset: int | None) -> str:
+    """A message's position as ``"topic[partition]@offset"`` (for :data:`HEADER_DLQ_SOURCE`).
+
+    Takes confluent-kafka's ``msg.topic()``, ``msg.partition()`` and ``msg.offset()`` as they
+    are (each may be ``None``, which is written as ``None``).
+    """
+    return f"{topic}[{partition}]@{offset}"
+
+
+HeaderValue = str | bytes | bytearray | None
+"""A header value as confluent-kafka types it."""
+Headers = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]]
+"""Headers as confluent-kafka types them: a list of ``(key, value)`` pairs or a dict."""
+
+
+def headers_dict(headers: Headers | None) -> dict[str, bytes]:
+    """Kafka headers (confluent-kafka's ``msg.headers()``: a list of pairs) as a dict.
+
+    A repeated key keeps its last value (Kafka's "last header" rule); a null value becomes
+    ``b""``, a ``str`` value its UTF-8 bytes; ``None`` (no headers) gives ``{}``. A dict is
+    accepted too and normalised the same way.
+    """
+    if not headers:
+        return {}
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return {k: _header_bytes(v) for k, v in pairs}
+
+
+def _header_bytes(v: HeaderValue) -> bytes:
+    if v is None:
+        return b""
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    return bytes(v)

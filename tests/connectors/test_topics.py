@@ -1,0 +1,261 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from connectors.exceptions import ConnectorError, SerdeError, TopicNameError
+from connectors.topics import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_SOURCE,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    MAX_TOPIC_LENGTH,
+    Topics,
+    check_name,
+    decode_label,
+    decode_labels,
+    encode_label,
+    encode_labels,
+    headers_dict,
+    source_of,
+)
+from dls.exceptions import DLSError
+
+names = st.text(alphabet="abcXYZ019_-", min_size=1, max_size=20)
+labels_st = st.lists(st.integers(0, 2**64 - 1), max_size=50)
+
+
+# ------------------------------------------------------------------------ errors
+
+
+def test_error_hierarchy() -> None:
+    for cls in (SerdeError, TopicNameError):
+        assert issubclass(cls, ConnectorError)
+        assert issubclass(cls, DLSError)
+        assert issubclass(cls, ValueError)
+
+
+# ------------------------------------------------------------------------ topic names
+
+
+def test_default_names() -> None:
+    t = Topics()
+    assert t.prefix == "dls"
+    assert t.raw_subscriptions == "dls.raw.subscriptions"
+    assert t.raw_unsubscriptions == "dls.raw.unsubscriptions"
+    assert t.raw_events == "dls.raw.events"
+    assert t.deadletter == "dls.deadletter"
+    assert t.node_subscribe("N1") == "dls.node.N1.subscribe"
+    assert t.node_unsubscribe("N1") == "dls.node.N1.unsubscribe"
+    assert t.node_publish("N1") == "dls.node.N1.publish"
+    assert t.link("A", "B") == "dls.link.A.B"
+    assert t.deliver("client_7-x") == "dls.deliver.client_7-x"
+
+
+def test_custom_prefix_may_have_dots() -> None:
+    t = Topics("acme.prod-1_dls")
+    assert t.raw_events == "acme.prod-1_dls.raw.events"
+    assert t.link("A", "B") == "acme.prod-1_dls.link.A.B"
+    assert t.parse_link("acme.prod-1_dls.link.A.B") == ("A", "B")
+    assert t.parse_link("dls.link.A.B") is None
+
+
+def test_topics_is_frozen_and_comparable() -> None:
+    t = Topics("x")
+    assert t == Topics("x") and hash(t) == hash(Topics("x"))
+    with pytest.raises(AttributeError):
+        t.prefix = "y"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("prefix", ["", "a b", "a/b", "dls:1", "é", 3, None, "x" * 240])
+def test_bad_prefix(prefix: object) -> None:
+    with pytest.raises(TopicNameError) as err:
+        Topics(prefix)  # type: ignore[arg-type]
+    assert err.value.field == "prefix"
+    assert err.value.value == prefix
+
+
+@pytest.mark.parametrize("name", ["", "a.b", "a b", "a/b", "é", "a\n", 7, None])
+def test_bad_node_and_client_names(name: object) -> None:
+    t = Topics()
+    for method, field in [(t.node_subscribe, "node"), (t.node_unsubscribe, "node"),
+                          (t.node_publish, "node"), (t.deliver, "client")]:
+        with pytest.raises(TopicNameError) as err:
+            method(name)  # type: ignore[arg-type]
+        assert err.value.field == field
+        assert err.value.value == name
+        assert repr(name) in str(err.value)
+    with pytest.raises(TopicNameError) as err:
+        t.link("A", name)  # type: ignore[arg-type]
+    assert err.value.field == "dst"
+    with pytest.raises(TopicNameError) as err:
+        t.link(name, "A")  # type: ignore[arg-type]
+    assert err.value.field == "src"
+
+
+def test_topic_length_limit() -> None:
+    t = Topics()
+    room = MAX_TOPIC_LENGTH - len("dls.deliver.")
+    assert len(t.deliver("c" * room)) == MAX_TOPIC_LENGTH
+    with pytest.raises(TopicNameError, match="249") as err:
+        t.deliver("c" * (room + 1))
+    assert err.value.field == "client"
+    assert err.value.value == "c" * (room + 1)
+    with pytest.raises(TopicNameError) as err:
+        t.node_unsubscribe("n" * 240)
+    assert err.value.field == "node"
+    with pytest.raises(TopicNameError) as err:
+        t.link("a", "b" * 240)
+    assert err.value.field == "dst"
+
+
+def test_link_needs_two_nodes() -> None:
+    with pytest.raises(TopicNameError, match="two different nodes") as err:
+        Topics().link("A", "A")
+    assert err.value.field == "dst"
+
+
+def test_check_name() -> None:
+    assert check_name("a-B_9", "client") == "a-B_9"
+    with pytest.raises(TopicNameError) as err:
+        check_name("a.b", "client")
+    assert (err.value.field, err.value.value) == ("client", "a.b")
+
+
+def test_node_inputs() -> None:
+    t = Topics()
+    assert t.node_inputs("B", ["A", "C", "A"]) == [
+        "dls.node.B.subscribe", "dls.node.B.unsubscribe", "dls.node.B.publish",
+        "dls.link.A.B", "dls.link.C.B"]
+    assert t.node_inputs("A", []) == [
+        "dls.node.A.subscribe", "dls.node.A.unsubscribe", "dls.node.A.publish"]
+    with pytest.raises(TopicNameError):
+        t.node_inputs("B", ["B"])
+    with pytest.raises(TopicNameError):
+        t.node_inputs("B", ["x.y"])
+
+
+@given(names, names)
+def test_parse_link_round_trip(src: str, dst: str) -> None:
+    t = Topics()
+    if src == dst:
+        assert t.parse_link(f"dls.link.{src}.{dst}") is None
+    else:
+        assert t.parse_link(t.link(src, dst)) == (src, dst)
+
+
+@pytest.mark.parametrize("topic", [
+    "dls.link.A", "dls.link.A.B.C", "dls.link..B", "dls.link.A.", "dls.link.A.A",
+    "dls.node.A.publish", "dls.deliver.A", "other.link.A.B", "dlsx.link.A.B", "dls.link.A B.C",
+    "", "dls.link." + "a" * 200 + "." + "b" * 50,
+])
+def test_parse_link_rejects(topic: str) -> None:
+    assert Topics().parse_link(topic) is None
+
+
+# ------------------------------------------------------------------------ headers
+
+
+def test_header_names() -> None:
+    assert HEADER_LABEL == "dls-label"
+    assert HEADER_ORIGIN == "dls-origin"
+    assert HEADER_EVENT_ID == "dls-event-id"
+    assert HEADER_DLQ_REASON == "dls-dlq-reason"
+    assert HEADER_DLQ_SOURCE == "dls-dlq-source"
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_label_round_trip(label: int) -> None:
+    b = encode_label(label)
+    assert b == label.to_bytes(8, "big")
+    assert decode_label(b) == label
+
+
+def test_label_edges_and_numpy() -> None:
+    assert encode_label(0) == bytes(8)
+    assert encode_label(2**64 - 1) == b"\xff" * 8
+    assert encode_label(np.uint64(2**64 - 1)) == b"\xff" * 8
+    assert encode_label(np.int64(258)) == b"\x00" * 6 + b"\x01\x02"
+    assert decode_label(bytearray(b"\x00" * 7 + b"\x2a")) == 42
+    assert type(decode_label(b"\x01" * 8)) is int
+
+
+@pytest.mark.parametrize("label", [-1, 2**64, 1.5, "7", None, np.float64(3)])
+def test_encode_label_rejects(label: object) -> None:
+    with pytest.raises(SerdeError, match=r"\[0, 2\*\*64\)") as err:
+        encode_label(label)  # type: ignore[arg-type]
+    assert err.value.field == "label"
+
+
+@pytest.mark.parametrize("b", [b"", b"\x00" * 7, b"\x00" * 9, "12345678", None])
+def test_decode_label_rejects(b: object) -> None:
+    with pytest.raises(SerdeError, match="exactly 8 bytes") as err:
+        decode_label(b)  # type: ignore[arg-type]
+    assert err.value.field == HEADER_LABEL
+
+
+@given(labels_st)
+def test_labels_round_trip(labels: list[int]) -> None:
+    arr = np.array(labels, dtype=np.uint64)
+    b = encode_labels(arr)
+    assert b == b"".join(x.to_bytes(8, "big") for x in labels)
+    back = decode_labels(b)
+    assert back.dtype == np.dtype(np.uint64)
+    assert back.flags.writeable
+    assert back.tolist() == labels
+
+
+def test_labels_inputs() -> None:
+    assert encode_labels(np.array([], dtype=np.uint64)) == b""
+    assert encode_labels(np.array([], dtype=np.float64)) == b""
+    assert decode_labels(b"").shape == (0,)
+    assert encode_labels(np.array([1, 2], dtype=np.int64)) == encode_labels(
+        np.array([1, 2], dtype=np.uint32))
+    assert encode_labels([0, 2**64 - 1]) == bytes(8) + b"\xff" * 8  # type: ignore[arg-type]
+    big = np.array([2**64 - 1, 0], dtype=">u8")
+    assert decode_labels(encode_labels(big)).tolist() == [2**64 - 1, 0]
+
+
+@pytest.mark.parametrize("arr, field_value", [
+    (np.array([1, -2], dtype=np.int64), -2),
+    (np.array([1.0, 2.0]), "float64"),
+    (np.array([[1, 2]], dtype=np.uint64), (1, 2)),
+    (np.uint64(3), ()),
+])
+def test_encode_labels_rejects(arr: np.ndarray, field_value: object) -> None:
+    with pytest.raises(SerdeError) as err:
+        encode_labels(arr)
+    assert err.value.field == "labels"
+    assert err.value.value == field_value
+
+
+def test_decode_labels_rejects() -> None:
+    with pytest.raises(SerdeError, match="multiple of 8 bytes long, got 12 bytes") as err:
+        decode_labels(b"\x00" * 12)
+    assert (err.value.field, err.value.value) == ("labels", 12)
+    with pytest.raises(SerdeError, match="must be bytes"):
+        decode_labels("abcdefgh")  # type: ignore[arg-type]
+
+
+def test_source_of() -> None:
+    assert source_of("dls.node.A.publish", 3, 1234) == "dls.node.A.publish[3]@1234"
+    assert source_of(None, None, None) == "None[None]@None"
+
+
+def test_headers_dict() -> None:
+    assert headers_dict(None) == {}
+    assert headers_dict([]) == {}
+    got = headers_dict([("a", b"1"), ("b", None), ("a", b"2"), ("c", "é")])
+    assert got == {"a": b"2", "b": b"", "c": "é".encode()}
+    assert headers_dict({"x": None, "y": b"z"}) == {"x": b"", "y": b"z"}
+
+
+def test_encode_labels_from_python_lists() -> None:
+    assert encode_labels([3, 2**64 - 1]) == (3).to_bytes(8, "big") + b"\xff" * 8  # type: ignore[arg-type]
+    for bad in ([1, -1, 2**64 - 1], [1.5, 2**64 - 1], [2**64]):
+        with pytest.raises(SerdeError) as err:
+            encode_labels(bad)  # type: ignore[arg-type]
+        assert err.value.field == "labels"
