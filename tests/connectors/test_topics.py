@@ -259,3 +259,15 @@ def test_encode_labels_from_python_lists() -> None:
         with pytest.raises(SerdeError) as err:
             encode_labels(bad)  # type: ignore[arg-type]
         assert err.value.field == "labels"
+
+
+@given(st.text(alphabet="abc.XYZ_-09", min_size=1, max_size=30), names, names)
+def test_every_name_is_a_legal_kafka_topic(prefix: str, a: str, b: str) -> None:
+    import re
+
+    t = Topics(prefix)
+    made = [t.raw_subscriptions, t.raw_unsubscriptions, t.raw_events, t.deadletter,
+            *t.node_inputs(a, [b] if a != b else []), t.deliver(b), t.node_inputs(b, [])[0]]
+    for topic in made:
+        assert re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic), topic
+        assert topic not in (".", "..")
