@@ -133,6 +133,7 @@ class Overlay:
                       for n in topology.nodes}
         self._client_subs: dict[tuple[str, str], dict[str, Subscription]] = {}
         self.stats = OverlayStats()
+        self.last_visited: list[str] = []
 
     def _node(self, node: str) -> BrokerState:
         state = self.nodes.get(node)
@@ -185,8 +186,10 @@ class Overlay:
         delivered: list[tuple[str, str]] = []
         matched: list[tuple[str, str]] = []
         queue: deque[tuple[str, str | None]] = deque([(node, None)])
+        self.last_visited = []
         while queue:
             at, came_from = queue.popleft()
+            self.last_visited.append(at)
             state = self.nodes[at]
             clients, onward = state.route_one(
                 label, origin_client=client if came_from is None else None,

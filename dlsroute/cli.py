@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dls.exceptions import DLSError
 
@@ -26,6 +27,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print(json.dumps(brief))
     for r in summary["rejected"]:
         print(f"rejected: {r['reason']}", file=sys.stderr)
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from broker_node.replay import replay_files
+
+    summary = replay_files(args.bootstrap, args.space, args.topology, args.ops, args.out,
+                           topic_prefix=args.topic_prefix, mode=args.mode)
+    print(json.dumps({k: v for k, v in summary.items() if k != "rejected"}
+                     | {"rejected": len(summary["rejected"])}))
     return 0
 
 
@@ -56,6 +67,99 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(seconds=args.seconds, seed=args.seed)
 
 
+def _cmd_node(args: argparse.Namespace) -> int:
+    import logging
+    import os
+    import signal
+
+    from broker_node.config import load_settings
+    from broker_node.service import NodeService
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = load_settings(args.config, metrics_port=args.metrics_port,
+                             bootstrap=args.bootstrap)
+    service = NodeService(settings)
+    stops = 0
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stops
+        stops += 1
+        if stops > 1:  # a second Ctrl+C kills
+            os._exit(130)
+        logging.getLogger("dlsroute.node").info(
+            "signal %d: finishing the batch, committing, stopping", signum)
+        service.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        service.run(max_seconds=args.max_seconds)
+    finally:
+        service.close()
+    return 0
+
+
+def _sdk_client(args: argparse.Namespace) -> Any:
+    from connectors.client import Client
+
+    return Client(args.bootstrap, args.node, args.client, args.space,
+                  topic_prefix=args.topic_prefix)
+
+
+def _cmd_subscribe(args: argparse.Namespace) -> int:
+    where = json.loads(args.where) if args.where.lstrip().startswith("[") else args.where
+    with _sdk_client(args) as client:
+        print(client.subscribe(where, sub_id=args.id))
+    return 0
+
+
+def _cmd_unsubscribe(args: argparse.Namespace) -> int:
+    from connectors.serde import encode_label_unsubscription
+
+    with _sdk_client(args) as client:
+        # The id may come from another process: send it as is; the node checks it.
+        client._send(client.topics.node_unsubscribe(args.node),  # noqa: SLF001
+                     encode_label_unsubscription(args.client, args.id))
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    with _sdk_client(args) as client:
+        lines = [args.attrs] if args.attrs else sys.stdin
+        for line in lines:
+            if line.strip():
+                print(client.publish(json.loads(line)))
+        client.flush()
+    return 0
+
+
+def _cmd_listen(args: argparse.Namespace) -> int:
+    from dls.predicates import Subscription
+
+    with _sdk_client(args) as client:
+        for i, where in enumerate(args.where or []):
+            client.subscriptions[f"local-{i}"] = Subscription(client.space, where)
+        n = 0
+        for d in client.deliveries(max_idle=args.max_idle):
+            print(json.dumps({"id": d.event_id, "attrs": d.attrs, "origin": d.origin,
+                              "source": d.source}), flush=True)
+            n += 1
+            if args.count and n >= args.count:
+                break
+        print(f"delivered {client.delivered}, false positives dropped "
+              f"{client.false_positives}", file=sys.stderr)
+    return 0
+
+
+def _add_sdk_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--bootstrap", default="127.0.0.1:9092")
+    s.add_argument("--space", required=True, help="content space spec (JSON)")
+    s.add_argument("--node", required=True, help="the node the client is attached to")
+    s.add_argument("--client", required=True, help="client id")
+    s.add_argument("--topic-prefix", default="dls")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     p = argparse.ArgumentParser(prog="dlsroute", description=__doc__)
@@ -72,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--routing-filter", choices=["cbf", "direct"], default="cbf")
     s.set_defaults(func=_cmd_simulate)
 
+    s = sub.add_parser("replay", help="play a simulate trace through real nodes on Kafka")
+    s.add_argument("--bootstrap", required=True)
+    s.add_argument("--space", required=True)
+    s.add_argument("--topology", required=True)
+    s.add_argument("--ops", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--topic-prefix", default="dls")
+    s.add_argument("--mode", choices=["exact", "paper"], default="exact")
+    s.set_defaults(func=_cmd_replay)
+
     s = sub.add_parser("labels", help="show the labels of a subscription or an event")
     s.add_argument("--space", required=True)
     g = s.add_mutually_exclusive_group(required=True)
@@ -79,6 +193,39 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--event", help="event attributes as a JSON object")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=_cmd_labels)
+
+    s = sub.add_parser("node", help="run one broker node on Kafka")
+    s.add_argument("--config", required=True, help="node settings (TOML)")
+    s.add_argument("--bootstrap", default=None, help="overrides the config's bootstrap")
+    s.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on 127.0.0.1:PORT")
+    s.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
+    s.set_defaults(func=_cmd_node)
+
+    s = sub.add_parser("subscribe", help="send a subscription; prints its id")
+    _add_sdk_args(s)
+    s.add_argument("--where", required=True, help="text or JSON list of predicates")
+    s.add_argument("--id", default=None, help="subscription id (default: generated)")
+    s.set_defaults(func=_cmd_subscribe)
+
+    s = sub.add_parser("unsubscribe", help="cancel a subscription by id")
+    _add_sdk_args(s)
+    s.add_argument("--id", required=True)
+    s.set_defaults(func=_cmd_unsubscribe)
+
+    s = sub.add_parser("publish", help="publish events (JSON attrs; one per stdin line)")
+    _add_sdk_args(s)
+    s.add_argument("--attrs", default=None, help="one event's attributes as JSON")
+    s.set_defaults(func=_cmd_publish)
+
+    s = sub.add_parser("listen", help="print deliveries, filtered exactly")
+    _add_sdk_args(s)
+    s.add_argument("--where", action="append",
+                   help="the client's subscriptions, for exact filtering (repeatable)")
+    s.add_argument("--count", type=int, default=0, help="stop after this many")
+    s.add_argument("--max-idle", type=float, default=None,
+                   help="stop after this many idle seconds")
+    s.set_defaults(func=_cmd_listen)
 
     s = sub.add_parser("demo", help="run the demo")
     s.add_argument("--seconds", type=float, default=5.0)

@@ -1,0 +1,476 @@
+"""The broker-node service: the pure state machine inside a transactional Kafka loop.
+
+One flat loop: consume a batch from the node's input topics, process it (control messages
+change the state, runs of events are routed as numpy batches), produce what it caused
+(deliveries, forwarded events, link control, dead letters) and commit the input offsets
+in the same Kafka transaction. A crash therefore loses nothing and duplicates nothing for
+``read_committed`` readers.
+
+The state lives in memory. At start the node rebuilds it by reading its control topics
+(subscribe, unsubscribe, inbound links) from the beginning up to the committed offsets,
+without producing anything (those outputs were produced before), then resumes the normal
+loop from the committed offsets. Control topics are created with unlimited retention.
+
+Subscribe and unsubscribe arrive on different topics, so their relative order is not
+guaranteed; an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it
+(ordered by message timestamps) before it is dead-lettered as unknown.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+
+from broker_node.config import NodeSettings
+from broker_node.exceptions import BrokerError, UnknownSubscriptionError
+from broker_node.state import ADVERTISE, BrokerState, LinkMessage
+from connectors.kafka import (
+    consume_batch,
+    consumer_config,
+    ensure_topics,
+    producer_config,
+    source_of,
+)
+from connectors.serde import SERDE, encode_dead_letter, encode_link
+from connectors.topics import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_SOURCE,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    Topics,
+    decode_label,
+    decode_labels,
+)
+from dls.exceptions import DLSError
+from dls.space import ContentSpace
+
+__all__ = ["Metrics", "NodeService"]
+
+log = logging.getLogger("dlsroute.node")
+
+FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+ROUTED_MEMORY = 100_000
+
+
+@dataclass
+class Metrics:
+    """Counters served in Prometheus text format."""
+
+    events_in: int = 0
+    deliveries: int = 0
+    events_forwarded: int = 0
+    control_in: int = 0
+    labels_advertised: int = 0
+    labels_withdrawn: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    gauges: dict[str, Callable[[], float]] = field(default_factory=dict)
+
+    def render(self, node: str) -> str:
+        """Prometheus text exposition."""
+        lines = []
+        for name in ("events_in", "deliveries", "events_forwarded", "control_in",
+                     "labels_advertised", "labels_withdrawn", "dead_letters", "batches"):
+            lines.append(f"# TYPE dls_{name}_total counter")
+            lines.append(f'dls_{name}_total{{node="{node}"}} {getattr(self, name)}')
+        for name, fn in self.gauges.items():
+            lines.append(f"# TYPE dls_{name} gauge")
+            lines.append(f'dls_{name}{{node="{node}"}} {fn()}')
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class _PendingUnsub:
+    client: str
+    timestamp: int
+    deadline: float
+    msg_source: str
+    raw: bytes
+    headers: list[tuple[str, bytes]]
+
+
+class _Skip(Exception):
+    """A message that goes to the dead-letter topic (reason, field, value)."""
+
+    def __init__(self, reason: str, field: str | None = None, value: Any = None):
+        super().__init__(reason)
+        self.reason, self.field, self.value = reason, field, value
+
+
+def _timestamp(msg: Message) -> int:
+    kind, ts = msg.timestamp()
+    return int(ts) if kind else 0
+
+
+def _topic(msg: Message) -> str:
+    return msg.topic() or ""
+
+
+def _offset(msg: Message) -> int:
+    offset = msg.offset()
+    return -1 if offset is None else int(offset)
+
+
+def _headers(msg: Message) -> list[tuple[str, bytes]]:
+    """The message's headers as (name, bytes) pairs (a missing value becomes b"")."""
+    raw = msg.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs]
+
+
+class NodeService:
+    """One logical DLS broker connected to Kafka."""
+
+    def __init__(self, settings: NodeSettings, space: ContentSpace | None = None):
+        """Build the state; nothing touches Kafka until :meth:`start`."""
+        self.settings = s = settings
+        self.space = space or ContentSpace.from_json(s.space)
+        self.topics = Topics(s.topic_prefix)
+        self.state = BrokerState.for_space(
+            s.node, list(s.neighbours), self.space, mode=s.mode,
+            client_filter=s.client_filter, routing_filter=s.routing_filter)
+        self.metrics = Metrics()
+        self.metrics.gauges = {
+            "subscriptions": lambda: float(len(self.state)),
+            "clients": lambda: float(len(self.state.clients)),
+        }
+        for n in s.neighbours:
+            self.metrics.gauges[f'ert_fill{{neighbour="{n}"}}'] = self._stat("ert_fill", n)
+            self.metrics.gauges[f'ert_estimated_fpr{{neighbour="{n}"}}'] = \
+                self._stat("ert_estimated_fpr", n)
+        self._stop = threading.Event()
+        self._pending: dict[str, _PendingUnsub] = {}
+        # Event ids routed in committed transactions (most recent ROUTED_MEMORY), so that a
+        # driver such as ``dlsroute replay`` can tell when an event has passed this node.
+        self.routed: OrderedDict[str, None] = OrderedDict()
+        self._batch_ids: list[str] = []
+        self._delivery_topics: set[str] = set()
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._http: ThreadingHTTPServer | None = None
+        t = self.topics
+        self.control_topics = [t.node_subscribe(s.node), t.node_unsubscribe(s.node)] + [
+            t.link(n, s.node) for n in s.neighbours]
+        self.input_topics = [*self.control_topics, t.node_publish(s.node)]
+        self._link_source = {t.link(n, s.node): n for n in s.neighbours}
+
+    def _stat(self, key: str, neighbour: str) -> Callable[[], float]:
+        return lambda: float(self.state.stats()[key][neighbour])
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to finish its batch, commit and return."""
+        self._stop.set()
+
+    def start(self) -> None:
+        """Create topics, open clients, rebuild the state from the committed offsets."""
+        s, t = self.settings, self.topics
+        log.info("node %s starting with settings %s", s.node, s.masked())
+        sec = s.kafka_security()
+        ensure_topics(s.bootstrap, self.control_topics, config=FOREVER)
+        ensure_topics(s.bootstrap, [t.node_publish(s.node), t.deadletter]
+                      + [t.link(s.node, n) for n in s.neighbours])
+        self._consumer = Consumer(consumer_config(s.bootstrap, s.consumer_group, **sec))
+        self._producer = Producer(producer_config(
+            s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
+            **{"transaction.timeout.ms": s.transaction_timeout_ms}, **sec))
+        self._producer.init_transactions()
+        self._recover()
+        self._consumer.subscribe(self.input_topics)
+        if s.metrics_port is not None:
+            self._serve_metrics(s.metrics_port)
+
+    def close(self) -> None:
+        """Close the Kafka clients and the metrics server."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._http is not None:
+            self._http.shutdown()
+            self._http = None
+
+    def run(self, max_seconds: float | None = None) -> None:
+        """Consume, process, produce and commit until :meth:`stop` (or ``max_seconds``)."""
+        if self._consumer is None:
+            self.start()
+        assert self._consumer is not None and self._producer is not None  # noqa: S101
+        consumer, producer = self._consumer, self._producer
+        until = None if max_seconds is None else time.monotonic() + max_seconds
+        while not self._stop.is_set() and (until is None or time.monotonic() < until):
+            msgs = consume_batch(consumer, self.settings.batch_size,
+                                 self.settings.poll_timeout_s)
+            expired = self._expired_unsubs()
+            if not msgs and not expired:
+                continue
+            producer.begin_transaction()
+            try:
+                for p in expired:
+                    self._dead_letter(p.msg_source, p.raw, p.headers,
+                                      _Skip("unknown subscription id", "id"))
+                if msgs:
+                    self.process(msgs)
+                    producer.send_offsets_to_transaction(
+                        consumer.position(consumer.assignment()),
+                        consumer.consumer_group_metadata())
+                producer.commit_transaction()
+                self._remember_routed()
+            except KafkaException as exc:
+                # The state already holds this batch: the safe recovery is a restart,
+                # which rebuilds it from what was committed.
+                log.error("node %s: transaction failed (%s); aborting and stopping",
+                          self.settings.node, exc)
+                try:
+                    producer.abort_transaction()
+                finally:
+                    raise
+            self.metrics.batches += 1
+
+    def _remember_routed(self) -> None:
+        for eid in self._batch_ids:
+            self.routed[eid] = None
+        self._batch_ids.clear()
+        while len(self.routed) > ROUTED_MEMORY:
+            self.routed.popitem(last=False)
+
+    # -- recovery ---------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Replay control topics up to the committed offsets, producing nothing."""
+        s = self.settings
+        assert self._consumer is not None  # noqa: S101
+        parts = [TopicPartition(topic, 0) for topic in self.control_topics]
+        committed = self._consumer.committed(parts, timeout=30)
+        todo = [tp for tp in committed if tp.offset > 0]
+        if not todo:
+            return
+        reader = Consumer(consumer_config(s.bootstrap, f"{s.consumer_group}-recovery",
+                                          **s.kafka_security()))
+        reader.assign([TopicPartition(tp.topic, 0, 0) for tp in todo])
+        end = {tp.topic: tp.offset for tp in todo}
+        seen: list[Message] = []
+        # Transaction markers take offsets too, so the last record of a topic may sit
+        # below ``end - 1``: a topic is done when the reader's position reaches ``end``,
+        # or when nothing more arrives for a while (all below ``end`` is then read).
+        deadline = time.monotonic() + 120
+        quiet = 0
+        while time.monotonic() < deadline:
+            batch = consume_batch(reader, 10_000, 0.5)
+            for msg in batch:
+                if _offset(msg) < end[_topic(msg)]:
+                    seen.append(msg)
+            positions = reader.position([TopicPartition(t, 0) for t in end])
+            if all(p.offset >= end[p.topic] for p in positions):
+                break
+            quiet = 0 if batch else quiet + 1
+            if quiet >= 4:
+                break
+        else:
+            reader.close()
+            raise BrokerError(f"node {s.node}: could not re-read control topics "
+                              f"{sorted(end)} within 120 s", field="recovery",
+                              value=sorted(end))
+        reader.close()
+        seen.sort(key=lambda m: (_timestamp(m), _topic(m), _offset(m)))
+        for msg in seen:
+            try:
+                self._control(msg, replay=True)
+            except _Skip:
+                pass  # it was dead-lettered the first time round
+        log.info("node %s recovered %d control messages: %d subscriptions, %d clients",
+                 s.node, len(seen), len(self.state), len(self.state.clients))
+
+    # -- processing -------------------------------------------------------------------------
+    def process(self, msgs: Sequence[Message]) -> None:
+        """Apply one consumed batch, producing its outputs (inside the open transaction)."""
+        run: list[Message] = []
+        publish = self.topics.node_publish(self.settings.node)
+        for msg in msgs:
+            topic = _topic(msg)
+            is_event = topic == publish or (
+                topic in self._link_source and self._has_label(msg))
+            if is_event:
+                run.append(msg)
+                continue
+            if run:
+                self._route(run)
+                run = []
+            try:
+                self._control(msg, replay=False)
+            except _Skip as skip:
+                self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg), skip)
+        if run:
+            self._route(run)
+
+    @staticmethod
+    def _has_label(msg: Message) -> bool:
+        return any(k == HEADER_LABEL for k, _ in _headers(msg))
+
+    def _control(self, msg: Message, *, replay: bool) -> None:
+        topic, node = _topic(msg), self.settings.node
+        t = self.topics
+        self.metrics.control_in += 0 if replay else 1
+        try:
+            name, rec = SERDE.decode(msg.value() or b"")
+        except DLSError as exc:
+            raise _Skip(f"undecodable: {exc}", getattr(exc, "field", None)) from exc
+        try:
+            if topic == t.node_subscribe(node):
+                if name != "LabelSubscription":
+                    raise _Skip(f"expected a LabelSubscription, got {name}", "schema", name)
+                self._subscribe(msg, rec, replay)
+            elif topic == t.node_unsubscribe(node):
+                if name != "LabelUnsubscription":
+                    raise _Skip(f"expected a LabelUnsubscription, got {name}", "schema", name)
+                self._unsubscribe(msg, rec, replay)
+            else:
+                if name != "LinkControl":
+                    raise _Skip(f"expected a LinkControl, got {name}", "schema", name)
+                source = self._link_source[topic]
+                kind = str(rec["kind"]).lower()
+                out = self.state.on_link(source, kind, decode_labels(rec["labels"]))
+                self._emit_links(out, replay)
+        except DLSError as exc:
+            raise _Skip(str(exc), exc.field, exc.value) from exc
+
+    def _subscribe(self, msg: Message, rec: dict[str, Any], replay: bool) -> None:
+        client, sid = rec["client"], rec["id"]
+        pending = self._pending.get(sid)
+        if pending is not None and pending.client == client \
+                and _timestamp(msg) <= pending.timestamp:
+            del self._pending[sid]  # subscribed and cancelled before we saw it: no-op
+            return
+        labels = decode_labels(rec["labels"])
+        if not replay:
+            self._ensure_delivery_topic(client)
+        self._emit_links(self.state.subscribe(client, sid, labels), replay)
+
+    def _unsubscribe(self, msg: Message, rec: dict[str, Any], replay: bool) -> None:
+        client, sid = rec["client"], rec["id"]
+        try:
+            self._emit_links(self.state.unsubscribe(client, sid), replay)
+        except UnknownSubscriptionError:
+            self._pending[sid] = _PendingUnsub(
+                client, _timestamp(msg), time.monotonic() + self.settings.unsubscribe_grace_s,
+                source_of(msg), msg.value() or b"", _headers(msg))
+
+    def _expired_unsubs(self) -> list[_PendingUnsub]:
+        if not self._pending:
+            return []
+        now = time.monotonic()
+        gone = [sid for sid, p in self._pending.items() if p.deadline <= now]
+        return [self._pending.pop(sid) for sid in gone]
+
+    def _ensure_delivery_topic(self, client: str) -> None:
+        topic = self.topics.deliver(client)
+        if topic not in self._delivery_topics:
+            ensure_topics(self.settings.bootstrap, [topic])
+            self._delivery_topics.add(topic)
+
+    def _emit_links(self, out: list[LinkMessage], replay: bool) -> None:
+        if replay or not out:
+            return
+        assert self._producer is not None  # noqa: S101
+        node = self.settings.node
+        for m in out:
+            self._producer.produce(self.topics.link(node, m.to),
+                                   encode_link(node, m.kind, m.labels))
+            if m.kind == ADVERTISE:
+                self.metrics.labels_advertised += len(m.labels)
+            else:
+                self.metrics.labels_withdrawn += len(m.labels)
+
+    def _route(self, run: list[Message]) -> None:
+        """Route a run of events as one numpy batch; bad headers go to dead letters."""
+        assert self._producer is not None  # noqa: S101
+        node = self.settings.node
+        good: list[Message] = []
+        labels: list[int] = []
+        origin_clients: list[int] = []
+        origin_nodes: list[int] = []
+        for msg in run:
+            headers = dict(_headers(msg))
+            try:
+                raw = headers.get(HEADER_LABEL)
+                if raw is None:
+                    raise _Skip(f"event without a {HEADER_LABEL} header", HEADER_LABEL)
+                try:
+                    label = decode_label(raw)
+                except DLSError as exc:
+                    raise _Skip(str(exc), HEADER_LABEL, raw.hex()) from exc
+                origin = (headers.get(HEADER_ORIGIN) or b"").decode("utf-8", "replace")
+            except _Skip as skip:
+                self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg), skip)
+                continue
+            came_from = self._link_source.get(_topic(msg))
+            eid = headers.get(HEADER_EVENT_ID)
+            if eid is not None:
+                self._batch_ids.append(eid.decode("utf-8", "replace"))
+            o_node, _, o_client = origin.partition("/")
+            good.append(msg)
+            labels.append(label)
+            origin_clients.append(self.state.client_index(o_client, create=False)
+                                  if came_from is None and o_node == node else -1)
+            origin_nodes.append(-1 if came_from is None
+                                else self.state.neighbour_index(came_from))
+        if not good:
+            return
+        self.metrics.events_in += len(good)
+        routes = self.state.route(np.array(labels, dtype=np.uint64), origin_clients,
+                                  origin_nodes)
+        produce = self._producer.produce
+        names = self.state.clients
+        deliver = self.topics.deliver
+        links = [self.topics.link(node, n) for n in self.state.neighbours]
+        offsets = routes.offsets.tolist()
+        clients = routes.clients.tolist()
+        hits = routes.neighbours
+        for e, msg in enumerate(good):
+            value, carried = msg.value(), msg.headers()
+            for c in clients[offsets[e]:offsets[e + 1]]:
+                produce(deliver(names[c]), value, headers=carried)
+            self.metrics.deliveries += offsets[e + 1] - offsets[e]
+            for j in np.flatnonzero(hits[e]).tolist():
+                produce(links[j], value, headers=carried)
+                self.metrics.events_forwarded += 1
+
+    def _dead_letter(self, source: str, raw: bytes, headers: list[tuple[str, bytes]],
+                     skip: _Skip) -> None:
+        assert self._producer is not None  # noqa: S101
+        log.warning("node %s: %s -> dead letter: %s", self.settings.node, source, skip.reason)
+        value = None if skip.value is None else str(skip.value)
+        self._producer.produce(
+            self.topics.deadletter,
+            encode_dead_letter(source, skip.reason, raw, dict(headers), field=skip.field,
+                               value=value),
+            headers=[(HEADER_DLQ_REASON, skip.reason.encode()),
+                     (HEADER_DLQ_SOURCE, source.encode())])
+        self.metrics.dead_letters += 1
+
+    # -- metrics ----------------------------------------------------------------------------
+    def _serve_metrics(self, port: int) -> None:
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                body = service.metrics.render(service.settings.node).encode()
+                self.send_response(200 if self.path in ("/", "/metrics") else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        log.info("node %s serves metrics on 127.0.0.1:%d", self.settings.node,
+                 self._http.server_address[1])

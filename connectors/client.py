@@ -1,0 +1,215 @@
+"""The client SDK: subscribe, unsubscribe, publish, and receive with exact filtering.
+
+The SDK does the DLS mapping itself (the real-time path): a subscription goes to its
+node as a label set, an event as its original value bytes with the label in a header.
+What comes back on the client's delivery topic may include the network's false
+positives; :meth:`Client.deliveries` checks every event against the client's live
+subscriptions exactly, drops and counts the false positives, and yields the rest.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from connectors.exceptions import ConnectorError
+from connectors.kafka import consume_batch, consumer_config, ensure_topics, producer_config
+from connectors.serde import (
+    SERDE,
+    encode_label_subscription,
+    encode_label_unsubscription,
+    encode_raw_event,
+)
+from connectors.topics import (
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    Topics,
+    decode_label,
+    encode_label,
+    source_of,
+)
+from dls.mapping import event_label
+from dls.predicates import Subscription
+from dls.space import ContentSpace
+
+__all__ = ["Client", "Delivery"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One event the client asked for."""
+
+    event_id: str
+    attrs: dict[str, Any]
+    payload: bytes
+    label: int
+    origin: str
+    source: str
+    subscriptions: tuple[str, ...]
+
+
+class Client:
+    """A client attached to one broker node."""
+
+    def __init__(self, bootstrap: str, node: str, client_id: str,
+                 space: ContentSpace | str | Path, *, topic_prefix: str = "dls",
+                 group_id: str | None = None, **kafka: Any):
+        """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space."""
+        self.bootstrap, self.node, self.client_id = bootstrap, node, client_id
+        self.space = space if isinstance(space, ContentSpace) else ContentSpace.from_json(space)
+        self.topics = Topics(topic_prefix)
+        self.topics.deliver(client_id)  # validates the name
+        self.topics.node_subscribe(node)
+        self._kafka = kafka
+        self._group = group_id or f"dls-sdk-{client_id}"
+        self._producer = Producer(producer_config(bootstrap, **kafka))
+        self._consumer: Consumer | None = None
+        self.subscriptions: dict[str, Subscription] = {}
+        self.delivered = 0
+        self.false_positives = 0
+
+    # -- control -----------------------------------------------------------------------------
+    def subscribe(self, where: Any, sub_id: str | None = None) -> str:
+        """Map and send a subscription (text or JSON predicates); returns its id."""
+        sub = Subscription(self.space, where)
+        labels = sub.labels()
+        sid = sub_id or f"{self.client_id}-{uuid.uuid4().hex[:12]}"
+        self._send(self.topics.node_subscribe(self.node),
+                   encode_label_subscription(self.client_id, sid, labels, str(sub)))
+        self.subscriptions[sid] = sub
+        return sid
+
+    def unsubscribe(self, sub_id: str) -> None:
+        """Cancel one of this client's subscriptions."""
+        if sub_id not in self.subscriptions:
+            raise ConnectorError(f"client {self.client_id!r} has no subscription {sub_id!r}",
+                                 field="id", value=sub_id)
+        self._send(self.topics.node_unsubscribe(self.node),
+                   encode_label_unsubscription(self.client_id, sub_id))
+        del self.subscriptions[sub_id]
+
+    def publish(self, attrs: Mapping[str, Any], payload: bytes = b"",
+                event_id: str | None = None) -> str:
+        """Map and send one event (validated against the space); returns its id."""
+        label = event_label(self.space, attrs)
+        eid = event_id or uuid.uuid4().hex
+        value = encode_raw_event(self.node, self.client_id, eid, dict(attrs), payload)
+        self._producer.produce(
+            self.topics.node_publish(self.node), value,
+            headers=[(HEADER_LABEL, encode_label(label)),
+                     (HEADER_ORIGIN, f"{self.node}/{self.client_id}".encode()),
+                     (HEADER_EVENT_ID, eid.encode())])
+        self._producer.poll(0)
+        return eid
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until everything sent so far is acknowledged."""
+        left = self._producer.flush(timeout)
+        if left:
+            raise ConnectorError(f"{left} messages not acknowledged within {timeout} s",
+                                 field="flush", value=left)
+
+    def _send(self, topic: str, value: bytes) -> None:
+        self._producer.produce(topic, value)
+        self.flush()
+
+    # -- receiving ---------------------------------------------------------------------------
+    def _open_consumer(self) -> Consumer:
+        if self._consumer is None:
+            topic = self.topics.deliver(self.client_id)
+            ensure_topics(self.bootstrap, [topic])
+            self._consumer = Consumer(consumer_config(self.bootstrap, self._group,
+                                                      **self._kafka))
+            self._consumer.subscribe([topic])
+        return self._consumer
+
+    def deliveries(self, timeout: float = 1.0, max_idle: float | None = None, *,
+                   include_false_positives: bool = False) -> Iterator[Delivery]:
+        """Yield matching deliveries; stops after ``max_idle`` s without any (None: never).
+
+        With ``include_false_positives`` the network's false positives are yielded too,
+        with an empty ``subscriptions`` tuple (they are counted either way).
+        """
+        consumer = self._open_consumer()
+        idle = 0.0
+        while max_idle is None or idle < max_idle:
+            msgs = consume_batch(consumer, 500, timeout)
+            if not msgs:
+                idle += timeout
+                continue
+            idle = 0.0
+            for msg in msgs:
+                d = self._check(msg)
+                if d.subscriptions or include_false_positives:
+                    yield d
+            consumer.commit(asynchronous=True)
+
+    def drain(self, *, quiet_s: float = 0.5, timeout: float = 30.0,
+              include_false_positives: bool = False) -> list[Delivery]:
+        """Read the whole delivery topic from the start, without joining a group.
+
+        Stops when the end offset is reached, or after ``quiet_s`` without a message (the
+        end offset counts transaction markers, which are never delivered).
+        """
+        topic = self.topics.deliver(self.client_id)
+        ensure_topics(self.bootstrap, [topic])
+        reader = Consumer(consumer_config(self.bootstrap, f"{self._group}-drain",
+                                          **self._kafka))
+        try:
+            _, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            reader.assign([TopicPartition(topic, 0, 0)])
+            out: list[Delivery] = []
+            deadline = time.monotonic() + timeout
+            quiet_since = time.monotonic()
+            while time.monotonic() < deadline:
+                msgs = consume_batch(reader, 1000, 0.1)
+                if msgs:
+                    quiet_since = time.monotonic()
+                for msg in msgs:
+                    d = self._check(msg)
+                    if d.subscriptions or include_false_positives:
+                        out.append(d)
+                pos = reader.position([TopicPartition(topic, 0)])[0].offset
+                if pos >= high or time.monotonic() - quiet_since >= quiet_s:
+                    break
+            return out
+        finally:
+            reader.close()
+
+    def _check(self, msg: Any) -> Delivery:
+        self.delivered += 1
+        name, rec = SERDE.decode(msg.value() or b"")
+        if name != "RawEvent":
+            raise ConnectorError(f"{source_of(msg.topic(), msg.partition(), msg.offset())}: "
+                                 f"expected a RawEvent, got {name}", field="schema", value=name)
+        attrs = rec["attrs"]
+        hits = tuple(sid for sid, s in self.subscriptions.items() if s.matches(attrs))
+        if not hits:
+            self.false_positives += 1
+        headers = dict(msg.headers() or [])
+        return Delivery(
+            event_id=rec["id"], attrs=attrs, payload=rec.get("payload", b""),
+            label=decode_label(headers[HEADER_LABEL]) if HEADER_LABEL in headers else -1,
+            origin=f"{rec['node']}/{rec['client']}",
+            source=source_of(msg.topic(), msg.partition(), msg.offset()),
+            subscriptions=hits)
+
+    def close(self) -> None:
+        """Flush and close."""
+        self._producer.flush(10)
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,212 @@
+"""Broker nodes on a real Kafka: routing, dead letters and a restart, end to end."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import Consumer
+
+from broker_node.config import NodeSettings
+from broker_node.service import NodeService
+from connectors.client import Client
+from connectors.kafka import consume_batch, consumer_config
+from connectors.serde import SERDE
+from connectors.topics import HEADER_DLQ_REASON, HEADER_LABEL, Topics
+from dls.space import ContentSpace
+
+pytestmark = pytest.mark.integration
+
+SPEC = {"attributes": [
+    {"name": "sym", "type": "discrete", "values": ["AAPL", "IBM", "MSFT"]},
+    {"name": "price", "type": "numeric", "low": 0, "high": 1000, "granules": 64},
+]}
+LINE = {"A": ["B"], "B": ["A", "C"], "C": ["B"]}
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Net:
+    """Three node services on threads, one content space, one topic prefix."""
+
+    def __init__(self, bootstrap: str, prefix: str, space_path: Path):
+        self.bootstrap, self.prefix, self.space_path = bootstrap, prefix, space_path
+        self.space = ContentSpace.from_json(space_path)
+        self.nodes: dict[str, NodeService] = {}
+        self.threads: dict[str, threading.Thread] = {}
+        self.errors: list[BaseException] = []
+
+    def start(self, name: str) -> NodeService:
+        settings = NodeSettings(node=name, neighbours=tuple(LINE[name]), space=self.space_path,
+                                bootstrap=self.bootstrap, topic_prefix=self.prefix,
+                                batch_size=200, unsubscribe_grace_s=2.0)
+        svc = NodeService(settings, self.space)
+        svc.start()
+
+        def run() -> None:
+            try:
+                svc.run()
+            except BaseException as exc:  # surfaced by the test
+                self.errors.append(exc)
+            finally:
+                svc.close()
+
+        t = threading.Thread(target=run, name=f"node-{name}", daemon=True)
+        t.start()
+        self.nodes[name], self.threads[name] = svc, t
+        return svc
+
+    def stop(self, name: str) -> None:
+        self.nodes[name].stop()
+        self.threads[name].join(30)
+        assert not self.threads[name].is_alive()
+
+    def client(self, node: str, cid: str) -> Client:
+        return Client(self.bootstrap, node, cid, self.space, topic_prefix=self.prefix)
+
+
+@pytest.fixture
+def net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
+    import json
+
+    space_path = tmp_path / "space.json"
+    space_path.write_text(json.dumps(SPEC))
+    n = Net(kafka_bootstrap, topic_prefix, space_path)
+    for name in LINE:
+        n.start(name)
+    yield n
+    for name in list(n.nodes):
+        if n.threads[name].is_alive():
+            n.stop(name)
+    assert not n.errors, n.errors
+
+
+def settled(net: Net, node: str, subs: int) -> Callable[[], bool]:
+    return lambda: len(net.nodes[node].state) == subs
+
+
+def collect(client: Client, want: int, max_idle: float = 8.0) -> list[str]:
+    got = []
+    for d in client.deliveries(timeout=0.5, max_idle=max_idle):
+        got.append(d.event_id)
+        if len(got) >= want:
+            break
+    return got
+
+
+def test_multi_node_routing_is_exact(net: Net) -> None:
+    alice, carol, bob = net.client("A", "alice"), net.client("C", "carol"), \
+        net.client("B", "bob")
+    s_alice = alice.subscribe("sym in (AAPL, IBM) and price between 10 and 20")
+    carol.subscribe("price > 500")
+    wait_for(settled(net, "A", 1), what="A's subscription")
+    wait_for(settled(net, "C", 1), what="C's subscription")
+    # B must have heard both advertisements before events can find their way.
+    wait_for(lambda: len(net.nodes["B"].state.received_from("A")) > 0
+             and len(net.nodes["B"].state.received_from("C")) > 0, what="advertisements")
+    e1 = bob.publish({"sym": "IBM", "price": 12.5})       # alice only
+    e2 = bob.publish({"sym": "MSFT", "price": 700})       # carol only
+    e3 = bob.publish({"sym": "MSFT", "price": 15})        # nobody exactly
+    e4 = carol.publish({"sym": "AAPL", "price": 600})     # not back to carol; nobody else
+    bob.flush()
+    carol.flush()
+    assert collect(alice, 1) == [e1]
+    assert collect(carol, 1) == [e2]
+    # Unsubscribe: nothing more for alice.
+    alice.unsubscribe(s_alice)
+    wait_for(settled(net, "A", 0), what="A's unsubscription")
+    wait_for(lambda: len(net.nodes["B"].state.received_from("A")) == 0, what="withdrawal")
+    bob.publish({"sym": "IBM", "price": 12.5})
+    bob.flush()
+    assert collect(alice, 1, max_idle=3.0) == []
+    del e3, e4
+    for c in (alice, bob, carol):
+        c.close()
+
+
+def read_dead_letters(net: Net, n: int, timeout: float = 20.0) -> list[tuple[str, str]]:
+    topic = Topics(net.prefix).deadletter
+    consumer = Consumer(consumer_config(net.bootstrap, f"{net.prefix}-dlq-reader"))
+    consumer.subscribe([topic])
+    out: list[tuple[str, str]] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        for msg in consume_batch(consumer, 100, 0.5):
+            name, rec = SERDE.decode(msg.value())
+            assert name == "DeadLetter"
+            headers = dict(msg.headers() or [])
+            assert headers[HEADER_DLQ_REASON].decode() == rec["reason"]
+            out.append((rec["source"], rec["reason"]))
+    consumer.close()
+    return out
+
+
+def test_bad_input_goes_to_dead_letters_and_routing_goes_on(net: Net) -> None:
+    from confluent_kafka import Producer
+
+    from connectors.kafka import producer_config
+    from connectors.serde import encode_label_subscription, encode_label_unsubscription
+
+    t = Topics(net.prefix)
+    p = Producer(producer_config(net.bootstrap))
+    p.produce(t.node_subscribe("A"), b"\x00not avro")
+    p.produce(t.node_subscribe("A"), encode_label_subscription(
+        "mallory", "m1", np.array([1 << 40], dtype=np.uint64), None))
+    p.produce(t.node_unsubscribe("A"), encode_label_unsubscription("mallory", "never-seen"))
+    p.produce(t.node_publish("A"), b"event without label")
+    p.produce(t.node_publish("A"), b"short label", headers=[(HEADER_LABEL, b"\x01")])
+    p.flush(10)
+    alice, bob = net.client("A", "alice"), net.client("C", "bob")
+    sid = alice.subscribe("price < 100")
+    wait_for(settled(net, "A", 1), what="alice's subscription")
+    # another client's subscription id cannot be cancelled
+    p.produce(t.node_unsubscribe("A"), encode_label_unsubscription("bob", sid))
+    p.flush(10)
+    wait_for(lambda: len(net.nodes["C"].state.received_from("B")) > 0, what="advertisement")
+    e = bob.publish({"sym": "IBM", "price": 50})
+    bob.flush()
+    assert collect(alice, 1) == [e]
+    letters = read_dead_letters(net, 6)
+    reasons = " | ".join(r for _, r in letters)
+    assert len(letters) == 6, reasons
+    assert "undecodable" in reasons
+    assert "outside this node's label space" in reasons
+    assert "unknown subscription id" in reasons
+    assert "without a dls-label header" in reasons
+    assert "belongs to client 'alice', not 'bob'" in reasons
+    assert len(net.nodes["A"].state) == 1  # nothing bad changed the state
+    assert all(src.startswith(f"{net.prefix}.") and "@" in src for src, _ in letters)
+    assert net.nodes["A"].metrics.dead_letters >= 5
+    alice.close()
+    bob.close()
+
+
+def test_node_restart_loses_no_event(net: Net) -> None:
+    alice, pub = net.client("A", "alice"), net.client("C", "feed")
+    alice.subscribe("sym = IBM")
+    wait_for(settled(net, "A", 1), what="subscription")
+    wait_for(lambda: len(net.nodes["C"].state.received_from("B")) > 0, what="advertisement")
+    sent = [pub.publish({"sym": "IBM", "price": float(i)}) for i in range(100)]
+    pub.flush()
+    net.stop("B")  # the middle node goes away mid-stream ...
+    sent += [pub.publish({"sym": "IBM", "price": float(i)}) for i in range(100, 200)]
+    pub.flush()
+    restarted = net.start("B")  # ... and comes back: state rebuilt from Kafka
+    assert len(restarted.state.received_from("A")) > 0
+    sent += [pub.publish({"sym": "IBM", "price": float(i)}) for i in range(200, 300)]
+    pub.flush()
+    got = collect(alice, len(sent), max_idle=10.0)
+    assert sorted(got) == sorted(sent)
+    alice.close()
+    pub.close()
