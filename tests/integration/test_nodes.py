@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,8 +81,6 @@ class Net:
 
 @pytest.fixture
 def net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
-    import json
-
     space_path = tmp_path / "space.json"
     space_path.write_text(json.dumps(SPEC))
     n = Net(kafka_bootstrap, topic_prefix, space_path)
@@ -210,3 +211,33 @@ def test_node_restart_loses_no_event(net: Net) -> None:
     assert sorted(got) == sorted(sent)
     alice.close()
     pub.close()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_sees_what_the_sdk_sees(net: Net) -> None:
+    alice, bob = net.client("A", "alice"), net.client("B", "bob")
+    alice.subscribe("price < 300")
+    wait_for(settled(net, "A", 1), what="subscription")
+    wait_for(lambda: len(net.nodes["B"].state.received_from("A")) > 0, what="advertisement")
+    prices = range(0, 600, 20)
+    sent = [bob.publish({"sym": "AAPL", "price": float(p)}) for p in prices]
+    bob.flush()
+    wait_for(lambda: all(e in net.nodes["B"].routed for e in sent), what="routing at B")
+    # Cell 19 of price is [296.875, 312.5): the event at 300 reaches A as a false positive.
+    to_a = [e for e, p in zip(sent, prices, strict=True) if p <= 300]
+    wait_for(lambda: all(e in net.nodes["A"].routed for e in to_a), what="routing at A")
+    sdk = sorted(d.event_id for d in alice.drain(include_false_positives=True))
+    out = subprocess.run(  # noqa: S603 - fixed argv, kcat found on PATH above
+        [shutil.which("kcat") or "kcat", "-b", net.bootstrap, "-C",
+         "-t", Topics(net.prefix).deliver("alice"), "-o", "beginning", "-e", "-J", "-X", "isolation.level=read_committed"],
+        capture_output=True, timeout=60, check=True)
+    seen = []
+    for line in out.stdout.decode("utf-8", "replace").splitlines():
+        headers = json.loads(line)["headers"]
+        pairs = dict(zip(headers[::2], headers[1::2], strict=True))
+        seen.append(pairs["dls-event-id"])
+    assert sorted(seen) == sdk
+    assert len(sdk) == len(to_a)
+    assert alice.false_positives == 1
+    alice.close()
+    bob.close()
