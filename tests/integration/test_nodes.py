@@ -229,7 +229,8 @@ def test_kcat_sees_what_the_sdk_sees(net: Net) -> None:
     sdk = sorted(d.event_id for d in alice.drain(include_false_positives=True))
     out = subprocess.run(  # noqa: S603 - fixed argv, kcat found on PATH above
         [shutil.which("kcat") or "kcat", "-b", net.bootstrap, "-C",
-         "-t", Topics(net.prefix).deliver("alice"), "-o", "beginning", "-e", "-J", "-X", "isolation.level=read_committed"],
+         "-t", Topics(net.prefix).deliver("alice"), "-o", "beginning", "-e", "-J",
+         "-X", "isolation.level=read_committed"],
         capture_output=True, timeout=60, check=True)
     seen = []
     for line in out.stdout.decode("utf-8", "replace").splitlines():
