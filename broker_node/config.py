@@ -39,7 +39,8 @@ class NodeSettings(BaseSettings):
     space: Path = Field(description="content space spec (JSON)")
     bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = "dls"
-    group_id: str | None = Field(default=None, description="default dls-node-<node>")
+    group_id: str | None = Field(default=None,
+                                 description="default <topic_prefix>-node-<node>")
     mode: Literal["exact", "paper"] = "exact"
     client_filter: Literal["cbf", "direct"] = "cbf"
     routing_filter: Literal["cbf", "direct"] = "cbf"
@@ -73,7 +74,7 @@ class NodeSettings(BaseSettings):
     @property
     def consumer_group(self) -> str:
         """The consumer group (and transactional id stem) of this node."""
-        return self.group_id or f"dls-node-{self.node}"
+        return self.group_id or f"{self.topic_prefix}-node-{self.node}"
 
     def kafka_security(self) -> dict[str, str]:
         """Security settings for librdkafka, if any."""

@@ -180,7 +180,11 @@ class NodeService:
         ensure_topics(s.bootstrap, self.control_topics, config=FOREVER)
         ensure_topics(s.bootstrap, [t.node_publish(s.node), t.deadletter]
                       + [t.link(s.node, n) for n in s.neighbours])
-        self._consumer = Consumer(consumer_config(s.bootstrap, s.consumer_group, **sec))
+        # Static membership: a restarted node takes its partitions back at once instead of
+        # waiting for the dead member's session to time out.
+        self._consumer = Consumer(consumer_config(
+            s.bootstrap, s.consumer_group, **{"group.instance.id": f"{s.consumer_group}-0"},
+            **sec))
         self._producer = Producer(producer_config(
             s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
             **{"transaction.timeout.ms": s.transaction_timeout_ms}, **sec))
