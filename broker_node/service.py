@@ -91,6 +91,7 @@ class Metrics:
 
 @dataclass
 class _PendingUnsub:
+    sub_id: str
     client: str
     timestamp: int
     deadline: float
@@ -220,7 +221,8 @@ class NodeService:
             try:
                 for p in expired:
                     self._dead_letter(p.msg_source, p.raw, p.headers,
-                                      _Skip("unknown subscription id", "id"))
+                                      _Skip(f"unknown subscription id {p.sub_id!r} (client "
+                                            f"{p.client!r})", "id", p.sub_id))
                 if msgs:
                     self.process(msgs)
                     producer.send_offsets_to_transaction(
@@ -363,7 +365,7 @@ class NodeService:
             self._emit_links(self.state.unsubscribe(client, sid), replay)
         except UnknownSubscriptionError:
             self._pending[sid] = _PendingUnsub(
-                client, _timestamp(msg), time.monotonic() + self.settings.unsubscribe_grace_s,
+                sid, client, _timestamp(msg), time.monotonic() + self.settings.unsubscribe_grace_s,
                 source_of(msg), msg.value() or b"", _headers(msg))
 
     def _expired_unsubs(self) -> list[_PendingUnsub]:
