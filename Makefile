@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-fast lint bench demo clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
+.PHONY: help setup test test-fast lint bench demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
 
 KAFKA_SH := bash docker/kafka/kafka.sh
 
@@ -36,7 +36,10 @@ lint: setup ## ruff and mypy on the packages
 bench: setup ## Benchmarks; results in benchmarks/results/
 	$(PY) -m benchmarks.core --out benchmarks/results/core.json
 
-demo: setup ## In-process three-node overlay on a generated workload
+demo: setup ## Three-node demo on a local Kafka (started and stopped unless running; KAFKA_PORT)
+	$(VENV)/bin/dlsroute demo --kafka --port $(or $(KAFKA_PORT),9092)
+
+demo-inproc: setup ## The same demo in-process, without Kafka
 	$(VENV)/bin/dlsroute demo
 
 clean: ## Remove caches (keeps .venv)

@@ -67,6 +67,13 @@ class _Nodes:
 
 
 def _settled(nodes: _Nodes, overlay: Overlay) -> bool:
+    try:
+        return _same_state(nodes, overlay)
+    except RuntimeError:  # read while a node thread was updating: not settled yet
+        return False
+
+
+def _same_state(nodes: _Nodes, overlay: Overlay) -> bool:
     for name, svc in nodes.services.items():
         want = overlay.nodes[name]
         if len(svc.state) != len(want):

@@ -200,6 +200,9 @@ class NodeService:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None  # released with its last reference
         if self._http is not None:
             self._http.shutdown()
             self._http = None

@@ -190,7 +190,8 @@ class Client:
             raise ConnectorError(f"{source_of(msg.topic(), msg.partition(), msg.offset())}: "
                                  f"expected a RawEvent, got {name}", field="schema", value=name)
         attrs = rec["attrs"]
-        hits = tuple(sid for sid, s in self.subscriptions.items() if s.matches(attrs))
+        live = list(self.subscriptions.items())  # another thread may (un)subscribe
+        hits = tuple(sid for sid, s in live if s.matches(attrs))
         if not hits:
             self.false_positives += 1
         headers = dict(msg.headers() or [])

@@ -62,9 +62,15 @@ def _cmd_labels(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.kafka or args.bootstrap:
+        from dlsroute.demo_kafka import run_kafka_demo
+
+        return run_kafka_demo(seconds=20.0 if args.seconds is None else args.seconds,
+                              seed=args.seed, port=args.port, bootstrap=args.bootstrap,
+                              rate=args.rate)
     from dlsroute.demo import run_demo
 
-    return run_demo(seconds=args.seconds, seed=args.seed)
+    return run_demo(seconds=5.0 if args.seconds is None else args.seconds, seed=args.seed)
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
@@ -227,9 +233,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many idle seconds")
     s.set_defaults(func=_cmd_listen)
 
-    s = sub.add_parser("demo", help="run the demo")
-    s.add_argument("--seconds", type=float, default=5.0)
+    s = sub.add_parser("demo", help="run the demo (in-process, or on a real Kafka: --kafka)")
+    s.add_argument("--seconds", type=float, default=None,
+                   help="how long quotes stream (default 5, or 20 with --kafka)")
     s.add_argument("--seed", type=int, default=7)
+    s.add_argument("--kafka", action="store_true",
+                   help="on the local Kafka of docker/kafka/kafka.sh (started, then stopped, "
+                        "unless it already runs)")
+    s.add_argument("--port", type=int, default=9092, help="the local Kafka's port (--kafka)")
+    s.add_argument("--bootstrap", default=None,
+                   help="use this Kafka instead (implies --kafka; starts and stops nothing)")
+    s.add_argument("--rate", type=float, default=300.0,
+                   help="quotes per second with --kafka (default 300)")
     s.set_defaults(func=_cmd_demo)
     return p
 
