@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from broker_node.config import NodeSettings
+from broker_node.local import LocalNetwork
 from broker_node.overlay import Overlay, Topology
-from broker_node.service import NodeService
 from broker_node.simulate import read_ops
 from connectors.client import Client
 from dls.exceptions import DLSError
@@ -30,58 +28,6 @@ from dls.space import ContentSpace
 __all__ = ["replay_files"]
 
 log = logging.getLogger("dlsroute.replay")
-
-
-class _Nodes:
-    def __init__(self, bootstrap: str, prefix: str, space_path: Path, space: ContentSpace,
-                 topology: Topology, config: dict[str, Any]):
-        self.services: dict[str, NodeService] = {}
-        self.threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []
-        for name in topology.nodes:
-            settings = NodeSettings(node=name, neighbours=tuple(topology.neighbours(name)),
-                                    space=space_path, bootstrap=bootstrap,
-                                    topic_prefix=prefix, **config)
-            svc = NodeService(settings, space)
-            svc.start()
-            self.services[name] = svc
-        for name, svc in self.services.items():
-            t = threading.Thread(target=self._run, args=(svc,), name=f"node-{name}",
-                                 daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def _run(self, svc: NodeService) -> None:
-        try:
-            svc.run()
-        except BaseException as exc:  # reported by the replay
-            self.errors.append(exc)
-        finally:
-            svc.close()
-
-    def stop(self) -> None:
-        for svc in self.services.values():
-            svc.stop()
-        for t in self.threads:
-            t.join(30)
-
-
-def _settled(nodes: _Nodes, overlay: Overlay) -> bool:
-    try:
-        return _same_state(nodes, overlay)
-    except RuntimeError:  # read while a node thread was updating: not settled yet
-        return False
-
-
-def _same_state(nodes: _Nodes, overlay: Overlay) -> bool:
-    for name, svc in nodes.services.items():
-        want = overlay.nodes[name]
-        if len(svc.state) != len(want):
-            return False
-        for n in want.neighbours:
-            if svc.state.received_from(n).tolist() != want.received_from(n).tolist():
-                return False
-    return True
 
 
 def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Path,
@@ -94,7 +40,7 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
     overlay = Overlay(space, topology, **{k: v for k, v in config.items()
                                           if k in ("mode", "client_filter",
                                                    "routing_filter")})
-    nodes = _Nodes(bootstrap, topic_prefix, Path(space_path), space, topology, config)
+    nodes = LocalNetwork(bootstrap, topic_prefix, Path(space_path), space, topology, **config)
     clients: dict[tuple[str, str], Client] = {}
 
     def client(node: str, cid: str) -> Client:
@@ -133,9 +79,8 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
                     _wait_routed(nodes, overlay.last_visited, op["id"], settle_timeout_s)
                 if op["op"] in ("subscribe", "unsubscribe"):
                     deadline = time.monotonic() + settle_timeout_s
-                    while not _settled(nodes, overlay):
-                        if nodes.errors:
-                            raise nodes.errors[0]
+                    while not nodes.settled(overlay):
+                        nodes.check()
                         if time.monotonic() > deadline:
                             raise TimeoutError(f"line {n}: nodes did not settle within "
                                                f"{settle_timeout_s} s")
@@ -173,12 +118,12 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
     return summary
 
 
-def _wait_routed(nodes: _Nodes, visited: list[str], event_id: str, timeout: float) -> None:
+def _wait_routed(nodes: LocalNetwork, visited: list[str], event_id: str, timeout: float
+                 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if nodes.errors:
-            raise nodes.errors[0]
-        if all(event_id in nodes.services[n].routed for n in visited):
+        nodes.check()
+        if nodes.routed(event_id, visited):
             return
         time.sleep(0.01)
     log.warning("event %s was not routed through %s within %s s", event_id, visited, timeout)

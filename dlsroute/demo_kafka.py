@@ -35,9 +35,8 @@ from typing import Any, TextIO
 
 from confluent_kafka import Producer
 
-from broker_node.config import NodeSettings
+from broker_node.local import LocalNetwork
 from broker_node.overlay import Overlay, Topology
-from broker_node.service import NodeService
 from connectors.client import Client, Delivery
 from connectors.kafka import admin, ensure_topics, producer_config, wait_for_broker
 from connectors.local_kafka import LocalKafkaError, ensure_local_kafka, stop_local_kafka
@@ -65,66 +64,6 @@ def _port_answers(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-class _Nodes:
-    """The three node services, each running on its own thread."""
-
-    def __init__(self, bootstrap: str, prefix: str, space_path: Path, space: ContentSpace,
-                 topology: Topology):
-        self.services: dict[str, NodeService] = {}
-        self.threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []
-        for name in topology.nodes:
-            settings = NodeSettings(node=name, neighbours=tuple(topology.neighbours(name)),
-                                    space=space_path, bootstrap=bootstrap,
-                                    topic_prefix=prefix, group_id=f"{prefix}-node-{name}")
-            self.services[name] = NodeService(settings, space)
-        for name, svc in self.services.items():
-            # run() starts the service (topics, transactions, recovery) on its thread.
-            t = threading.Thread(target=self._run, args=(svc,), name=f"node-{name}",
-                                 daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def _run(self, svc: NodeService) -> None:
-        try:
-            svc.run()
-        except BaseException as exc:  # reported by the demo's main thread
-            self.errors.append(exc)
-        finally:
-            svc.close()
-
-    def check(self) -> None:
-        """Raise if a node has failed."""
-        if self.errors:
-            raise DemoError(f"a node failed: {self.errors[0]!r}") from self.errors[0]
-
-    def total(self, counter: str) -> int:
-        """A metrics counter summed over the nodes."""
-        return sum(int(getattr(svc.metrics, counter)) for svc in self.services.values())
-
-    def settled(self, overlay: Overlay) -> bool:
-        """Same live subscriptions and same labels heard from each neighbour as ``overlay``."""
-        for name, svc in self.services.items():
-            want = overlay.nodes[name]
-            if len(svc.state) != len(want):
-                return False
-            for n in want.neighbours:
-                try:
-                    got = svc.state.received_from(n).tolist()
-                except RuntimeError:  # numpy saw the node's thread change the counts
-                    return False
-                if got != want.received_from(n).tolist():
-                    return False
-        return True
-
-    def stop(self) -> None:
-        """Stop every node (each finishes its batch and commits) and wait for the threads."""
-        for svc in self.services.values():
-            svc.stop()
-        for t in self.threads:
-            t.join(30)
 
 
 class _Receiver:
@@ -220,7 +159,7 @@ class _Demo:
         self.topology = Topology.from_spec(TOPOLOGY)
         self.overlay = Overlay(self.space, self.topology)
         self.tty = bool(getattr(out, "isatty", lambda: False)())
-        self.nodes: _Nodes | None = None
+        self.nodes: LocalNetwork | None = None
         self.receivers: dict[tuple[str, str], _Receiver] = {}
         self.publishers: dict[str, Client] = {}
         # Brute force: every client's live subscription, and the quotes it must keep.
@@ -303,8 +242,8 @@ class _Demo:
               f"{' x '.join(f'{a.name}[{a.n_cells}]' for a in space.attributes)} "
               f"= {space.n_cells} cells, {space.total_bits}-bit labels", file=self.out)
         _warm_up(self.bootstrap, self.prefix)
-        self.nodes = _Nodes(self.bootstrap, self.prefix, self.space_path, space,
-                            self.topology)
+        self.nodes = LocalNetwork(self.bootstrap, self.prefix, self.space_path, space,
+                                  self.topology)
         sent: list[concurrent.futures.Future[Any]] = []
         for i, (node, name, where) in enumerate(SUBSCRIPTIONS):
             r = _Receiver(self.client(node, name))
