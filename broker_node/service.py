@@ -156,6 +156,7 @@ class NodeService:
         self.routed: OrderedDict[str, None] = OrderedDict()
         self._batch_ids: list[str] = []
         self._delivery_topics: set[str] = set()
+        self._new_topics: set[str] = set()
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -318,6 +319,7 @@ class NodeService:
                 self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg), skip)
         if run:
             self._route(run)
+        self._create_new_topics()
 
     @staticmethod
     def _has_label(msg: Message) -> bool:
@@ -358,8 +360,8 @@ class NodeService:
             del self._pending[sid]  # subscribed and cancelled before we saw it: no-op
             return
         labels = decode_labels(rec["labels"])
-        if not replay:
-            self._ensure_delivery_topic(client)
+        if not replay and self.topics.deliver(client) not in self._delivery_topics:
+            self._new_topics.add(self.topics.deliver(client))
         self._emit_links(self.state.subscribe(client, sid, labels), replay)
 
     def _unsubscribe(self, msg: Message, rec: dict[str, Any], replay: bool) -> None:
@@ -378,11 +380,12 @@ class NodeService:
         gone = [sid for sid, p in self._pending.items() if p.deadline <= now]
         return [self._pending.pop(sid) for sid in gone]
 
-    def _ensure_delivery_topic(self, client: str) -> None:
-        topic = self.topics.deliver(client)
-        if topic not in self._delivery_topics:
-            ensure_topics(self.settings.bootstrap, [topic])
-            self._delivery_topics.add(topic)
+    def _create_new_topics(self) -> None:
+        """Create the delivery topics of clients first seen in this batch, in one call."""
+        if self._new_topics:
+            ensure_topics(self.settings.bootstrap, sorted(self._new_topics))
+            self._delivery_topics |= self._new_topics
+            self._new_topics.clear()
 
     def _emit_links(self, out: list[LinkMessage], replay: bool) -> None:
         if replay or not out:
@@ -400,6 +403,7 @@ class NodeService:
     def _route(self, run: list[Message]) -> None:
         """Route a run of events as one numpy batch; bad headers go to dead letters."""
         assert self._producer is not None  # noqa: S101
+        self._create_new_topics()
         node = self.settings.node
         good: list[Message] = []
         labels: list[int] = []
