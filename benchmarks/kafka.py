@@ -1,0 +1,1150 @@
+"""Kafka benchmark: one DLS broker node on a real Kafka vs a plain consume->produce passthrough.
+
+Run (a Kafka must answer at ``--bootstrap``; ``KAFKA_PORT=19092 make kafka-up`` starts one)::
+
+    .venv/bin/python -m benchmarks.kafka [--quick] [--bootstrap 127.0.0.1:19092]
+        [--out benchmarks/results/kafka.json] [--no-plot] [--no-profile] [--no-latency]
+        [--keep-topics] [--events N] [--batch-size B] [--poll-timeout S]
+
+Everything runs in one process tree on loopback against one broker, under a fresh topic
+prefix (``kb<hex>``) whose topics and consumer groups are deleted at the end.
+
+Phases (every count and wait is bounded; see :class:`RunSettings`):
+
+1. **Workload.** :mod:`benchmarks.workload` (uniform, d=3, g=32; full run: 100K
+   subscriptions of 1,000 clients, 100K events), mapped with ``box_labels_batch`` and
+   ``event_labels_batch``. Client filters are sized as in :mod:`benchmarks.core` (mean
+   distinct labels per client, 1% fp), ERTs m=2**20 k=7.
+2. **Load.** Every subscription is produced as a ``LabelSubscription`` to
+   ``<prefix>.node.A.subscribe``; then the node ``A`` (no neighbours, default
+   ``NodeSettings``) starts and its loop runs until ``len(service.state) == n_subs``.
+   ``load_time`` is loop start -> that moment; ``load_topic_setup_time`` is the part spent
+   in ``ensure_topics`` (the node creates the delivery topics of new clients; measured by
+   wrapping ``broker_node.service.ensure_topics`` at run time).
+3. **Warm-up.** A throwaway transactional producer writes ``warmup_rounds`` transactions of
+   ``warmup_per_topic`` small messages to every delivery topic: on this machine the first
+   transactions touching a thousand fresh partitions stalled for seconds, which the first
+   measured system would otherwise pay.
+4. **Events.** ``n_events`` events are produced to ``<prefix>.node.A.publish`` the way
+   ``Client.publish`` does (value ``encode_raw_event``, headers ``dls-label``,
+   ``dls-origin`` = ``A/pub``, ``dls-event-id`` = ``e<i>``; ``pub`` subscribes nothing).
+5. **Throughput**, each system reading the same pre-produced events with its own consumer
+   group, ``batch_size`` and ``poll_timeout_s`` equal to the node's:
+
+   * ``passthrough``: ``Consumer`` (read_committed) + transactional ``Producer``; per batch
+     ``begin_transaction``, forward each message's value and headers to one output topic,
+     ``send_offsets_to_transaction``, ``commit_transaction`` -- the node's loop without DLS.
+   * ``dls``: the node's own loop (``NodeService.run`` in slices of ``max_seconds``).
+   * ``passthrough-fanout``: the ``passthrough`` loop, but each message goes to the delivery
+     topics the node sends it to (the plan is ``state.route`` of the same labels on the
+     loaded state, looked up by event id): the same Kafka output as ``dls`` without the DLS
+     code, so ``dls / passthrough-fanout`` is the cost of the node's own work and
+     ``passthrough-fanout / passthrough`` the cost of the fan-out. It runs half of the
+     events before the node and half after (the log shows both halves), so that drift of
+     the shared machine hits both alike.
+   * ``passthrough-nontx``: for information, ``passthrough`` without transactions
+     (idempotent producer, asynchronous offset commit per batch, one flush at the end).
+
+   ``throughput`` is events/s from the first committed batch to the last (the events of
+   the first batch excluded: ``(n - first) / (t_last - t_first)``); ``delivery_throughput``
+   is messages produced per second over the same window; the ``*_median_batch`` metrics
+   are the median over batches (first left out), robust to stalls of a shared machine.
+   ``process_cpu_utilisation`` is this process's CPU seconds (Python and librdkafka
+   threads) per wall second of the phase.
+6. **Profile** (unless ``--no-profile``): ``profile_events`` more events go through the
+   node under ``cProfile``; the top of the profile goes to ``kafka.profile.log`` and the
+   share of the main parts of the loop to ``node_time_share`` records.
+7. **Recovery.** A fresh ``NodeService`` with the same group rebuilds the subscriptions
+   from the control topics (``recovery_time``, the time of ``NodeService.start``).
+8. **Latency.** With that node running on a thread, a publisher process sends events at
+   ``latency_rate_fraction`` (0.5) of the ``dls`` throughput, paced every millisecond, each
+   with its send time (``time.time_ns``) in a ``bench-sent-ns`` header (the node forwards
+   headers untouched), through a producer with ``Client``'s settings; a receiver process
+   reads the delivery topics of ``latency_clients`` clients (``read_committed``, default
+   fetch settings, assigned at their end offsets; ``poll`` for the first message, then
+   what else is there) and records ``now - sent`` of each delivery sent after
+   ``latency_warmup_s`` and before the end. This is repeated for each
+   ``(batch_size, poll_timeout_s)`` of ``latency_configs``; the node's settings object is
+   swapped between them (``model_copy``; ``run`` reads both at every batch), which is a
+   restart with those settings minus the recovery. Then the same paced load goes through
+   the transactional ``passthrough`` (one input and one output topic) with the same
+   settings. Metrics: ``latency_p50``, ``latency_p99``, ``latency_p999``, ``latency_max``,
+   ``latency_mean`` (ms), ``latency_samples``, ``achieved_rate``, ``events_per_transaction``
+   (mean batch in the window) and ``backlog_at_end`` (events sent but not yet consumed when
+   the publisher stopped).
+
+The issue's bars are read off the records (never asserted): ``throughput_ratio``
+(``dls`` / ``passthrough``) at least 0.7; ``latency_p99`` under 20 ms at half the node's
+maximum rate. The log says whether each is met.
+
+Output: ``kafka.json`` (records ``{"benchmark", "system", "params", "metric", "value",
+"unit"}``), ``kafka.meta.json`` (machine, commit, command, wall time, settings, topic count
+of the cluster and load average at start and end), ``kafka.log`` (what was printed),
+``kafka.profile.log`` and ``kafka.png`` (throughput bars and latency CDFs, if matplotlib
+imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import gc
+import io
+import json
+import multiprocessing as mp
+import os
+import pstats
+import struct
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+
+import broker_node.service as service_mod
+from benchmarks.core import (
+    CLIENT_FP_RATE,
+    ROUTING_FILTER,
+    distinct_labels_per_client,
+    event_columns,
+    machine_info,
+    map_boxes,
+)
+from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
+from broker_node.config import NodeSettings
+from broker_node.service import NodeService
+from connectors.kafka import (
+    PRODUCER_DEFAULTS,
+    admin,
+    consume_batch,
+    consumer_config,
+    ensure_topics,
+    producer_config,
+    wait_for_broker,
+)
+from connectors.serde import encode_label_subscription, encode_raw_event
+from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, Topics, encode_label
+from dls.mapping import event_labels_batch
+from dls.space import ContentSpace
+
+BENCHMARK = "kafka"
+NODE = "A"
+PUBLISHER = "pub"
+DEFAULT_OUT = Path("benchmarks/results/kafka.json")
+DEFAULT_BOOTSTRAP = os.environ.get("DLS_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+HEADER_SENT = "bench-sent-ns"
+_SENT = struct.Struct(">q")
+BAR_THROUGHPUT_RATIO = 0.7
+BAR_P99_MS = 20.0
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Sizes, node settings and time bounds of one run (full or quick)."""
+
+    n_clients: int
+    n_subs: int
+    n_events: int
+    distribution: str = "uniform"
+    d: int = 3
+    g: int = 32
+    seed: int = 0
+    payload_bytes: int = 0
+    batch_size: int = 1000  # NodeSettings' default
+    poll_timeout_s: float = 0.05  # NodeSettings' default
+    profile_events: int = 50_000
+    latency_s: float = 10.0
+    latency_warmup_s: float = 1.0
+    latency_rate_fraction: float = 0.5
+    latency_clients: int = 10
+    latency_drain_s: float = 20.0
+    latency_low_rates: tuple[float, ...] = (20.0, 100.0)
+    latency_configs: tuple[tuple[int, float], ...] = ((1000, 0.05), (1000, 0.005), (1000, 0.001))
+    warmup_per_topic: int = 34
+    warmup_rounds: int = 6
+    load_timeout_s: float = 600.0
+    phase_timeout_s: float = 300.0
+
+
+FULL = RunSettings(n_clients=1_000, n_subs=100_000, n_events=100_000, profile_events=20_000)
+QUICK = RunSettings(n_clients=50, n_subs=2_000, n_events=5_000, profile_events=3_000,
+                    warmup_per_topic=5, warmup_rounds=2,
+                    latency_s=3.0, latency_warmup_s=0.5, latency_configs=((1000, 0.01),),
+                    latency_drain_s=10.0, latency_low_rates=(20.0,),
+                    load_timeout_s=120.0, phase_timeout_s=120.0)
+
+
+class Recorder:
+    """Collects records; ``log`` prints and keeps every line for ``kafka.log``."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.lines: list[str] = []
+
+    def add(self, system: str, params: dict[str, Any], metric: str, value: float,
+            unit: str) -> None:
+        self.records.append({"benchmark": BENCHMARK, "system": system, "params": dict(params),
+                             "metric": metric, "value": float(value), "unit": unit})
+
+    def log(self, line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        print(f"[{stamp}] {line}", flush=True)
+        self.lines.append(f"[{stamp}] {line}")
+
+
+# -- workload -----------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    """The workload mapped to labels and encoded as Kafka messages."""
+
+    workload: Workload
+    spec: dict[str, Any]
+    space: ContentSpace
+    base: dict[str, Any]
+    subscriptions: list[bytes]
+    ev_labels: np.ndarray
+    ev_values: list[bytes]
+    ev_headers: list[list[tuple[str, bytes]]]
+
+
+def _event_message(i: int, row: Sequence[int], names: Sequence[str], label: int,
+                   payload: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """Value and headers of event ``i`` exactly as ``Client.publish`` writes them."""
+    eid = f"e{i}"
+    value = encode_raw_event(NODE, PUBLISHER, eid, dict(zip(names, row, strict=True)), payload)
+    return value, [(HEADER_LABEL, encode_label(label)),
+                   (HEADER_ORIGIN, f"{NODE}/{PUBLISHER}".encode()),
+                   (HEADER_EVENT_ID, eid.encode())]
+
+
+def prepare(s: RunSettings, n_events: int, rec: Recorder) -> Prepared:
+    """Generate, map and encode the workload (untimed except for the log)."""
+    t0 = time.perf_counter()
+    w = generate(WorkloadParams(s.distribution, s.d, s.g, s.n_subs, s.n_clients, n_events,
+                                seed=s.seed))
+    space0 = ContentSpace.from_spec(space_spec(s.d, s.g))
+    offsets, labels = map_boxes(space0, w.lo, w.hi)
+    per_client = distinct_labels_per_client(offsets, labels, w.owners, s.n_clients,
+                                            space0.label_space_size)
+    items = max(1, int(np.ceil(per_client)))
+    spec = space_spec(s.d, s.g, {"client": {"expected_items": items, "fp_rate": CLIENT_FP_RATE},
+                                 "routing": dict(ROUTING_FILTER)})
+    space = ContentSpace.from_spec(spec)
+    owners = w.owners.tolist()
+    subs = [encode_label_subscription(f"c{owners[i]}", f"s{i}",
+                                      labels[offsets[i]:offsets[i + 1]])
+            for i in range(s.n_subs)]
+    ev_labels, valid = event_labels_batch(space, event_columns(w))
+    if not valid.all():
+        raise AssertionError("generated events must be inside the domain")
+    names = attr_names(s.d)
+    payload = bytes(s.payload_bytes)
+    values, headers = [], []
+    for i, (row, label) in enumerate(zip(w.events.tolist(), ev_labels.tolist(), strict=True)):
+        v, h = _event_message(i, row, names, label, payload)
+        values.append(v)
+        headers.append(h)
+    base = {**w.params.as_dict(), "n_events": s.n_events, "payload_bytes": s.payload_bytes,
+            "labels_per_subscription": len(labels) / s.n_subs,
+            "client_expected_items": items, "client_fp_rate": CLIENT_FP_RATE,
+            "routing_m": ROUTING_FILTER["m"], "routing_k": ROUTING_FILTER["k"],
+            "neighbours": 0, "transport": "loopback, one Kafka broker (KRaft)"}
+    rec.log(f"workload: {s.n_subs} subscriptions ({len(labels) / s.n_subs:.1f} labels each) "
+            f"of {s.n_clients} clients, {n_events} events, d={s.d} g={s.g} {s.distribution}; "
+            f"client filters for {items} labels; prepared in {time.perf_counter() - t0:.1f} s")
+    return Prepared(w, spec, space, base, subs, ev_labels, values, headers)
+
+
+# -- Kafka helpers ------------------------------------------------------------------------
+def produce_all(producer: Producer, topic: str, values: Sequence[bytes],
+                headers: Sequence[Any] | None = None, timeout: float = 120.0) -> float:
+    """Produce every value (with its headers), wait for the acks; return the seconds taken."""
+    t0 = time.perf_counter()
+    produce, poll = producer.produce, producer.poll
+    for i, v in enumerate(values):
+        h = None if headers is None else headers[i]
+        while True:
+            try:
+                produce(topic, v, headers=h)
+                break
+            except BufferError:
+                poll(0.05)
+        if not i % 1000:
+            poll(0)
+    left = producer.flush(timeout)
+    if left:
+        raise RuntimeError(f"{left} messages to {topic} not acknowledged within {timeout} s")
+    return time.perf_counter() - t0
+
+
+def warm_up(bootstrap: str, topics: Sequence[str], per_topic: int, rounds: int,
+            transactional_id: str) -> list[float]:
+    """Transactions writing ``per_topic`` small messages to each topic; seconds per round."""
+    producer = Producer(producer_config(bootstrap, transactional_id=transactional_id))
+    producer.init_transactions()
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        producer.begin_transaction()
+        for _ in range(per_topic):
+            for t in topics:
+                producer.produce(t, b"warm-up")
+        producer.commit_transaction()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _timed_ensure_topics(acc: list[float]) -> Callable[..., None]:
+    """``ensure_topics`` that adds its wall time to ``acc[0]`` (for the load breakdown)."""
+    inner = service_mod.ensure_topics
+
+    @functools.wraps(inner)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            inner(*args, **kwargs)
+        finally:
+            acc[0] += time.perf_counter() - t0
+            acc[1] += 1
+
+    return wrapper
+
+
+def drive(service: NodeService, done: Callable[[], bool], timeout: float, what: str,
+          slice_s: float = 0.02) -> list[tuple[float, int, int]]:
+    """Run the node's loop on this thread until ``done()``; samples after each slice.
+
+    ``NodeService.run(max_seconds)`` returns at the top of its loop, after a commit, so a
+    sample ``(perf_counter, events_in, deliveries)`` is taken between transactions.
+    """
+    deadline = time.monotonic() + timeout
+    m = service.metrics
+    samples = [(time.perf_counter(), m.events_in, m.deliveries)]
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not done within {timeout:g} s")
+        service.run(max_seconds=slice_s)
+        samples.append((time.perf_counter(), m.events_in, m.deliveries))
+    return samples
+
+
+@dataclass
+class Window:
+    """Events and messages between the first and the last committed batch."""
+
+    events: int
+    messages: int
+    seconds: float
+    first_batch: int
+    batches: int
+    median_rate: float = float("nan")
+    median_message_rate: float = float("nan")
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def message_rate(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else float("nan")
+
+
+def window(samples: Sequence[tuple[float, int, int]], n: int) -> Window:
+    """The measurement window of ``n`` events in cumulative samples ``(t, events, msgs)``.
+
+    From the first sample with events to the first with all ``n``; the first sample's
+    events (and messages) are excluded from the counts. When one batch held them all, the
+    window starts at the first sample (the call's start) instead.
+    """
+    start = samples[0]
+    e_start = start[1]
+    first = next(x for x in samples if x[1] > e_start)
+    last = next(x for x in samples if x[1] >= e_start + n)
+    if last is first:  # one batch: from the start of the call instead
+        first = start
+    batches = sum(1 for a, b in zip(samples, samples[1:], strict=False) if b[1] > a[1])
+    med = median_rates([x for x in samples if x[0] <= last[0]])
+    return Window(events=last[1] - first[1], messages=last[2] - first[2],
+                  seconds=last[0] - first[0], first_batch=first[1] - e_start,
+                  batches=batches, median_rate=med[0], median_message_rate=med[1])
+
+
+def median_rates(samples: Sequence[tuple[float, int, int]]) -> tuple[float, float]:
+    """Median events/s and messages/s over the batches of cumulative samples.
+
+    Each interval between samples that took events is one rate (idle intervals before it
+    are added to it); the first such interval (start-up) is left out. Robust to the stalls
+    of a shared machine, unlike the window mean.
+    """
+    ev: list[float] = []
+    msg: list[float] = []
+    dt = 0.0
+    for a, b in zip(samples, samples[1:], strict=False):
+        dt += b[0] - a[0]
+        if b[1] > a[1]:
+            if dt > 0:
+                ev.append((b[1] - a[1]) / dt)
+                msg.append((b[2] - a[2]) / dt)
+            dt = 0.0
+    ev, msg = ev[1:] or ev, msg[1:] or msg
+    if not ev:
+        return float("nan"), float("nan")
+    return float(np.median(ev)), float(np.median(msg))
+
+
+def passthrough(bootstrap: str, source: str, group: str, n: int | None, batch: int,
+                poll_s: float, *, transactional: bool, out_topic: str | None = None,
+                plan: Sequence[Sequence[str]] | None = None, timeout: float = 300.0,
+                stop: threading.Event | None = None,
+                samples: list[tuple[float, int, int]] | None = None
+                ) -> list[tuple[float, int, int]]:
+    """Consume ``n`` messages of ``source`` (or until ``stop``) and forward them.
+
+    Forward to ``out_topic``, or, with ``plan``, to ``plan[i]`` for the event whose
+    ``dls-event-id`` is ``e<i>``. Returns cumulative samples ``(perf_counter, messages in,
+    messages out)``, one after each committed batch (appended to ``samples`` if given).
+    """
+    consumer = Consumer(consumer_config(bootstrap, group))
+    producer = Producer(producer_config(
+        bootstrap, transactional_id=f"{group}-tx" if transactional else None))
+    if transactional:
+        producer.init_transactions()
+    consumer.subscribe([source])
+    produce, ppoll = producer.produce, producer.poll
+    seen = sent = 0
+    samples = [] if samples is None else samples
+    samples.append((time.perf_counter(), 0, 0))
+    deadline = time.monotonic() + timeout
+    try:
+        while (seen < n) if n is not None else not (stop and stop.is_set()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"passthrough {group}: {seen}/{n} within {timeout:g} s")
+            msgs = consume_batch(consumer, batch, poll_s)
+            if not msgs:
+                continue
+            if transactional:
+                producer.begin_transaction()
+            for msg in msgs:
+                value, headers = msg.value(), msg.headers()
+                if plan is None:
+                    targets: Sequence[str] = (out_topic,)  # type: ignore[assignment]
+                else:
+                    eid = next(v for k, v in headers if k == HEADER_EVENT_ID)
+                    targets = plan[int(eid[1:])]
+                for topic in targets:
+                    try:
+                        produce(topic, value, headers=headers)
+                    except BufferError:
+                        ppoll(0.05)
+                        produce(topic, value, headers=headers)
+                sent += len(targets)
+            if transactional:
+                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                     consumer.consumer_group_metadata())
+                producer.commit_transaction()
+            else:
+                ppoll(0)
+                consumer.commit(asynchronous=True)
+            seen += len(msgs)
+            samples.append((time.perf_counter(), seen, sent))
+        if not transactional:
+            left = producer.flush(60)
+            if left:
+                raise RuntimeError(f"passthrough {group}: {left} messages not acknowledged")
+            samples.append((time.perf_counter(), seen, sent))
+    finally:
+        consumer.close()
+    return samples
+
+
+def delete_run_topics(bootstrap: str, prefix: str, groups: Iterable[str]) -> int:
+    """Delete the topics under ``prefix.`` and the run's consumer groups (best effort)."""
+    client = admin(bootstrap)
+    names = [t for t in client.list_topics(timeout=30).topics if t.startswith(prefix + ".")]
+    for i in range(0, len(names), 500):
+        for fut in client.delete_topics(names[i:i + 500], operation_timeout=60).values():
+            try:
+                fut.result(timeout=120)
+            except KafkaException:
+                pass
+    groups = list(groups)
+    if groups:
+        try:
+            for fut in client.delete_consumer_groups(groups, request_timeout=30).values():
+                try:
+                    fut.result(timeout=60)
+                except KafkaException:
+                    pass
+        except (KafkaException, ValueError):
+            pass
+    return len(names)
+
+
+# -- latency helper processes -------------------------------------------------------------
+def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.ndarray,
+                    rate: float, seconds: float, payload_bytes: int, tag: str,
+                    result: Any) -> None:
+    """Send events at ``rate``/s for ``seconds``, each with its send time in a header."""
+    producer = Producer(producer_config(bootstrap))
+    names = attr_names(events.shape[1])
+    rows, labs = events.tolist(), labels.tolist()
+    payload = bytes(payload_bytes)
+    origin = f"{NODE}/{PUBLISHER}".encode()
+    produce, poll = producer.produce, producer.poll
+    sent = 0
+    t0 = time.perf_counter()
+    while True:
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            break
+        due = int(elapsed * rate)
+        while sent < due:
+            i = sent % len(rows)
+            eid = f"{tag}-{sent}"
+            value = encode_raw_event(NODE, PUBLISHER, eid, dict(zip(names, rows[i],
+                                                                    strict=True)), payload)
+            produce(topic, value, headers=[
+                (HEADER_LABEL, encode_label(labs[i])), (HEADER_ORIGIN, origin),
+                (HEADER_EVENT_ID, eid.encode()), (HEADER_SENT, _SENT.pack(time.time_ns()))])
+            sent += 1
+        poll(0)
+        time.sleep(0.001)
+    producer.flush(30)
+    result.put({"sent": sent, "seconds": time.perf_counter() - t0})
+
+
+def _receiver_proc(bootstrap: str, topics: list[str], group: str, ready: Any, stop: Any,
+                   result: Any) -> None:
+    """Read ``topics`` from their end offsets; put the (sent_ns, latency_ns) pairs."""
+    consumer = Consumer(consumer_config(bootstrap, group))
+    parts = []
+    for t in topics:
+        _, high = consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=10)
+        parts.append(TopicPartition(t, 0, high if high >= 0 else OFFSET_END))
+    consumer.assign(parts)
+    consume_batch(consumer, 1, 0.2)  # first fetch: the assignment is live
+    ready.set()
+    sent: list[int] = []
+    lat: list[int] = []
+    quiet_since = None
+    while True:
+        # consume(n, timeout) returns only when n messages are there or the timeout ends:
+        # wait for one message with poll, then take what else is there without waiting.
+        first = consumer.poll(0.05)
+        now = time.time_ns()
+        msgs = [] if first is None or first.error() else [first]
+        if first is not None:
+            msgs += consume_batch(consumer, 1000, 0)
+        for msg in msgs:
+            for k, v in msg.headers() or ():
+                if k == HEADER_SENT:
+                    t = _SENT.unpack(v)[0]
+                    sent.append(t)
+                    lat.append(now - t)
+                    break
+        if stop.is_set():
+            if msgs:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > 1.5:
+                break
+    consumer.close()
+    result.put({"sent_ns": np.array(sent, dtype=np.int64),
+                "latency_ns": np.array(lat, dtype=np.int64)})
+
+
+def measure_latency(bootstrap: str, publish: str, watched: list[str], group: str,
+                    counts: Callable[[], tuple[int, int, int]], p: Prepared, s: RunSettings,
+                    rate: float, tag: str) -> dict[str, Any]:
+    """One paced run: publisher and receiver processes around a running forwarder.
+
+    ``counts()`` gives the forwarder's cumulative (events in, messages out, transactions).
+    After the publisher stops, waits (at most ``latency_drain_s``) until the forwarder has
+    taken every event sent, then lets the receiver drain (1.5 s without a message).
+    """
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    q_recv, q_pub = ctx.Queue(), ctx.Queue()
+    receiver = ctx.Process(target=_receiver_proc, args=(bootstrap, watched, group, ready, stop,
+                                                        q_recv), daemon=True)
+    receiver.start()
+    if not ready.wait(60):
+        receiver.kill()
+        raise TimeoutError("latency receiver did not start within 60 s")
+    total = s.latency_warmup_s + s.latency_s
+    publisher = ctx.Process(target=_publisher_proc, args=(
+        bootstrap, publish, p.workload.events, p.ev_labels, rate, total, s.payload_bytes, tag,
+        q_pub), daemon=True)
+    before = counts()
+    publisher.start()
+    t_pub = time.time_ns()
+    pub = q_pub.get(timeout=total + 120)
+    publisher.join(30)
+    at_end = counts()
+    t_end = time.monotonic()
+    while counts()[0] < before[0] + pub["sent"] and time.monotonic() - t_end < s.latency_drain_s:
+        time.sleep(0.05)
+    caught_up = time.monotonic() - t_end
+    after = counts()
+    stop.set()
+    got = q_recv.get(timeout=120)
+    receiver.join(30)
+    # Only deliveries sent in the steady window count (the publisher process starts a
+    # little after t_pub; the warm-up covers that).
+    sent_ns, lat_ns = got["sent_ns"], got["latency_ns"]
+    lo = t_pub + int(s.latency_warmup_s * 1e9)
+    hi = t_pub + int(total * 1e9)
+    keep = (sent_ns >= lo) & (sent_ns < hi)
+    events, batches = after[0] - before[0], after[2] - before[2]
+    return {"latency_ms": lat_ns[keep] / 1e6, "sent": pub["sent"],
+            "achieved_rate": pub["sent"] / pub["seconds"], "events": events,
+            "messages": after[1] - before[1], "batches": batches,
+            "events_per_transaction": events / batches if batches else 0.0,
+            "backlog_at_end": before[0] + pub["sent"] - at_end[0],
+            "backlog_left": before[0] + pub["sent"] - after[0],
+            "catch_up_s": caught_up}
+
+
+def latency_records(rec: Recorder, system: str, lp: dict[str, Any], r: dict[str, Any],
+                    facts: dict[str, Any]) -> None:
+    """Record one latency run and log a line."""
+    lat = r["latency_ms"]
+    rec.add(system, lp, "achieved_rate", r["achieved_rate"], "events/s")
+    rec.add(system, lp, "events_per_transaction", r["events_per_transaction"], "events")
+    rec.add(system, lp, "backlog_at_end", r["backlog_at_end"], "events")
+    rec.add(system, lp, "latency_samples", len(lat), "count")
+    head = (f"latency {system:<11} batch={lp['batch_size']:>5} poll={lp['poll_timeout_s']:<6}"
+            f" at {r['achieved_rate']:.0f} events/s "
+            f"({lp['rate_fraction_of_max']:.0%} of the node's max)")
+    tail = (f"{r['events_per_transaction']:.1f} events per transaction, backlog "
+            f"{r['backlog_at_end']} events at the end, {r['backlog_left']} left after "
+            f"{r['catch_up_s']:.1f} s")
+    if len(lat):
+        q = np.percentile(lat, [50, 99, 99.9])
+        for name, v in (("latency_p50", q[0]), ("latency_p99", q[1]), ("latency_p999", q[2]),
+                        ("latency_max", lat.max()), ("latency_mean", lat.mean())):
+            extra = ({"bar_ms": BAR_P99_MS, "met": bool(v < BAR_P99_MS)}
+                     if name == "latency_p99" else {})
+            rec.add(system, {**lp, **extra}, name, float(v), "ms")
+        rec.log(f"{head}: p50 {q[0]:.1f} ms, p99 {q[1]:.1f} ms, p99.9 {q[2]:.1f} ms, max "
+                f"{lat.max():.1f} ms ({len(lat)} samples); {tail}")
+    else:
+        rec.log(f"{head}: no samples; {tail}")
+    facts.setdefault("latency", []).append({
+        "system": system, "batch_size": lp["batch_size"], "poll_timeout_s": lp["poll_timeout_s"],
+        "rate_events_s": lp["rate_events_s"],
+        "latency_ms": np.sort(lat)[::max(1, len(lat) // 2000)].round(3).tolist()})
+
+
+# -- profile ------------------------------------------------------------------------------
+PROFILE_PARTS = (
+    ("consume (Consumer.consume)", "method 'consume' of 'cimpl.Consumer'", "tt"),
+    ("produce (Producer.produce)", "method 'produce' of 'cimpl.Producer'", "tt"),
+    ("commit_transaction", "method 'commit_transaction' of", "tt"),
+    ("send_offsets_to_transaction", "method 'send_offsets_to_transaction' of", "tt"),
+    ("begin_transaction", "method 'begin_transaction' of", "tt"),
+    ("consumer position/assignment", "of 'cimpl.Consumer' objects>", "tt-pos"),
+    ("NodeService._route (total)", "_route", "ct"),
+    ("BrokerState.route (matching)", "route", "ct-state"),
+    ("_headers (header copies)", "_headers", "ct"),
+    ("NodeService.process (total)", "process", "ct"),
+)
+
+
+def profile_shares(stats: pstats.Stats, total: float) -> dict[str, float]:
+    """Seconds of the main parts of the node loop in a profile (see ``PROFILE_PARTS``)."""
+    out: dict[str, float] = {}
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for label, needle, how in PROFILE_PARTS:
+        secs = 0.0
+        for (filename, _, func), (_, _, tt, ct, _) in raw.items():
+            if how == "tt":
+                if needle in func:
+                    secs += tt
+            elif how == "tt-pos":
+                if needle in func and ("'position'" in func or "'assignment'" in func):
+                    secs += tt
+            elif how == "ct-state":
+                if func == needle and filename.endswith("broker_node/state.py"):
+                    secs += ct
+            elif func == needle and filename.endswith("broker_node/service.py"):
+                secs += ct
+        out[label] = secs
+    out["total (profiled run)"] = total
+    return out
+
+
+# -- the run ------------------------------------------------------------------------------
+def _summary(name: str, win: Window) -> str:
+    return (f"{name:>20}: {win.rate:10.0f} events/s {win.message_rate:11.0f} msgs/s  "
+            f"({win.events} events, {win.messages} msgs in {win.seconds:.2f} s, "
+            f"{win.batches} batches; median batch {win.median_rate:.0f} events/s)")
+
+
+def run(s: RunSettings, bootstrap: str, rec: Recorder, *, profile: bool = True,
+        keep_topics: bool = False, out_dir: Path | None = None) -> dict[str, Any]:
+    """Run every phase; records go to ``rec``; returns extra facts for the meta file."""
+    wait_for_broker(bootstrap, timeout=30)
+    n_topics_start = len(admin(bootstrap).list_topics(timeout=30).topics)
+    prefix = f"kb{uuid.uuid4().hex[:8]}"
+    topics = Topics(prefix)
+    groups: list[str] = []
+    n_extra = s.profile_events if profile else 0
+    p = prepare(s, s.n_events + n_extra, rec)
+    base = p.base
+    node_params = {**base, "batch_size": s.batch_size, "poll_timeout_s": s.poll_timeout_s}
+    facts: dict[str, Any] = {"topic_prefix": prefix, "topics_in_cluster_at_start": n_topics_start}
+    with tempfile.TemporaryDirectory() as tmp:
+        space_path = Path(tmp) / "space.json"
+        space_path.write_text(json.dumps(p.spec))
+        settings = NodeSettings(node=NODE, space=space_path, bootstrap=bootstrap,
+                                topic_prefix=prefix, group_id=f"{prefix}-node-{NODE}",
+                                batch_size=s.batch_size, poll_timeout_s=s.poll_timeout_s)
+        groups.append(settings.consumer_group)
+        groups.append(f"{settings.consumer_group}-recovery")
+        try:
+            _run_phases(s, bootstrap, rec, p, settings, topics, groups, node_params, facts,
+                        profile, out_dir)
+        finally:
+            if not keep_topics:
+                t0 = time.perf_counter()
+                n = delete_run_topics(bootstrap, prefix, groups)
+                rec.log(f"deleted {n} topics under {prefix}. in "
+                        f"{time.perf_counter() - t0:.1f} s")
+    return facts
+
+
+def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
+                settings: NodeSettings, topics: Topics, groups: list[str],
+                node_params: dict[str, Any], facts: dict[str, Any], profile: bool,
+                out_dir: Path | None) -> None:
+    base = p.base
+    publish = topics.node_publish(NODE)
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+
+    # -- load ------------------------------------------------------------------------------
+    ensure_topics(bootstrap, [topics.node_subscribe(NODE), topics.node_unsubscribe(NODE)],
+                  config=service_mod.FOREVER)
+    t_prod = produce_all(producer, topics.node_subscribe(NODE), p.subscriptions)
+    rec.log(f"produced {s.n_subs} LabelSubscription messages in {t_prod:.1f} s")
+    service = NodeService(settings, p.space)
+    acc = [0.0, 0]
+    original = service_mod.ensure_topics
+    service_mod.ensure_topics = _timed_ensure_topics(acc)  # type: ignore[assignment]
+    try:
+        service.start()
+        start_topics, start_calls = acc[0], acc[1]
+        t0 = time.perf_counter()
+        drive(service, lambda: len(service.state) >= s.n_subs, s.load_timeout_s, "load",
+              slice_s=0.2)
+        t_load = time.perf_counter() - t0
+    finally:
+        service_mod.ensure_topics = original  # type: ignore[assignment]
+    load_topics, load_calls = acc[0] - start_topics, acc[1] - start_calls
+    lp = {**node_params, "clients_with_new_topics": len(service.state.clients),
+          "how": "LabelSubscription messages pre-produced; node loop start -> "
+                 "len(state) == n_subs"}
+    rec.add("dls", lp, "load_time", t_load, "s")
+    rec.add("dls", lp, "load_rate", s.n_subs / t_load, "subscriptions/s")
+    rec.add("dls", {**lp, "ensure_topics_calls": load_calls}, "load_topic_setup_time",
+            load_topics, "s")
+    rec.log(f"load: {s.n_subs} subscriptions in {t_load:.1f} s ({s.n_subs / t_load:.0f}/s); "
+            f"{load_topics:.1f} s of it in ensure_topics ({load_calls} calls, "
+            f"{1e3 * load_topics / max(1, load_calls):.0f} ms each)")
+    if len(service.state) != s.n_subs:
+        raise AssertionError(f"node holds {len(service.state)} subscriptions")
+
+    # -- warm-up of the delivery partitions ---------------------------------------------------
+    # The first transactions that touch a thousand fresh partitions stall for seconds (seen
+    # here: 14 s, then 3 s, then 0.3 s per transaction of 34 messages per partition), and the
+    # first writer after the load stayed slow for a while: whoever wrote first paid it. So a
+    # throwaway transactional producer writes to every delivery partition first.
+    deliver_topics = [topics.deliver(c) for c in service.state.clients]
+    warm = warm_up(bootstrap, deliver_topics, s.warmup_per_topic, s.warmup_rounds,
+                   f"{topics.prefix}-warm-up")
+    rec.log(f"warm-up: {s.warmup_rounds} transactions of {s.warmup_per_topic} messages to each "
+            f"of the {len(deliver_topics)} delivery topics: "
+            + ", ".join(f"{x:.2f} s" for x in warm))
+    facts["warm_up_rounds_s"] = warm
+
+    # -- events ----------------------------------------------------------------------------
+    n = s.n_events
+    t_ev = produce_all(producer, publish, p.ev_values[:n], p.ev_headers[:n])
+    rec.add("publisher", {**base, "linger.ms": 5, "acks": PRODUCER_DEFAULTS["acks"]},
+            "publish_throughput", n / t_ev, "events/s")
+    rec.log(f"pre-produced {n} events in {t_ev:.1f} s ({n / t_ev:.0f}/s)")
+    gc.collect()
+
+    # -- throughput ------------------------------------------------------------------------
+    out_topic = f"{topics.prefix}.bench.passthrough"
+    ensure_topics(bootstrap, [out_topic])
+    pt_group = f"{topics.prefix}-passthrough"
+    groups.append(pt_group)
+    cpu: dict[str, float] = {}
+
+    def timed(system: str, fn: Callable[[], list[tuple[float, int, int]]], n_: int) -> Window:
+        c0, t0 = time.process_time(), time.perf_counter()
+        win = window(fn(), n_)
+        cpu[system] = cpu.get(system, 0.0) + time.process_time() - c0
+        cpu[system + " wall"] = cpu.get(system + " wall", 0.0) + time.perf_counter() - t0
+        return win
+
+    pt = timed("passthrough", lambda: passthrough(
+        bootstrap, publish, pt_group, n, s.batch_size, s.poll_timeout_s, transactional=True,
+        out_topic=out_topic, timeout=s.phase_timeout_s), n)
+    rec.log(_summary("passthrough", pt))
+
+    # The fan-out baseline sends each event where the node sends it (the offline route of
+    # the same labels on the loaded state); it runs half before and half after the node,
+    # so that drift of the shared machine during the run hits both alike.
+    routes = service.state.route(p.ev_labels[:n])
+    deliver = [topics.deliver(c) for c in service.state.clients]
+    offs, cl = routes.offsets.tolist(), routes.clients.tolist()
+    plan = [[deliver[c] for c in cl[offs[e]:offs[e + 1]]] for e in range(n)]
+    fo_group = f"{topics.prefix}-fanout"
+    groups.append(fo_group)
+    half = n // 2
+    fo_samples: list[tuple[float, int, int]] = []
+    fo1 = timed("passthrough-fanout", lambda: passthrough(
+        bootstrap, publish, fo_group, half, s.batch_size, s.poll_timeout_s,
+        transactional=True, plan=plan, timeout=s.phase_timeout_s, samples=fo_samples), half)
+    done1 = fo_samples[-1][1]
+    fo2_samples: list[tuple[float, int, int]] = []
+
+    dls = timed("dls", lambda: drive(service, lambda: service.metrics.events_in >= n,
+                                     s.phase_timeout_s, "dls throughput"), n)
+    rec.log(_summary("dls", dls))
+    if int(routes.offsets[-1]) != service.metrics.deliveries:
+        rec.log(f"note: offline route gives {int(routes.offsets[-1])} deliveries, the node "
+                f"made {service.metrics.deliveries}")
+
+    fo2 = timed("passthrough-fanout", lambda: passthrough(
+        bootstrap, publish, fo_group, n - done1, s.batch_size, s.poll_timeout_s,
+        transactional=True, plan=plan, timeout=s.phase_timeout_s, samples=fo2_samples),
+        n - done1)
+    plan.clear()
+    # Medians over the batches of both halves (each half's first batch left out).
+    t_shift = fo_samples[-1][0] - fo2_samples[0][0]
+    both = [*fo_samples, *((t + t_shift, e + done1, m + fo_samples[-1][2])
+                           for t, e, m in fo2_samples[1:])]
+    med = median_rates(both)
+    fanout = Window(fo1.events + fo2.events, fo1.messages + fo2.messages,
+                    fo1.seconds + fo2.seconds, fo1.first_batch, fo1.batches + fo2.batches,
+                    *med)
+    rec.log(_summary("passthrough-fanout", fanout) + f" [halves: {fo1.rate:.0f} before, "
+            f"{fo2.rate:.0f} after the node]")
+
+    nt_group = f"{topics.prefix}-nontx"
+    groups.append(nt_group)
+    nontx = timed("passthrough-nontx", lambda: passthrough(
+        bootstrap, publish, nt_group, n, s.batch_size, s.poll_timeout_s, transactional=False,
+        out_topic=out_topic, timeout=s.phase_timeout_s), n)
+    rec.log(_summary("passthrough-nontx", nontx))
+
+    tp = {**base, "batch_size": s.batch_size, "poll_timeout_s": s.poll_timeout_s,
+          "window": "first to last committed batch, first batch excluded"}
+    for system, win, extra in (
+            ("passthrough", pt, {"transactional": True, "outputs_per_event": 1}),
+            ("dls", dls, {"transactional": True}),
+            ("passthrough-fanout", fanout, {"transactional": True,
+                                            "outputs": "the node's delivery plan"}),
+            ("passthrough-nontx", nontx, {"transactional": False, "outputs_per_event": 1})):
+        params = {**tp, **extra, "window_events": win.events, "window_s": win.seconds,
+                  "batches": win.batches}
+        rec.add(system, params, "throughput", win.rate, "events/s")
+        rec.add(system, params, "delivery_throughput", win.message_rate, "messages/s")
+        rec.add(system, {**params, "statistic": "median over batches (first left out)"},
+                "throughput_median_batch", win.median_rate, "events/s")
+        rec.add(system, {**params, "statistic": "median over batches (first left out)"},
+                "delivery_throughput_median_batch", win.median_message_rate, "messages/s")
+        rec.add(system, params, "messages_per_event", win.messages / max(1, win.events),
+                "messages")
+        rec.add(system, {**params, "window": "whole phase incl. start-up",
+                         "note": "process-wide: Python thread + librdkafka threads"},
+                "process_cpu_utilisation", cpu[system] / cpu[system + " wall"], "cpu s / s")
+    ratio = dls.rate / pt.rate
+    rec.add("dls", {**tp, "bar": BAR_THROUGHPUT_RATIO, "met": ratio >= BAR_THROUGHPUT_RATIO},
+            "throughput_ratio", ratio, "x passthrough")
+    rec.add("dls", tp, "throughput_ratio_vs_fanout", dls.rate / fanout.rate,
+            "x passthrough-fanout")
+    med_tp = {**tp, "statistic": "median over batches (first left out)"}
+    rec.add("dls", {**med_tp, "bar": BAR_THROUGHPUT_RATIO,
+                    "met": dls.median_rate / pt.median_rate >= BAR_THROUGHPUT_RATIO},
+            "throughput_ratio_median_batch", dls.median_rate / pt.median_rate, "x passthrough")
+    rec.add("dls", med_tp, "throughput_ratio_vs_fanout_median_batch",
+            dls.median_rate / fanout.median_rate, "x passthrough-fanout")
+    rec.add("dls", tp, "deliveries_per_event", service.metrics.deliveries / n, "messages")
+    rec.log(f"throughput ratio dls / passthrough = {ratio:.3f} (bar {BAR_THROUGHPUT_RATIO}: "
+            f"{'met' if ratio >= BAR_THROUGHPUT_RATIO else 'NOT met'}; median batches "
+            f"{dls.median_rate / pt.median_rate:.3f}); dls / passthrough-fanout = "
+            f"{dls.rate / fanout.rate:.3f} (median batches "
+            f"{dls.median_rate / fanout.median_rate:.3f}); "
+            f"{service.metrics.deliveries / n:.1f} deliveries per event")
+    facts["throughput"] = {"dls": dls.rate, "passthrough": pt.rate, "fanout": fanout.rate,
+                           "nontx": nontx.rate}
+
+    # -- profile ---------------------------------------------------------------------------
+    if profile and s.profile_events:
+        n2 = s.profile_events
+        produce_all(producer, publish, p.ev_values[n:n + n2], p.ev_headers[n:n + n2])
+        e0 = service.metrics.events_in
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        try:
+            psamples = drive(service, lambda: service.metrics.events_in >= e0 + n2,
+                             s.phase_timeout_s, "profile")
+        finally:
+            prof.disable()
+        total = time.perf_counter() - t0
+        pw = window(psamples, n2)
+        stats = pstats.Stats(prof)
+        shares = profile_shares(stats, total)
+        pp = {**tp, "profile_events": n2, "profiler": "cProfile (inflates Python time)"}
+        rec.add("dls", pp, "throughput_profiled", pw.rate, "events/s")
+        for part, secs in shares.items():
+            rec.add("dls", {**pp, "part": part}, "node_time_share", secs / total, "fraction")
+        rec.log(f"profile ({n2} events, {pw.rate:.0f} events/s under cProfile):")
+        for part, secs in shares.items():
+            rec.log(f"    {part:<34} {secs:7.2f} s  {100 * secs / total:5.1f} %")
+        if out_dir is not None:
+            buf = io.StringIO()
+            st = pstats.Stats(prof, stream=buf)
+            st.sort_stats("cumulative").print_stats(45)
+            st.sort_stats("tottime").print_stats(30)
+            (out_dir / f"{BENCHMARK}.profile.log").write_text(
+                f"cProfile of NodeService.run over {n2} events ({pw.rate:.0f} events/s "
+                f"profiled; {dls.rate:.0f} unprofiled), batch_size={s.batch_size}, "
+                f"poll_timeout_s={s.poll_timeout_s}\n\n" + buf.getvalue())
+
+    # -- recovery --------------------------------------------------------------------------
+    service.close()
+    service = NodeService(settings, p.space)
+    t0 = time.perf_counter()
+    service.start()
+    t_rec = time.perf_counter() - t0
+    rec.add("dls", {**node_params, "how": "NodeService.start with the same group: control "
+                    "topics re-read up to the committed offsets"},
+            "recovery_time", t_rec, "s")
+    rec.log(f"recovery: a fresh node rebuilt {len(service.state)} subscriptions in "
+            f"{t_rec:.1f} s")
+    if len(service.state) != s.n_subs:
+        raise AssertionError(f"recovered node holds {len(service.state)} subscriptions")
+
+    # -- latency ---------------------------------------------------------------------------
+    rate = s.latency_rate_fraction * dls.rate
+    lat_base = {**base, "rate_events_s": rate, "rate_fraction_of_max": s.latency_rate_fraction,
+                "seconds": s.latency_s, "warmup_s": s.latency_warmup_s,
+                "publisher": f"producer_config defaults (linger.ms="
+                             f"{PRODUCER_DEFAULTS['linger.ms']}), paced every 1 ms",
+                "receiver": "read_committed consumer, default fetch settings"}
+    watched = [topics.deliver(c) for c in service.state.clients[:s.latency_clients]]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                service.run(max_seconds=0.1)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    def node_counts() -> tuple[int, int, int]:
+        m = service.metrics
+        return m.events_in, m.deliveries, m.batches
+
+    node_thread = threading.Thread(target=loop, name="node-A", daemon=True)
+    node_thread.start()
+    try:
+        # Each setting at half the maximum rate, then the last one at fixed low rates.
+        runs = [(batch, poll_s, rate, s.latency_rate_fraction)
+                for batch, poll_s in s.latency_configs]
+        if s.latency_configs:
+            runs += [(*s.latency_configs[-1], low, low / dls.rate)
+                     for low in s.latency_low_rates]
+        for k, (batch, poll_s, r_k, frac) in enumerate(runs):
+            service.settings = settings.model_copy(update={"batch_size": batch,
+                                                           "poll_timeout_s": poll_s})
+            time.sleep(0.5)
+            group = f"{topics.prefix}-lat-{k}"
+            groups.append(group)
+            r = measure_latency(bootstrap, publish, watched, group, node_counts, p, s, r_k,
+                                f"L{k}")
+            if errors:
+                raise errors[0]
+            latency_records(rec, "dls", {**lat_base, "batch_size": batch, "poll_timeout_s": poll_s,
+                                         "rate_events_s": r_k,
+                                         "rate_fraction_of_max": frac,
+                                         "watched_clients": len(watched)}, r, facts)
+    finally:
+        stop.set()
+        node_thread.join(60)
+        service.close()
+    if errors:
+        raise errors[0]
+
+    # The same paced load through the transactional passthrough (one output topic).
+    lat_in = f"{topics.prefix}.bench.latency-in"
+    ensure_topics(bootstrap, [lat_in])
+    for k, (batch, poll_s) in enumerate(s.latency_configs):
+        group = f"{topics.prefix}-ptlat-{k}"
+        groups.extend([group, f"{group}-recv"])
+        pt_stop = threading.Event()
+        pt_samples: list[tuple[float, int, int]] = []
+        pt_errors: list[BaseException] = []
+
+        def pt_loop(group: str = group, batch: int = batch, poll_s: float = poll_s,
+                    pt_stop: threading.Event = pt_stop,
+                    pt_samples: list[tuple[float, int, int]] = pt_samples,
+                    pt_errors: list[BaseException] = pt_errors) -> None:
+            try:
+                passthrough(bootstrap, lat_in, group, None, batch, poll_s, transactional=True,
+                            out_topic=out_topic, stop=pt_stop, samples=pt_samples,
+                            timeout=s.phase_timeout_s)
+            except BaseException as exc:  # surfaced below
+                pt_errors.append(exc)
+
+        def pt_counts(pt_samples: list[tuple[float, int, int]] = pt_samples
+                      ) -> tuple[int, int, int]:
+            last = pt_samples[-1] if pt_samples else (0.0, 0, 0)
+            return last[1], last[2], max(0, len(pt_samples) - 1)
+
+        th = threading.Thread(target=pt_loop, name="passthrough", daemon=True)
+        th.start()
+        time.sleep(1.0)  # group join
+        try:
+            r = measure_latency(bootstrap, lat_in, [out_topic], f"{group}-recv", pt_counts, p,
+                                s, rate, f"P{k}")
+        finally:
+            pt_stop.set()
+            th.join(60)
+        if pt_errors:
+            raise pt_errors[0]
+        latency_records(rec, "passthrough", {**lat_base, "batch_size": batch,
+                                             "poll_timeout_s": poll_s, "watched_topics": 1},
+                        r, facts)
+    p99s = [r["value"] for r in rec.records
+            if r["metric"] == "latency_p99" and r["system"] == "dls"
+            and r["params"]["rate_fraction_of_max"] == s.latency_rate_fraction]
+    if p99s:
+        best = min(p99s)
+        rec.log(f"best dls p99 at {s.latency_rate_fraction:.0%} of the node's maximum rate: "
+                f"{best:.1f} ms (bar {BAR_P99_MS:g} ms: "
+                f"{'met' if best < BAR_P99_MS else 'NOT met'})")
+
+
+# -- plot ---------------------------------------------------------------------------------
+def plot(records: list[dict[str, Any]], facts: dict[str, Any], path: Path) -> bool:
+    """Throughput bars and latency CDFs; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    rows = [(r["system"], r["value"]) for r in records if r["metric"] == "throughput"]
+    if rows:
+        names, vals = zip(*rows, strict=True)
+        bars = ax1.bar(names, vals, color=["#888", "#1f77b4", "#aaa", "#ccc"][:len(vals)])
+        ax1.bar_label(bars, fmt="%.0f", fontsize=8)
+        ax1.set_yscale("log")
+        ax1.set_ylabel("events/s (log)")
+        ax1.set_title("one node, pre-produced events (same Kafka, same run)")
+        ax1.tick_params(axis="x", labelsize=8)
+    for entry in facts.get("latency", []):
+        lat = np.asarray(entry["latency_ms"])
+        if len(lat):
+            ax2.plot(lat, np.linspace(0, 1, len(lat)),
+                     ls="-" if entry["system"] == "dls" else "--",
+                     label=f"{entry['system']}: batch {entry['batch_size']}, "
+                           f"poll {entry['poll_timeout_s']} s, "
+                           f"{entry['rate_events_s']:.0f} ev/s")
+    ax2.axvline(BAR_P99_MS, color="red", ls=":", lw=1, label=f"{BAR_P99_MS:g} ms")
+    ax2.axhline(0.99, color="grey", ls=":", lw=1)
+    ax2.set_xscale("log")
+    ax2.set_xlabel("publish -> delivery latency (ms)")
+    ax2.set_ylabel("fraction")
+    ax2.set_title("publish -> delivery latency (CDF)")
+    ax2.legend(fontsize=7, loc="center")
+    ax2.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes (50 clients, 2K subscriptions, 5K events, 3 s latency)")
+    ap.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP,
+                    help="Kafka bootstrap servers (default $DLS_KAFKA_BOOTSTRAP or "
+                         "127.0.0.1:19092)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON records file")
+    ap.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile pass")
+    ap.add_argument("--no-latency", action="store_true", help="skip the latency phase")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="leave the run's topics and groups on the broker")
+    ap.add_argument("--events", type=int, default=None, help="events instead of the preset's")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="the node's (and the passthroughs') batch size for the throughput "
+                         "phase (default: NodeSettings' 1000)")
+    ap.add_argument("--poll-timeout", type=float, default=None,
+                    help="their poll timeout in seconds (default: NodeSettings' 0.05)")
+    args = ap.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    if args.events:
+        settings = replace(settings, n_events=args.events)
+    if args.batch_size:
+        settings = replace(settings, batch_size=args.batch_size)
+    if args.poll_timeout:
+        settings = replace(settings, poll_timeout_s=args.poll_timeout)
+    if args.no_latency:
+        settings = replace(settings, latency_configs=())
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rec = Recorder()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    load_start = os.getloadavg()
+    rec.log(f"benchmarks.kafka {'quick' if args.quick else 'full'} run on {args.bootstrap}; "
+            f"load average {load_start[0]:.2f}")
+    facts = run(settings, args.bootstrap, rec, profile=not args.no_profile,
+                keep_topics=args.keep_topics, out_dir=out.parent)
+    wall = time.perf_counter() - t0
+    out.write_text(json.dumps(rec.records, indent=1) + "\n")
+    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.kafka",
+                                                *(argv if argv is not None else sys.argv[1:])],
+            "quick": args.quick, "bootstrap": args.bootstrap, "started_utc": started,
+            "wall_time_s": round(wall, 2), "n_records": len(rec.records),
+            "machine": machine_info(), "settings": asdict(settings),
+            "loadavg_1min_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
+            **{k: v for k, v in facts.items() if k != "latency"}}
+    meta_path = out.with_name(out.stem + ".meta.json")
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    rec.log(f"wrote {len(rec.records)} records to {out} and {meta_path} in {wall:.1f} s")
+    if not args.no_plot:
+        png = out.with_name(out.stem + ".png")
+        rec.log(f"wrote {png}" if plot(rec.records, facts, png)
+                else "matplotlib not available: no plot")
+    out.with_name(out.stem + ".log").write_text("\n".join(rec.lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

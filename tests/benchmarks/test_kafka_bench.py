@@ -1,0 +1,60 @@
+"""The Kafka benchmark's quick mode on a real broker: record shape only, no timing asserts."""
+
+import json
+
+import pytest
+
+from benchmarks import kafka
+
+KEYS = {"benchmark", "system", "params", "metric", "value", "unit"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(kafka_bootstrap, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "kafka.json"
+    assert kafka.main(["--quick", "--bootstrap", kafka_bootstrap, "--out", str(out),
+                       "--no-plot"]) == 0
+    return out, json.loads(out.read_text())
+
+
+def test_quick_records_shape(quick_run):
+    _, records = quick_run
+    assert isinstance(records, list) and records
+    for r in records:
+        assert set(r) == KEYS
+        assert r["benchmark"] == "kafka"
+        assert isinstance(r["params"], dict)
+        assert isinstance(r["value"], float)
+        for k in ("distribution", "d", "g", "n_subs", "n_clients", "n_events"):
+            assert k in r["params"], (k, r)
+        assert r["params"]["n_subs"] == kafka.QUICK.n_subs
+        assert r["params"]["n_clients"] == kafka.QUICK.n_clients
+
+
+def test_quick_metrics_present(quick_run):
+    _, records = quick_run
+    metrics = {(r["system"], r["metric"]) for r in records}
+    for system in ("dls", "passthrough", "passthrough-fanout", "passthrough-nontx"):
+        assert (system, "throughput") in metrics
+        assert (system, "delivery_throughput") in metrics
+    for m in ("load_time", "load_topic_setup_time", "recovery_time", "throughput_ratio",
+              "throughput_ratio_vs_fanout", "deliveries_per_event", "node_time_share",
+              "latency_p50", "latency_p99", "latency_samples", "events_per_transaction"):
+        assert ("dls", m) in metrics, m
+    assert ("passthrough", "latency_p99") in metrics
+    for r in records:
+        if r["metric"] == "latency_p99":
+            assert {"batch_size", "poll_timeout_s", "rate_events_s", "met"} <= set(r["params"])
+        if r["metric"] == "throughput":
+            assert {"batch_size", "poll_timeout_s", "transactional"} <= set(r["params"])
+
+
+def test_quick_side_files(quick_run):
+    out, records = quick_run
+    meta = json.loads(out.with_name("kafka.meta.json").read_text())
+    assert meta["benchmark"] == "kafka" and meta["quick"] is True
+    assert meta["n_records"] == len(records)
+    assert meta["machine"]["cpu_count"] >= 1
+    assert meta["wall_time_s"] > 0
+    assert "throughput ratio" in out.with_name("kafka.log").read_text()
+    assert "cProfile" in out.with_name("kafka.profile.log").read_text()
