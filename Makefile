@@ -33,8 +33,10 @@ lint: setup ## ruff and mypy on the packages
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-bench: setup ## Benchmarks; results in benchmarks/results/
+bench: setup ## Benchmarks (core, then on the local Kafka); results in benchmarks/results/
 	$(PY) -m benchmarks.core --out benchmarks/results/core.json
+	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
+	$(PY) -m benchmarks.kafka --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/kafka.json
 
 demo: setup ## Three-node demo on a local Kafka (started and stopped unless running; KAFKA_PORT)
 	$(VENV)/bin/dlsroute demo --kafka --port $(or $(KAFKA_PORT),9092)

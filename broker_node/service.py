@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError, UnknownSubscriptionError
@@ -157,6 +157,7 @@ class NodeService:
         self._batch_ids: list[str] = []
         self._delivery_topics: set[str] = set()
         self._new_topics: set[str] = set()
+        self._deliver_topics: list[str] = []  # by client index
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -189,7 +190,8 @@ class NodeService:
             **sec))
         self._producer = Producer(producer_config(
             s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
-            **{"transaction.timeout.ms": s.transaction_timeout_ms}, **sec))
+            **{"transaction.timeout.ms": s.transaction_timeout_ms,
+               "queue.buffering.max.messages": 1_000_000}, **sec))
         self._producer.init_transactions()
         self._recover()
         self._consumer.subscribe(self.input_topics)
@@ -234,16 +236,26 @@ class NodeService:
                         consumer.consumer_group_metadata())
                 producer.commit_transaction()
                 self._remember_routed()
-            except KafkaException as exc:
+            except Exception as exc:  # KafkaException, BufferError, a bug: all the same here
                 # The state already holds this batch: the safe recovery is a restart,
                 # which rebuilds it from what was committed.
-                log.error("node %s: transaction failed (%s); aborting and stopping",
+                log.error("node %s: batch failed (%r); aborting the transaction and stopping",
                           self.settings.node, exc)
                 try:
                     producer.abort_transaction()
                 finally:
                     raise
             self.metrics.batches += 1
+
+    def _produce(self, topic: str, value: bytes | None, headers: Any = None) -> None:
+        """Produce, waiting for room when librdkafka's local queue is full."""
+        assert self._producer is not None  # noqa: S101
+        while True:
+            try:
+                self._producer.produce(topic, value, headers=headers)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # serve delivery reports until there is room
 
     def _remember_routed(self) -> None:
         for eid in self._batch_ids:
@@ -393,8 +405,7 @@ class NodeService:
         assert self._producer is not None  # noqa: S101
         node = self.settings.node
         for m in out:
-            self._producer.produce(self.topics.link(node, m.to),
-                                   encode_link(node, m.kind, m.labels))
+            self._produce(self.topics.link(node, m.to), encode_link(node, m.kind, m.labels))
             if m.kind == ADVERTISE:
                 self.metrics.labels_advertised += len(m.labels)
             else:
@@ -439,9 +450,11 @@ class NodeService:
         self.metrics.events_in += len(good)
         routes = self.state.route(np.array(labels, dtype=np.uint64), origin_clients,
                                   origin_nodes)
-        produce = self._producer.produce
+        produce = self._produce
         names = self.state.clients
-        deliver = self.topics.deliver
+        while len(self._deliver_topics) < len(names):  # topic names, once per client
+            self._deliver_topics.append(self.topics.deliver(names[len(self._deliver_topics)]))
+        deliver = self._deliver_topics
         links = [self.topics.link(node, n) for n in self.state.neighbours]
         offsets = routes.offsets.tolist()
         clients = routes.clients.tolist()
@@ -449,18 +462,19 @@ class NodeService:
         for e, msg in enumerate(good):
             value, carried = msg.value(), msg.headers()
             for c in clients[offsets[e]:offsets[e + 1]]:
-                produce(deliver(names[c]), value, headers=carried)
+                produce(deliver[c], value, carried)
             self.metrics.deliveries += offsets[e + 1] - offsets[e]
-            for j in np.flatnonzero(hits[e]).tolist():
-                produce(links[j], value, headers=carried)
-                self.metrics.events_forwarded += 1
+            if links:
+                for j in np.flatnonzero(hits[e]).tolist():
+                    produce(links[j], value, carried)
+                    self.metrics.events_forwarded += 1
 
     def _dead_letter(self, source: str, raw: bytes, headers: list[tuple[str, bytes]],
                      skip: _Skip) -> None:
         assert self._producer is not None  # noqa: S101
         log.warning("node %s: %s -> dead letter: %s", self.settings.node, source, skip.reason)
         value = None if skip.value is None else str(skip.value)
-        self._producer.produce(
+        self._produce(
             self.topics.deadletter,
             encode_dead_letter(source, skip.reason, raw, dict(headers), field=skip.field,
                                value=value),
