@@ -302,36 +302,92 @@ class NodeService:
                               value=sorted(end))
         reader.close()
         seen.sort(key=lambda m: (_timestamp(m), _topic(m), _offset(m)))
-        for msg in seen:
-            try:
-                self._control(msg, replay=True)
-            except _Skip:
-                pass  # it was dead-lettered the first time round
+        self._apply_controls(seen, replay=True)
         log.info("node %s recovered %d control messages: %d subscriptions, %d clients",
                  s.node, len(seen), len(self.state), len(self.state.clients))
 
     # -- processing -------------------------------------------------------------------------
     def process(self, msgs: Sequence[Message]) -> None:
-        """Apply one consumed batch, producing its outputs (inside the open transaction)."""
-        run: list[Message] = []
+        """Apply one consumed batch, producing its outputs (inside the open transaction).
+
+        The batch is walked in order; runs of control messages and runs of events are each
+        handled as one batch.
+        """
+        events: list[Message] = []
+        controls: list[Message] = []
         publish = self.topics.node_publish(self.settings.node)
         for msg in msgs:
             topic = _topic(msg)
-            is_event = topic == publish or (
-                topic in self._link_source and self._has_label(msg))
-            if is_event:
-                run.append(msg)
-                continue
-            if run:
-                self._route(run)
-                run = []
-            try:
-                self._control(msg, replay=False)
-            except _Skip as skip:
-                self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg), skip)
-        if run:
-            self._route(run)
+            if topic == publish or (topic in self._link_source and self._has_label(msg)):
+                if controls:
+                    self._apply_controls(controls, replay=False)
+                    controls = []
+                events.append(msg)
+            else:
+                if events:
+                    self._route(events)
+                    events = []
+                controls.append(msg)
+        if controls:
+            self._apply_controls(controls, replay=False)
+        if events:
+            self._route(events)
         self._create_new_topics()
+
+    def _apply_controls(self, msgs: Sequence[Message], *, replay: bool) -> None:
+        """Apply control messages in order; runs of subscriptions go in one batch."""
+        sub_topic = self.topics.node_subscribe(self.settings.node)
+        i = 0
+        while i < len(msgs):
+            j = i
+            while j < len(msgs) and _topic(msgs[j]) == sub_topic:
+                j += 1
+            if j - i >= 2 and self._subscribe_run(msgs[i:j], replay):
+                i = j
+                continue
+            for msg in msgs[i:max(j, i + 1)]:  # one by one: exact reasons for bad ones
+                try:
+                    self._control(msg, replay=replay)
+                except _Skip as skip:
+                    if not replay:  # on replay it was dead-lettered the first time round
+                        self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg),
+                                          skip)
+            i = max(j, i + 1)
+
+    def _subscribe_run(self, run: Sequence[Message], replay: bool) -> bool:
+        """Apply consecutive subscriptions with one ``subscribe_many``.
+
+        Returns False, having changed nothing, when any of them needs the one-by-one path
+        (undecodable, a pending unsubscription, or refused by the state).
+        """
+        clients: list[str] = []
+        ids: list[str] = []
+        parts: list[np.ndarray] = []
+        for msg in run:
+            try:
+                name, rec = SERDE.decode(msg.value() or b"")
+            except DLSError:
+                return False
+            if name != "LabelSubscription" or rec["id"] in self._pending:
+                return False
+            try:
+                parts.append(decode_labels(rec["labels"]))
+            except DLSError:
+                return False
+            clients.append(rec["client"])
+            ids.append(rec["id"])
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+        try:
+            out = self.state.subscribe_many(clients, ids, offsets, np.concatenate(parts))
+        except DLSError:
+            return False
+        if not replay:
+            self.metrics.control_in += len(run)
+            self._new_topics.update(t for t in map(self.topics.deliver, set(clients))
+                                    if t not in self._delivery_topics)
+        self._emit_links(out, replay)
+        return True
 
     @staticmethod
     def _has_label(msg: Message) -> bool:
