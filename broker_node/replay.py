@@ -60,7 +60,7 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
             for n, op, error in read_ops(src):
                 if error is None:
                     try:
-                        error = _apply(op, overlay, client, publishes)
+                        _apply(op, overlay, client, publishes)
                         if op["op"] == "publish":
                             live_at[op["id"]] = {k: list(c.subscriptions.values())
                                                  for k, c in clients.items()}
@@ -129,7 +129,7 @@ def _wait_routed(nodes: LocalNetwork, visited: list[str], event_id: str, timeout
     log.warning("event %s was not routed through %s within %s s", event_id, visited, timeout)
 
 
-def _apply(op: Any, overlay: Overlay, client: Any, publishes: list[str]) -> str | None:
+def _apply(op: Any, overlay: Overlay, client: Any, publishes: list[str]) -> None:
     """Apply one op to the reference overlay and, if it accepts it, to the real network."""
     overlay.apply(op)  # validates exactly as simulate does; raises on a bad op
     kind = op["op"]
@@ -141,4 +141,3 @@ def _apply(op: Any, overlay: Overlay, client: Any, publishes: list[str]) -> str 
     else:
         c.publish(op["attrs"], event_id=op["id"])
         publishes.append(op["id"])
-    return None

@@ -86,14 +86,18 @@ class Client:
         self.subscriptions[sid] = sub
         return sid
 
-    def unsubscribe(self, sub_id: str) -> None:
-        """Cancel one of this client's subscriptions."""
-        if sub_id not in self.subscriptions:
+    def unsubscribe(self, sub_id: str, *, known_only: bool = True) -> None:
+        """Cancel one of this client's subscriptions.
+
+        With ``known_only=False`` an id this object did not subscribe (made by another
+        process of the same client) is sent as well; the node checks it.
+        """
+        if known_only and sub_id not in self.subscriptions:
             raise ConnectorError(f"client {self.client_id!r} has no subscription {sub_id!r}",
                                  field="id", value=sub_id)
         self._send(self.topics.node_unsubscribe(self.node),
                    encode_label_unsubscription(self.client_id, sub_id))
-        del self.subscriptions[sub_id]
+        self.subscriptions.pop(sub_id, None)
 
     def publish(self, attrs: Mapping[str, Any], payload: bytes = b"",
                 event_id: str | None = None) -> str:

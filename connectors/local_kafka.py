@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,21 @@ __all__ = [
     "LocalKafkaError",
     "docker_engine_available",
     "ensure_local_kafka",
+    "port_answers",
     "stop_local_kafka",
 ]
 
 KAFKA_SCRIPT: Path = Path(__file__).resolve().parent.parent / "docker" / "kafka" / "kafka.sh"
 """The shell script that fetches, starts and stops the local broker."""
+
+
+def port_answers(port: int, host: str = "127.0.0.1") -> bool:
+    """Tell whether something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 class LocalKafkaError(RuntimeError):

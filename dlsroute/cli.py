@@ -121,12 +121,8 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
 
 
 def _cmd_unsubscribe(args: argparse.Namespace) -> int:
-    from connectors.serde import encode_label_unsubscription
-
     with _sdk_client(args) as client:
-        # The id may come from another process: send it as is; the node checks it.
-        client._send(client.topics.node_unsubscribe(args.node),  # noqa: SLF001
-                     encode_label_unsubscription(args.client, args.id))
+        client.unsubscribe(args.id, known_only=False)  # the id came from another process
     return 0
 
 

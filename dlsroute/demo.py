@@ -19,7 +19,7 @@ from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
 
-__all__ = ["DEMO_SPACE", "SUBSCRIPTIONS", "run_demo"]
+__all__ = ["DEMO_SPACE", "SUBSCRIPTIONS", "Quotes", "run_demo"]
 
 SYMBOLS = ["AAPL", "MSFT", "IBM", "GOOG", "AMZN", "TSLA", "NVDA", "META"]
 
@@ -52,7 +52,7 @@ SUBSCRIPTIONS: list[tuple[str, str, str]] = [
 ]
 
 
-class _Quotes:
+class Quotes:
     """A random walk per symbol, generating quote events."""
 
     def __init__(self, rng: random.Random):
@@ -60,6 +60,7 @@ class _Quotes:
         self.price = {s: rng.uniform(10, 900) for s in SYMBOLS}
 
     def next(self) -> dict[str, Any]:
+        """The next quote of a random symbol."""
         s = self.rng.choice(SYMBOLS)
         change = max(-20.0, min(20.0, self.rng.gauss(0, 3)))
         self.price[s] = max(0.0, min(1000.0, self.price[s] * (1 + change / 500)))
@@ -85,7 +86,7 @@ def run_demo(seconds: float = 5.0, seed: int = 7, out: Any = None) -> int:
         print(f"  {node}:{client:<12} {where}  -> {len(sub.labels())} labels", file=out)
     per_client = {(n, c): {"delivered": 0, "dropped": 0, "kept": 0} for n, c, _ in
                   SUBSCRIPTIONS}
-    quotes = _Quotes(rng)
+    quotes = Quotes(rng)
     publishers = [("A", "feed-a"), ("B", "feed-b"), ("C", "feed-c")]
     missed = events = cell_fp = bloom_fp = 0
     tty = hasattr(out, "isatty") and out.isatty()

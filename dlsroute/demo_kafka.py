@@ -22,7 +22,6 @@ import gc
 import json
 import queue
 import random
-import socket
 import sys
 import tempfile
 import threading
@@ -39,10 +38,15 @@ from broker_node.local import LocalNetwork
 from broker_node.overlay import Overlay, Topology
 from connectors.client import Client, Delivery
 from connectors.kafka import admin, ensure_topics, producer_config, wait_for_broker
-from connectors.local_kafka import LocalKafkaError, ensure_local_kafka, stop_local_kafka
+from connectors.local_kafka import (
+    LocalKafkaError,
+    ensure_local_kafka,
+    port_answers,
+    stop_local_kafka,
+)
 from dls.predicates import Subscription
 from dls.space import ContentSpace
-from dlsroute.demo import DEMO_SPACE, SUBSCRIPTIONS, _Quotes
+from dlsroute.demo import DEMO_SPACE, SUBSCRIPTIONS, Quotes
 
 __all__ = ["run_kafka_demo"]
 
@@ -55,15 +59,6 @@ DRAIN_TIMEOUT_S = 60.0
 
 class DemoError(RuntimeError):
     """The demo cannot go on (a node failed, the network did not settle, ...)."""
-
-
-def _port_answers(port: int) -> bool:
-    """Tell whether something accepts TCP connections on ``127.0.0.1:port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 class _Receiver:
@@ -288,7 +283,7 @@ class _Demo:
         self.say(f"  ~ {node}:{name} now wants only falling AAPL quotes "
                  f"(stream paused {self.paused:.1f}s while the nodes applied it)")
 
-    def publish_one(self, quotes: _Quotes) -> None:
+    def publish_one(self, quotes: Quotes) -> None:
         """Publish the next quote from a random node; note who must keep it."""
         node, pub = self.rng.choice(PUBLISHERS)
         event = quotes.next()
@@ -306,7 +301,7 @@ class _Demo:
         The count is fixed and the change of mind comes after exactly half of them, so a
         seed gives the same quotes, the same deliveries and the same summary every run.
         """
-        quotes = _Quotes(self.rng)
+        quotes = Quotes(self.rng)
         total = max(2, round(self.seconds * self.rate))
         step = 0.25 if self.tty else self.seconds / 4
         start = time.monotonic()
@@ -465,7 +460,7 @@ def run_kafka_demo(seconds: float = 20.0, seed: int = 7, port: int = 9092,
     t0 = time.monotonic()
     try:
         if bootstrap is None:
-            if _port_answers(port):
+            if port_answers(port):
                 print(f"dlsroute demo on Kafka: using the Kafka running on 127.0.0.1:{port}",
                       file=out, flush=True)
             else:

@@ -20,13 +20,17 @@ from __future__ import annotations
 import inspect
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from connectors.local_kafka import docker_engine_available, ensure_local_kafka, stop_local_kafka
+from connectors.local_kafka import (
+    docker_engine_available,
+    ensure_local_kafka,
+    port_answers,
+    stop_local_kafka,
+)
 
 DEFAULT_TEST_KAFKA_PORT = 19092
 
@@ -47,15 +51,6 @@ def _java_available() -> bool:
     if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
         return True
     return shutil.which("java") is not None
-
-
-def _port_answers(port: int) -> bool:
-    """Tell whether something accepts TCP connections on ``127.0.0.1:port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _testcontainers_kafka() -> Iterator[str]:
@@ -93,7 +88,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if not _java_available():
         pytest.skip("no Kafka: neither a Docker engine nor Java 17+ is available")
     port = int(os.environ.get("DLS_TEST_KAFKA_PORT", DEFAULT_TEST_KAFKA_PORT))
-    started_here = not _port_answers(port)
+    started_here = not port_answers(port)
     bootstrap = ensure_local_kafka(port)
     try:
         yield bootstrap

@@ -45,3 +45,11 @@ def test_example_configs_load():
         data["space"] = str(DOCKER / "examples" / "space.json")
         settings = NodeSettings(**data)
         assert settings.node == toml.stem.split("-")[1].upper()
+
+
+def test_example_space_is_the_demo_space():
+    import json
+
+    from dlsroute.demo import DEMO_SPACE
+
+    assert json.loads((DOCKER / "examples" / "space.json").read_text()) == DEMO_SPACE
