@@ -242,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rate", type=float, default=300.0,
                    help="quotes per second with --kafka (default 300)")
     s.set_defaults(func=_cmd_demo)
+
+    # The Spark jobs keep their own subcommands next to their code.
+    from spark import batch_cli, map_cli
+
+    map_cli.register(sub)
+    batch_cli.register(sub)
     return p
 
 
