@@ -46,7 +46,17 @@ class NodeSettings(BaseSettings):
     routing_filter: Literal["cbf", "direct"] = "cbf"
     batch_size: int = Field(default=1000, ge=1, le=100_000)
     poll_timeout_s: float = Field(default=0.05, gt=0, le=10)
+    delivery: Literal["exactly_once", "at_least_once"] = Field(
+        default="exactly_once",
+        description="exactly_once: outputs and input offsets in one Kafka transaction; "
+                    "at_least_once: outputs flushed (all acknowledged), then offsets "
+                    "committed -- no transaction markers on the delivery partitions, "
+                    "repeats possible after a crash (dropped by event id downstream)")
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    producer_queue_messages: int = Field(
+        default=1_000_000, ge=1, le=10_000_000,
+        description="librdkafka's local queue (queue.buffering.max.messages); a batch "
+                    "that causes more outputs waits for room")
     unsubscribe_grace_s: float = Field(
         default=30.0, ge=0,
         description="how long an unsubscription of a not-yet-seen id waits for it")

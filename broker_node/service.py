@@ -6,6 +6,14 @@ change the state, runs of events are routed as numpy batches), produce what it c
 in the same Kafka transaction. A crash therefore loses nothing and duplicates nothing for
 ``read_committed`` readers.
 
+With ``delivery = "at_least_once"`` the loop uses no transaction: it flushes what a batch
+caused (every message acknowledged by the broker) and then commits the input offsets. A
+crash between the two repeats that batch's outputs; nothing is lost. Repeats are dropped by
+event id: the node keeps the ids of the most recent events it routed (``ROUTED_MEMORY``,
+keyed by origin and id) and skips an event it has already routed, and the client SDK does
+the same on its delivery topic. Link messages are idempotent (``BrokerState.on_link``) and
+a repeated subscription with the same labels is a no-op, so control repeats are harmless.
+
 The state lives in memory. At start the node rebuilds it by reading its control topics
 (subscribe, unsubscribe, inbound links) from the beginning up to the committed offsets,
 without producing anything (those outputs were produced before), then resumes the normal
@@ -73,6 +81,8 @@ class Metrics:
     labels_advertised: int = 0
     labels_withdrawn: int = 0
     dead_letters: int = 0
+    duplicates: int = 0
+    queue_full_waits: int = 0
     batches: int = 0
     gauges: dict[str, Callable[[], float]] = field(default_factory=dict)
 
@@ -80,7 +90,8 @@ class Metrics:
         """Prometheus text exposition."""
         lines = []
         for name in ("events_in", "deliveries", "events_forwarded", "control_in",
-                     "labels_advertised", "labels_withdrawn", "dead_letters", "batches"):
+                     "labels_advertised", "labels_withdrawn", "dead_letters", "duplicates",
+                     "queue_full_waits", "batches"):
             lines.append(f"# TYPE dls_{name}_total counter")
             lines.append(f'dls_{name}_total{{node="{node}"}} {getattr(self, name)}')
         for name, fn in self.gauges.items():
@@ -155,6 +166,11 @@ class NodeService:
         # driver such as ``dlsroute replay`` can tell when an event has passed this node.
         self.routed: OrderedDict[str, None] = OrderedDict()
         self._batch_ids: list[str] = []
+        # (origin, event id) of the events routed recently, to skip repeats (an
+        # at-least-once writer upstream, such as Spark's Kafka sink, may send one twice).
+        self._seen: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._batch_seen: dict[tuple[str, bytes], None] = {}
+        self._delivery_error: str | None = None
         self._delivery_topics: set[str] = set()
         self._new_topics: set[str] = set()
         self._deliver_topics: list[str] = []  # by client index
@@ -166,6 +182,11 @@ class NodeService:
             t.link(n, s.node) for n in s.neighbours]
         self.input_topics = [*self.control_topics, t.node_publish(s.node)]
         self._link_source = {t.link(n, s.node): n for n in s.neighbours}
+
+    @property
+    def transactional(self) -> bool:
+        """True when outputs and offsets go in one Kafka transaction (exactly once)."""
+        return self.settings.delivery == "exactly_once"
 
     def _stat(self, key: str, neighbour: str) -> Callable[[], float]:
         return lambda: float(self.state.stats()[key][neighbour])
@@ -188,11 +209,17 @@ class NodeService:
         self._consumer = Consumer(consumer_config(
             s.bootstrap, s.consumer_group, **{"group.instance.id": f"{s.consumer_group}-0"},
             **sec))
-        self._producer = Producer(producer_config(
-            s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
-            **{"transaction.timeout.ms": s.transaction_timeout_ms,
-               "queue.buffering.max.messages": 1_000_000}, **sec))
-        self._producer.init_transactions()
+        if self.transactional:
+            self._producer = Producer(producer_config(
+                s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
+                **{"transaction.timeout.ms": s.transaction_timeout_ms,
+                   "queue.buffering.max.messages": s.producer_queue_messages}, **sec))
+            self._producer.init_transactions()
+        else:
+            alo: dict[str, Any] = {"queue.buffering.max.messages": s.producer_queue_messages,
+                                   "delivery.report.only.error": True,
+                                   "on_delivery": self._on_delivery_error}
+            self._producer = Producer(producer_config(s.bootstrap, **alo, **sec))
         self._recover()
         self._consumer.subscribe(self.input_topics)
         if s.metrics_port is not None:
@@ -217,35 +244,71 @@ class NodeService:
         assert self._consumer is not None and self._producer is not None  # noqa: S101
         consumer, producer = self._consumer, self._producer
         until = None if max_seconds is None else time.monotonic() + max_seconds
+        step = self._step_transactional if self.transactional else self._step_at_least_once
         while not self._stop.is_set() and (until is None or time.monotonic() < until):
             msgs = consume_batch(consumer, self.settings.batch_size,
                                  self.settings.poll_timeout_s)
             expired = self._expired_unsubs()
             if not msgs and not expired:
                 continue
-            producer.begin_transaction()
-            try:
-                for p in expired:
-                    self._dead_letter(p.msg_source, p.raw, p.headers,
-                                      _Skip(f"unknown subscription id {p.sub_id!r} (client "
-                                            f"{p.client!r})", "id", p.sub_id))
-                if msgs:
-                    self.process(msgs)
-                    producer.send_offsets_to_transaction(
-                        consumer.position(consumer.assignment()),
-                        consumer.consumer_group_metadata())
-                producer.commit_transaction()
-                self._remember_routed()
-            except Exception as exc:  # KafkaException, BufferError, a bug: all the same here
-                # The state already holds this batch: the safe recovery is a restart,
-                # which rebuilds it from what was committed.
-                log.error("node %s: batch failed (%r); aborting the transaction and stopping",
-                          self.settings.node, exc)
-                try:
-                    producer.abort_transaction()
-                finally:
-                    raise
+            step(consumer, producer, msgs, expired)
             self.metrics.batches += 1
+
+    def _outputs(self, msgs: list[Message], expired: list[_PendingUnsub]) -> None:
+        for p in expired:
+            self._dead_letter(p.msg_source, p.raw, p.headers,
+                              _Skip(f"unknown subscription id {p.sub_id!r} (client "
+                                    f"{p.client!r})", "id", p.sub_id))
+        if msgs:
+            self.process(msgs)
+
+    def _step_transactional(self, consumer: Consumer, producer: Producer, msgs: list[Message],
+                            expired: list[_PendingUnsub]) -> None:
+        producer.begin_transaction()
+        try:
+            self._outputs(msgs, expired)
+            if msgs:
+                producer.send_offsets_to_transaction(
+                    consumer.position(consumer.assignment()),
+                    consumer.consumer_group_metadata())
+            producer.commit_transaction()
+        except Exception as exc:  # KafkaException, BufferError, a bug: all the same here
+            # The state already holds this batch: the safe recovery is a restart,
+            # which rebuilds it from what was committed.
+            log.error("node %s: batch failed (%r); aborting the transaction and stopping",
+                      self.settings.node, exc)
+            self._batch_ids.clear()
+            self._batch_seen.clear()
+            try:
+                producer.abort_transaction()
+            finally:
+                raise
+        self._remember_routed()
+
+    def _step_at_least_once(self, consumer: Consumer, producer: Producer,
+                            msgs: list[Message], expired: list[_PendingUnsub]) -> None:
+        try:
+            self._outputs(msgs, expired)
+            while producer.flush(1.0) > 0:
+                pass
+            if self._delivery_error is not None:
+                raise BrokerError(f"node {self.settings.node}: {self._delivery_error}",
+                                  field="delivery", value=self._delivery_error)
+            if msgs:
+                consumer.commit(offsets=consumer.position(consumer.assignment()),
+                                asynchronous=False)
+        except Exception as exc:
+            # Offsets not committed: a restart repeats this batch (at least once).
+            log.error("node %s: batch failed (%r); stopping without committing",
+                      self.settings.node, exc)
+            raise
+        self._remember_routed()
+
+    def _on_delivery_error(self, err: Any, msg: Message) -> None:
+        """Remember the first failure reported by librdkafka (errors only are reported)."""
+        if err is not None and self._delivery_error is None:
+            self._delivery_error = (f"delivery to {msg.topic()}[{msg.partition()}] failed: "
+                                    f"{err}")
 
     def _produce(self, topic: str, value: bytes | None, headers: Any = None) -> None:
         """Produce, waiting for room when librdkafka's local queue is full."""
@@ -255,6 +318,7 @@ class NodeService:
                 self._producer.produce(topic, value, headers=headers)
                 return
             except BufferError:
+                self.metrics.queue_full_waits += 1
                 self._producer.poll(0.05)  # serve delivery reports until there is room
 
     def _remember_routed(self) -> None:
@@ -263,6 +327,10 @@ class NodeService:
         self._batch_ids.clear()
         while len(self.routed) > ROUTED_MEMORY:
             self.routed.popitem(last=False)
+        self._seen.update(self._batch_seen)
+        self._batch_seen.clear()
+        while len(self._seen) > ROUTED_MEMORY:
+            self._seen.popitem(last=False)
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -493,6 +561,13 @@ class NodeService:
             came_from = self._link_source.get(_topic(msg))
             eid = headers.get(HEADER_EVENT_ID)
             if eid is not None:
+                key = (origin, eid)
+                if key in self._seen or key in self._batch_seen:
+                    self.metrics.duplicates += 1
+                    log.debug("node %s: %s repeats event %r of %s: skipped", node,
+                              source_of(msg), eid, origin)
+                    continue
+                self._batch_seen[key] = None
                 self._batch_ids.append(eid.decode("utf-8", "replace"))
             o_node, _, o_client = origin.partition("/")
             good.append(msg)

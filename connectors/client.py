@@ -4,13 +4,16 @@ The SDK does the DLS mapping itself (the real-time path): a subscription goes to
 node as a label set, an event as its original value bytes with the label in a header.
 What comes back on the client's delivery topic may include the network's false
 positives; :meth:`Client.deliveries` checks every event against the client's live
-subscriptions exactly, drops and counts the false positives, and yields the rest.
+subscriptions exactly, drops and counts the false positives, and yields the rest. It also
+drops repeats of an event (same origin and event id, which a node running at least once
+may send again after a crash), remembering the last ``SEEN_MEMORY`` events.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +42,9 @@ from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
 
-__all__ = ["Client", "Delivery"]
+__all__ = ["SEEN_MEMORY", "Client", "Delivery"]
+
+SEEN_MEMORY = 100_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class Client:
         self.subscriptions: dict[str, Subscription] = {}
         self.delivered = 0
         self.false_positives = 0
+        self.duplicates = 0
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     # -- control -----------------------------------------------------------------------------
     def subscribe(self, where: Any, sub_id: str | None = None) -> str:
@@ -150,8 +157,8 @@ class Client:
                 continue
             idle = 0.0
             for msg in msgs:
-                d = self._check(msg)
-                if d.subscriptions or include_false_positives:
+                d = self._take(msg, self._seen)
+                if d is not None and (d.subscriptions or include_false_positives):
                     yield d
             consumer.commit(asynchronous=True)
 
@@ -172,13 +179,14 @@ class Client:
             out: list[Delivery] = []
             deadline = time.monotonic() + timeout
             quiet_since = time.monotonic()
+            seen: OrderedDict[tuple[str, str], None] = OrderedDict()
             while time.monotonic() < deadline:
                 msgs = consume_batch(reader, 1000, 0.1)
                 if msgs:
                     quiet_since = time.monotonic()
                 for msg in msgs:
-                    d = self._check(msg)
-                    if d.subscriptions or include_false_positives:
+                    d = self._take(msg, seen)
+                    if d is not None and (d.subscriptions or include_false_positives):
                         out.append(d)
                 pos = reader.position([TopicPartition(topic, 0)])[0].offset
                 if pos >= high or time.monotonic() - quiet_since >= quiet_s:
@@ -187,8 +195,22 @@ class Client:
         finally:
             reader.close()
 
-    def _check(self, msg: Any) -> Delivery:
+    def _take(self, msg: Any, seen: OrderedDict[tuple[str, str], None]) -> Delivery | None:
+        """Check one delivered message; None (counted) for a repeat of an event seen."""
+        d = self._check(msg)
+        key = (d.origin, d.event_id)
+        if key in seen:
+            self.duplicates += 1
+            return None
+        seen[key] = None
+        if len(seen) > SEEN_MEMORY:
+            seen.popitem(last=False)
         self.delivered += 1
+        if not d.subscriptions:
+            self.false_positives += 1
+        return d
+
+    def _check(self, msg: Any) -> Delivery:
         name, rec = SERDE.decode(msg.value() or b"")
         if name != "RawEvent":
             raise ConnectorError(f"{source_of(msg.topic(), msg.partition(), msg.offset())}: "
@@ -196,8 +218,6 @@ class Client:
         attrs = rec["attrs"]
         live = list(self.subscriptions.items())  # another thread may (un)subscribe
         hits = tuple(sid for sid, s in live if s.matches(attrs))
-        if not hits:
-            self.false_positives += 1
         headers = dict(msg.headers() or [])
         return Delivery(
             event_id=rec["id"], attrs=attrs, payload=rec.get("payload", b""),

@@ -35,6 +35,8 @@ def test_secrets_are_masked(tmp_path):
     ('node = "A"\nspace = "s.json"\nbatch_size = 0\n', "batch_size"),
     ('node = "A"\nspace = "s.json"\ncolour = "red"\n', "colour"),
     ('node = "A"\n', "space"),
+    ('node = "A"\nspace = "s.json"\ndelivery = "maybe"\n', "delivery"),
+    ('node = "A"\nspace = "s.json"\nproducer_queue_messages = 0\n', "producer_queue_messages"),
     ("node = \n", "cannot read node config"),
 ])
 def test_bad_configs_name_the_field(tmp_path, text, fragment):

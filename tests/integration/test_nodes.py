@@ -43,8 +43,9 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "") ->
 class Net:
     """Three node services on threads, one content space, one topic prefix."""
 
-    def __init__(self, bootstrap: str, prefix: str, space_path: Path):
+    def __init__(self, bootstrap: str, prefix: str, space_path: Path, **settings: object):
         self.bootstrap, self.prefix, self.space_path = bootstrap, prefix, space_path
+        self.settings = settings
         self.space = ContentSpace.from_json(space_path)
         self.nodes: dict[str, NodeService] = {}
         self.threads: dict[str, threading.Thread] = {}
@@ -53,7 +54,8 @@ class Net:
     def start(self, name: str) -> NodeService:
         settings = NodeSettings(node=name, neighbours=tuple(LINE[name]), space=self.space_path,
                                 bootstrap=self.bootstrap, topic_prefix=self.prefix,
-                                batch_size=200, unsubscribe_grace_s=2.0)
+                                batch_size=200, unsubscribe_grace_s=2.0,
+                                **self.settings)  # type: ignore[arg-type]
         svc = NodeService(settings, self.space)
         svc.start()
 
@@ -79,18 +81,29 @@ class Net:
         return Client(self.bootstrap, node, cid, self.space, topic_prefix=self.prefix)
 
 
-@pytest.fixture
-def net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
+def _net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, names: tuple[str, ...],
+         **settings: object) -> Iterator[Net]:
     space_path = tmp_path / "space.json"
     space_path.write_text(json.dumps(SPEC))
-    n = Net(kafka_bootstrap, topic_prefix, space_path)
-    for name in LINE:
+    n = Net(kafka_bootstrap, topic_prefix, space_path, **settings)
+    for name in names:
         n.start(name)
     yield n
     for name in list(n.nodes):
         if n.threads[name].is_alive():
             n.stop(name)
     assert not n.errors, n.errors
+
+
+@pytest.fixture
+def net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
+    yield from _net(kafka_bootstrap, topic_prefix, tmp_path, tuple(LINE))
+
+
+@pytest.fixture
+def net_alo(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
+    yield from _net(kafka_bootstrap, topic_prefix, tmp_path, tuple(LINE),
+                    delivery="at_least_once")
 
 
 def settled(net: Net, node: str, subs: int) -> Callable[[], bool]:
@@ -242,3 +255,71 @@ def test_kcat_sees_what_the_sdk_sees(net: Net) -> None:
     assert alice.false_positives == 1
     alice.close()
     bob.close()
+
+
+def test_a_repeated_event_is_routed_once(net: Net) -> None:
+    """An at-least-once writer upstream (Spark's Kafka sink) may send an event twice."""
+    alice, carol = net.client("A", "alice"), net.client("C", "carol")
+    alice.subscribe("sym = IBM")
+    wait_for(settled(net, "A", 1), what="subscription")
+    wait_for(lambda: len(net.nodes["C"].state.received_from("B")) > 0, what="advertisement")
+    first = carol.publish({"sym": "IBM", "price": 1.0}, event_id="same")
+    carol.publish({"sym": "IBM", "price": 1.0}, event_id="same")  # the repeat
+    other = carol.publish({"sym": "IBM", "price": 2.0})
+    carol.flush()
+    got = collect(alice, 3, max_idle=4.0)
+    assert sorted(got) == sorted([first, other])
+    assert net.nodes["C"].metrics.duplicates == 1
+    assert alice.duplicates == 0  # the network itself sent it once
+    # The same id from another origin is another event.
+    bob = net.client("B", "bob")
+    third = bob.publish({"sym": "IBM", "price": 3.0}, event_id="same")
+    bob.flush()
+    assert collect(alice, 1) == [third]
+    for c in (alice, bob, carol):
+        c.close()
+
+
+def test_at_least_once_routes_exactly_and_survives_a_restart(net_alo: Net) -> None:
+    net = net_alo
+    alice, carol, pub = net.client("A", "alice"), net.client("C", "carol"), \
+        net.client("C", "feed")
+    alice.subscribe("sym = IBM and price < 100")
+    carol.subscribe("price >= 100")
+    wait_for(settled(net, "A", 1), what="A's subscription")
+    wait_for(lambda: len(net.nodes["C"].state.received_from("B")) > 0, what="advertisement")
+    to_alice = [pub.publish({"sym": "IBM", "price": float(i % 100)}) for i in range(100)]
+    to_carol = [pub.publish({"sym": "MSFT", "price": 100.0 + i}) for i in range(50)]
+    pub.publish({"sym": "AAPL", "price": 5.0})  # nobody
+    pub.flush()
+    net.stop("B")  # mid-stream: the middle node goes away ...
+    to_alice += [pub.publish({"sym": "IBM", "price": 50.0}) for _ in range(50)]
+    pub.flush()
+    net.start("B")  # ... and comes back with its state rebuilt from Kafka
+    to_alice += [pub.publish({"sym": "IBM", "price": 60.0}) for _ in range(50)]
+    pub.flush()
+    assert sorted(collect(alice, len(to_alice), max_idle=10.0)) == sorted(to_alice)
+    assert sorted(collect(carol, len(to_carol), max_idle=5.0)) == sorted(to_carol)
+    for c in (alice, carol, pub):
+        c.close()
+
+
+def test_a_batch_larger_than_the_producer_queue_waits_for_room(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """Regression: a full librdkafka queue (BufferError) used to kill the node."""
+    gen = _net(kafka_bootstrap, topic_prefix, tmp_path, ("A",), producer_queue_messages=20)
+    net = next(gen)
+    alice, feed = net.client("A", "alice"), net.client("A", "feed")
+    alice.subscribe("sym = IBM")
+    wait_for(settled(net, "A", 1), what="subscription")
+    net.stop("A")
+    sent = [feed.publish({"sym": "IBM", "price": float(i)}) for i in range(150)]
+    feed.flush()
+    node = net.start("A")  # 150 events waiting: batches far larger than the queue of 20
+    assert sorted(collect(alice, len(sent))) == sorted(sent)
+    assert node.metrics.queue_full_waits > 0
+    assert not net.errors
+    for c in (alice, feed):
+        c.close()
+    with pytest.raises(StopIteration):
+        next(gen)
