@@ -42,6 +42,10 @@ def test_quick_metrics_present(quick_run):
               "latency_p50", "latency_p99", "latency_samples", "events_per_transaction"):
         assert ("dls", m) in metrics, m
     assert ("passthrough", "latency_p99") in metrics
+    for m in ("load_time", "throughput", "throughput_ratio_vs_passthrough-nontx",
+              "latency_p99"):
+        assert ("dls-alo", m) in metrics, m
+    assert ("passthrough-nontx", "latency_p99") in metrics
     for r in records:
         if r["metric"] == "latency_p99":
             assert {"batch_size", "poll_timeout_s", "rate_events_s", "met"} <= set(r["params"])
