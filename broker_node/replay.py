@@ -1,10 +1,13 @@
 """``dlsroute replay``: the trace of ``dlsroute simulate``, played on real Kafka.
 
 One node service per topology node runs in this process (on threads) against the given
-Kafka; every op goes through the client SDK. After each subscription change the replay
+Kafka, or, with ``attach``, the nodes already run elsewhere (``dlsroute node`` processes,
+containers) and are watched through Kafka alone (:mod:`broker_node.attached`); every op
+goes through the client SDK. After each subscription change the replay
 waits until the real nodes have settled: their live subscriptions and the labels each
 node has heard from each neighbour equal those of an in-process overlay that applies the
-same ops. Publishes are then sent, and at the end every client's delivery topic is read
+same ops (attached: until every node has taken all its input and nothing moves).
+Publishes are then sent, and at the end every client's delivery topic is read
 back. The output has the format of ``simulate``; on any trace ``matched`` must equal
 ``simulate``'s.
 """
@@ -18,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from broker_node.attached import AttachedNetwork
 from broker_node.local import LocalNetwork
 from broker_node.overlay import Overlay, Topology
 from broker_node.simulate import read_ops
@@ -33,14 +37,26 @@ log = logging.getLogger("dlsroute.replay")
 def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Path,
                  ops_path: str | Path, out_path: str | Path, *, topic_prefix: str = "dls",
                  settle_timeout_s: float = 60.0, drain_idle_s: float = 0.5,
+                 attach: bool = False, groups: dict[str, str] | None = None,
                  **config: Any) -> dict[str, Any]:
-    """Play a trace through real nodes on Kafka; write simulate's output format."""
+    """Play a trace through real nodes on Kafka; write simulate's output format.
+
+    With ``attach`` the nodes must already run under ``topic_prefix`` (their consumer
+    groups ``<prefix>-node-<node>`` unless ``groups`` says otherwise); ``config`` then only
+    shapes the reference overlay.
+    """
     space = ContentSpace.from_json(space_path)
     topology = Topology.from_spec(json.loads(Path(topology_path).read_text()))
     overlay = Overlay(space, topology, **{k: v for k, v in config.items()
                                           if k in ("mode", "client_filter",
                                                    "routing_filter")})
-    nodes = LocalNetwork(bootstrap, topic_prefix, Path(space_path), space, topology, **config)
+    nodes: LocalNetwork | AttachedNetwork
+    if attach:
+        nodes = AttachedNetwork(bootstrap, topic_prefix, topology, groups)
+        nodes.wait_ready(settle_timeout_s)
+    else:
+        nodes = LocalNetwork(bootstrap, topic_prefix, Path(space_path), space, topology,
+                             **config)
     clients: dict[tuple[str, str], Client] = {}
 
     def client(node: str, cid: str) -> Client:
@@ -118,8 +134,8 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
     return summary
 
 
-def _wait_routed(nodes: LocalNetwork, visited: list[str], event_id: str, timeout: float
-                 ) -> None:
+def _wait_routed(nodes: LocalNetwork | AttachedNetwork, visited: list[str], event_id: str,
+                 timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         nodes.check()

@@ -33,8 +33,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_replay(args: argparse.Namespace) -> int:
     from broker_node.replay import replay_files
 
+    groups = {}
+    for item in args.group or []:
+        node, sep, group = item.partition("=")
+        if not sep or not node or not group:
+            raise DLSError(f"--group must be NODE=GROUP, got {item!r}", field="group",
+                           value=item)
+        groups[node] = group
     summary = replay_files(args.bootstrap, args.space, args.topology, args.ops, args.out,
-                           topic_prefix=args.topic_prefix, mode=args.mode)
+                           topic_prefix=args.topic_prefix, mode=args.mode,
+                           attach=args.attach, groups=groups)
     print(json.dumps({k: v for k, v in summary.items() if k != "rejected"}
                      | {"rejected": len(summary["rejected"])}))
     return 0
@@ -186,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--topic-prefix", default="dls")
     s.add_argument("--mode", choices=["exact", "paper"], default="exact")
+    s.add_argument("--attach", action="store_true",
+                   help="the nodes already run (dlsroute node ...): start none, watch them "
+                        "through Kafka")
+    s.add_argument("--group", action="append", metavar="NODE=GROUP",
+                   help="with --attach: a node's consumer group if not <prefix>-node-<node>")
     s.set_defaults(func=_cmd_replay)
 
     s = sub.add_parser("labels", help="show the labels of a subscription or an event")

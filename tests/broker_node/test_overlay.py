@@ -101,3 +101,11 @@ def test_labels_cli(tmp_path, capsys):
     assert main(["labels", "--space", str(space), "--event",
                  '{"price": 99, "sym": "A"}']) == 0
     assert capsys.readouterr().out.split() == ["18", "1001-0"]
+
+
+def test_replay_group_option_is_checked_before_anything_runs(tmp_path, capsys):
+    rc = main(["replay", "--bootstrap", "127.0.0.1:1", "--space", "s.json", "--topology",
+               "t.json", "--ops", "o.jsonl", "--out", str(tmp_path / "o"), "--attach",
+               "--group", "A-without-equals"])
+    assert rc == 2
+    assert "--group must be NODE=GROUP, got 'A-without-equals'" in capsys.readouterr().err

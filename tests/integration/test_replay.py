@@ -49,3 +49,33 @@ def test_replay_matches_simulate(kafka_bootstrap: str, topic_prefix: str, tmp_pa
     assert [r["matched"] for r in real] == [r["matched"] for r in sim], (real, sim)
     assert sim[0]["matched"] == [["A", "c1"], ["B", "c3"]]
     assert "rejected" in real[4] and "rejected" in sim[4]
+
+
+def test_replay_attached_to_running_nodes(kafka_bootstrap: str, topic_prefix: str,
+                                          tmp_path: Path) -> None:
+    """Nodes started beforehand (as `dlsroute node` would run them) are only watched."""
+    from broker_node.local import LocalNetwork
+    from broker_node.overlay import Topology
+    from dls.space import ContentSpace
+
+    paths = {}
+    for name, content in (("space.json", SPACE), ("topo.json", TOPO)):
+        paths[name] = tmp_path / name
+        paths[name].write_text(json.dumps(content))
+    ops = tmp_path / "ops.jsonl"
+    ops.write_text("\n".join(json.dumps(o) for o in OPS) + "\n")
+    running = LocalNetwork(kafka_bootstrap, topic_prefix, paths["space.json"],
+                           ContentSpace.from_spec(SPACE), Topology.from_spec(TOPO),
+                           delivery="at_least_once")
+    try:
+        sim_out, real_out = tmp_path / "sim.jsonl", tmp_path / "real.jsonl"
+        simulate_files(paths["space.json"], paths["topo.json"], ops, sim_out)
+        replay_files(kafka_bootstrap, paths["space.json"], paths["topo.json"], ops, real_out,
+                     topic_prefix=topic_prefix, attach=True, settle_timeout_s=30.0)
+        running.check()
+    finally:
+        running.stop()
+    sim = [json.loads(x) for x in sim_out.read_text().splitlines()][:-1]
+    real = [json.loads(x) for x in real_out.read_text().splitlines()][:-1]
+    assert [r["matched"] for r in real] == [r["matched"] for r in sim], (real, sim)
+    assert sim[0]["matched"] == [["A", "c1"], ["B", "c3"]]
