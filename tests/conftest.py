@@ -34,6 +34,30 @@ from connectors.local_kafka import (
 
 DEFAULT_TEST_KAFKA_PORT = 19092
 
+# Topic prefixes handed out in this session; their topics are deleted at session end, so
+# that a Kafka kept running across sessions does not pile up thousands of test topics.
+_PREFIXES: list[str] = []
+
+
+def _delete_test_topics(bootstrap: str) -> None:
+    """Delete the topics under this session's prefixes (best effort, bounded)."""
+    if not _PREFIXES:
+        return
+    from connectors.kafka import admin
+
+    try:
+        client = admin(bootstrap)
+        heads = tuple(f"{p}." for p in _PREFIXES)
+        names = [t for t in client.list_topics(timeout=10).topics if t.startswith(heads)]
+        for i in range(0, len(names), 500):
+            for fut in client.delete_topics(names[i:i + 500], operation_timeout=30).values():
+                try:
+                    fut.result(timeout=60)
+                except Exception:  # noqa: S110 - best effort: a leftover topic is harmless
+                    pass
+    except Exception:  # noqa: S110 - the broker may be gone already
+        pass
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that needs a Kafka broker as ``integration``."""
@@ -81,6 +105,7 @@ def kafka_bootstrap() -> Iterator[str]:
     given = os.environ.get("DLS_KAFKA_BOOTSTRAP", "").strip()
     if given:
         yield given
+        _delete_test_topics(given)
         return
     if docker_engine_available():
         yield from _testcontainers_kafka()
@@ -92,6 +117,7 @@ def kafka_bootstrap() -> Iterator[str]:
     bootstrap = ensure_local_kafka(port)
     try:
         yield bootstrap
+        _delete_test_topics(bootstrap)
     finally:
         # Under pytest-xdist every worker is a session; the first to finish must not stop
         # the broker under the others, so there it is left running (`make kafka-down`).
@@ -108,7 +134,9 @@ def unique_name() -> str:
 @pytest.fixture
 def topic_prefix() -> str:
     """A fresh topic namespace for one test, e.g. ``"t1a2b3c4d"`` (``[a-z0-9]``)."""
-    return f"t{uuid.uuid4().hex[:8]}"
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    _PREFIXES.append(prefix)
+    return prefix
 
 
 @pytest.fixture
