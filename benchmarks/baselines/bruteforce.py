@@ -7,13 +7,20 @@ over clients, returned as sorted client indexes). Bounds are inclusive (``betwee
 
 Storage grows by doubling, so appending a batch is amortised O(batch). Deleting a batch
 compacts the arrays (O(N) per batch).
+
+:class:`BruteForceBaseline` puts the matcher behind the :class:`benchmarks.baselines.base.
+Matcher` interface (subscriptions named by insertion number, checked input); the matcher
+itself is unchanged, as ``benchmarks.core`` uses it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BruteForceMatcher"]
+from benchmarks.baselines._common import check_boxes, check_events, check_ids
+from benchmarks.workload import DOMAIN_HIGH
+
+__all__ = ["BruteForceBaseline", "BruteForceMatcher"]
 
 
 class BruteForceMatcher:
@@ -128,3 +135,73 @@ class BruteForceMatcher:
         clients = (np.concatenate(parts).astype(np.int64) if parts
                    else np.zeros(0, dtype=np.int64))
         return offsets, clients
+
+
+class BruteForceBaseline:
+    """:class:`BruteForceMatcher` behind the ``Matcher`` interface.
+
+    Keeps the insertion number of every row so that ``delete`` can find the rows of the
+    numbers it is given (a ``searchsorted``: rows stay in insertion order). Bounds are
+    stored as float32, as in the matcher; inputs must be in ``[low, high]``.
+    """
+
+    supports_delete = True
+
+    def __init__(self, d: int, n_clients: int, *, low: float = 0.0,
+                 high: float = float(DOMAIN_HIGH), name: str = "bruteforce") -> None:
+        if not isinstance(d, int) or d < 1:
+            raise ValueError(f"d must be a positive integer, got {d!r}")
+        if not isinstance(n_clients, int) or n_clients < 1:
+            raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
+        self.d = d
+        self.n_clients = n_clients
+        self.low, self.high = float(low), float(high)
+        self.name = name
+        self.matcher = BruteForceMatcher(d, n_clients)
+        self._ids = np.empty(0, dtype=np.int64)  # insertion number of each row
+        self._alive = np.empty(0, dtype=bool)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return len(self.matcher)
+
+    def memory_bytes(self) -> int:
+        """Bytes of the matcher's live arrays plus the row -> number map."""
+        return self.matcher.memory_bytes() + len(self.matcher) * 8
+
+    def insert(self, lo: np.ndarray, hi: np.ndarray, owners: np.ndarray) -> int:
+        """Append subscriptions; forwards nothing (0)."""
+        lo_f, hi_f, own = check_boxes(lo, hi, owners, self.d, self.n_clients, self.low,
+                                      self.high)
+        n = len(own)
+        if n == 0:
+            return 0
+        self.matcher.add(lo_f.astype(np.float32), hi_f.astype(np.float32), own)
+        new_ids = np.arange(self._n, self._n + n, dtype=np.int64)
+        self._ids = np.concatenate([self._ids, new_ids])
+        alive = np.zeros(self._n + n, dtype=bool)
+        alive[: self._n] = self._alive
+        alive[self._n:] = True
+        self._alive = alive
+        self._n += n
+        return 0
+
+    def delete(self, ids: np.ndarray) -> int:
+        """Remove subscriptions by insertion number (compacting); forwards nothing (0)."""
+        a = check_ids(ids, self._alive)
+        if len(a) == 0:
+            return 0
+        rows = np.searchsorted(self._ids, a)
+        self.matcher.remove_rows(rows)
+        keep = np.ones(len(self._ids), dtype=bool)
+        keep[rows] = False
+        self._ids = self._ids[keep]
+        self._alive[a] = False
+        return 0
+
+    def match(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Match events ``(E, d)`` one by one: CSR ``(offsets, clients)``, sorted."""
+        ev = check_events(events, self.d)
+        if len(self.matcher) == 0:
+            return np.zeros(len(ev) + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return self.matcher.match(ev.astype(np.float32))

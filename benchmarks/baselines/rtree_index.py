@@ -1,0 +1,197 @@
+"""Exact matcher on an R-tree (``rtree``, libspatialindex): boxes stored, events are points.
+
+Subscriptions are inserted as ``d``-dimensional boxes (float64, inclusive bounds) under
+their insertion number; an event is a degenerate box and a batch of events is answered by
+one ``intersection_v`` call (libspatialindex's bulk query, no Python loop per event).
+libspatialindex treats boxes as closed, so a point on a box's face matches it, as in the
+brute force.
+
+Insertion into an empty tree bulk-loads it from numpy arrays (libspatialindex's bulk
+loader, which packs full nodes); insertion into a non-empty tree adds entries one by one
+(the R*-tree insertion, a Python call each). Deletion is one ``delete`` call per entry.
+
+libspatialindex keeps its nodes in C++ memory that Python cannot see, so
+:meth:`RTreeMatcher.memory_bytes` measures it: the change of the C heap in use
+(glibc ``mallinfo2``: ``uordblks + hblkhd``) across each tree operation, summed, plus the
+owner array. Without glibc it falls back to an estimate, ``entries * (16 d + 8) / 0.7``
+(bounds and id per entry at the default 70 % node fill); :attr:`memory_measured` says
+which.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import Any
+
+import numpy as np
+from rtree import index as rtree_index
+
+from benchmarks.baselines._common import check_boxes, check_events, check_ids, pairs_to_csr
+from benchmarks.workload import DOMAIN_HIGH
+
+__all__ = ["RTreeMatcher"]
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _load_mallinfo2() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    fn.argtypes = []
+    return fn
+
+
+_MALLINFO2 = _load_mallinfo2()
+
+
+def _heap_in_use() -> int:
+    if _MALLINFO2 is None:
+        return 0
+    info = _MALLINFO2()
+    return int(info.uordblks + info.hblkhd)
+
+
+class RTreeMatcher:
+    """Exact content-based matcher on a libspatialindex R-tree.
+
+    Args:
+        d: Number of numeric attributes.
+        n_clients: Owners are client indexes in ``[0, n_clients)``.
+        low: Lower end of every attribute's domain.
+        high: Upper end of every attribute's domain.
+        leaf_capacity: Entries per leaf node.
+        index_capacity: Children per inner node.
+        name: Benchmark system name.
+    """
+
+    supports_delete = True
+
+    def __init__(self, d: int, n_clients: int, *, low: float = 0.0,
+                 high: float = float(DOMAIN_HIGH), leaf_capacity: int = 100,
+                 index_capacity: int = 100, name: str = "rtree") -> None:
+        if not isinstance(d, int) or d < 1:
+            raise ValueError(f"d must be a positive integer, got {d!r}")
+        if not isinstance(n_clients, int) or n_clients < 1:
+            raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
+        for field, v in (("leaf_capacity", leaf_capacity), ("index_capacity", index_capacity)):
+            if not isinstance(v, int) or v < 4:
+                raise ValueError(f"{field} must be an integer >= 4, got {v!r}")
+        self.d = d
+        self.n_clients = n_clients
+        self.low, self.high = float(low), float(high)
+        self.name = name
+        self.leaf_capacity = leaf_capacity
+        self.index_capacity = index_capacity
+        self.memory_measured = _MALLINFO2 is not None
+        self._n = 0
+        self._owner = np.empty(0, dtype=np.int32)
+        self._alive = np.empty(0, dtype=bool)
+        self._lo = np.empty((0, d), dtype=np.float64)  # kept for deletion (libspatialindex
+        self._hi = np.empty((0, d), dtype=np.float64)  # deletes by id and box)
+        self._heap = 0
+        self._idx = self._new_index()
+
+    def _props(self) -> rtree_index.Property:
+        p = rtree_index.Property()
+        p.dimension = self.d
+        p.leaf_capacity = self.leaf_capacity
+        p.index_capacity = self.index_capacity
+        p.near_minimum_overlap_factor = min(32, self.leaf_capacity - 1,
+                                            self.index_capacity - 1)
+        return p
+
+    def _new_index(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                   ) -> rtree_index.Index:
+        if arrays is None:
+            return rtree_index.Index(properties=self._props())
+        return rtree_index.Index(arrays, properties=self._props())
+
+    def __len__(self) -> int:
+        return int(self._alive[: self._n].sum())
+
+    def memory_bytes(self) -> int:
+        """C heap held by the tree (measured, see the module docstring) plus our arrays."""
+        ours = self._n * (4 + 1 + 16 * self.d)
+        if self.memory_measured:
+            return max(0, self._heap) + ours
+        return int(len(self) * (16 * self.d + 8) / 0.7) + ours
+
+    def _grow(self, need: int) -> None:
+        cap = len(self._owner)
+        if need <= cap:
+            return
+        new = max(need, 2 * cap, 1024)
+        owner = np.empty(new, dtype=np.int32)
+        owner[: self._n] = self._owner[: self._n]
+        alive = np.zeros(new, dtype=bool)
+        alive[: self._n] = self._alive[: self._n]
+        lo = np.empty((new, self.d), dtype=np.float64)
+        lo[: self._n] = self._lo[: self._n]
+        hi = np.empty((new, self.d), dtype=np.float64)
+        hi[: self._n] = self._hi[: self._n]
+        self._owner, self._alive, self._lo, self._hi = owner, alive, lo, hi
+
+    def insert(self, lo: np.ndarray, hi: np.ndarray, owners: np.ndarray) -> int:
+        """Add subscriptions (bulk load when the tree is empty); forwards nothing (0)."""
+        lo_f, hi_f, own = check_boxes(lo, hi, owners, self.d, self.n_clients, self.low,
+                                      self.high)
+        n = len(own)
+        if n == 0:
+            return 0
+        self._grow(self._n + n)
+        ids = np.arange(self._n, self._n + n, dtype=np.int64)
+        lo_c = np.ascontiguousarray(lo_f)
+        hi_c = np.ascontiguousarray(hi_f)
+        if len(self) == 0:
+            self._idx.close()
+            self._heap = 0
+            h0 = _heap_in_use()
+            self._idx = self._new_index((ids, lo_c, hi_c))
+            self._heap += _heap_in_use() - h0
+        else:
+            boxes = np.concatenate([lo_c, hi_c], axis=1).tolist()
+            ins = self._idx.insert
+            h0 = _heap_in_use()
+            for i, box in zip(ids.tolist(), boxes, strict=True):
+                ins(i, box)
+            self._heap += _heap_in_use() - h0
+        s = slice(self._n, self._n + n)
+        self._owner[s] = own
+        self._alive[s] = True
+        self._lo[s] = lo_c
+        self._hi[s] = hi_c
+        self._n += n
+        return 0
+
+    def delete(self, ids: np.ndarray) -> int:
+        """Remove subscriptions by insertion number; forwards nothing (0)."""
+        a = check_ids(ids, self._alive[: self._n])
+        boxes = np.concatenate([self._lo[a], self._hi[a]], axis=1).tolist()
+        rm = self._idx.delete
+        h0 = _heap_in_use()
+        for i, box in zip(a.tolist(), boxes, strict=True):
+            rm(i, box)
+        self._heap += _heap_in_use() - h0
+        self._alive[a] = False
+        return 0
+
+    def match(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Match events ``(E, d)``: CSR ``(offsets, clients)``, clients sorted per event."""
+        ev = np.ascontiguousarray(check_events(events, self.d))
+        n_ev = len(ev)
+        offsets = np.zeros(n_ev + 1, dtype=np.int64)
+        if n_ev == 0 or len(self) == 0:
+            return offsets, np.zeros(0, dtype=np.int64)
+        hits, counts = self._idx.intersection_v(ev, ev)
+        evi = np.repeat(np.arange(n_ev, dtype=np.int64), np.asarray(counts, dtype=np.int64))
+        owners = self._owner[np.asarray(hits, dtype=np.int64)]
+        return pairs_to_csr(evi, owners, n_ev, self.n_clients)
