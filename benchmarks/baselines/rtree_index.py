@@ -6,9 +6,18 @@ one ``intersection_v`` call (libspatialindex's bulk query, no Python loop per ev
 libspatialindex treats boxes as closed, so a point on a box's face matches it, as in the
 brute force.
 
-Insertion into an empty tree bulk-loads it from numpy arrays (libspatialindex's bulk
-loader, which packs full nodes); insertion into a non-empty tree adds entries one by one
-(the R*-tree insertion, a Python call each). Deletion is one ``delete`` call per entry.
+Updates come in batches, and a batch that is large next to the tree rebuilds it:
+
+* insertion into an empty tree, or of a batch of at least ``rebuild_fraction`` (default
+  1/4) of the live entries, bulk-loads a new tree from numpy arrays with every live entry
+  (libspatialindex's bulk loader, which packs full nodes); a smaller batch is inserted
+  entry by entry (the R*-tree insertion, one Python call each);
+* deleting at least ``rebuild_fraction`` of the live entries bulk-loads the survivors;
+  fewer are deleted one ``delete`` call each.
+
+Entry-by-entry updates cost tens of microseconds each (R*-tree splits and reinsertions
+plus a Python call); a rebuild costs about a microsecond per live entry, so rebuilding
+is the faster choice for large batches. ``rebuild_fraction=None`` never rebuilds.
 
 libspatialindex keeps its nodes in C++ memory that Python cannot see, so
 :meth:`RTreeMatcher.memory_bytes` measures it: the change of the C heap in use
@@ -70,6 +79,8 @@ class RTreeMatcher:
         high: Upper end of every attribute's domain.
         leaf_capacity: Entries per leaf node.
         index_capacity: Children per inner node.
+        rebuild_fraction: Batches of at least this fraction of the live entries rebuild the
+            tree (``None``: never, except into an empty tree).
         name: Benchmark system name.
     """
 
@@ -77,7 +88,8 @@ class RTreeMatcher:
 
     def __init__(self, d: int, n_clients: int, *, low: float = 0.0,
                  high: float = float(DOMAIN_HIGH), leaf_capacity: int = 100,
-                 index_capacity: int = 100, name: str = "rtree") -> None:
+                 index_capacity: int = 100, rebuild_fraction: float | None = 0.25,
+                 name: str = "rtree") -> None:
         if not isinstance(d, int) or d < 1:
             raise ValueError(f"d must be a positive integer, got {d!r}")
         if not isinstance(n_clients, int) or n_clients < 1:
@@ -85,10 +97,14 @@ class RTreeMatcher:
         for field, v in (("leaf_capacity", leaf_capacity), ("index_capacity", index_capacity)):
             if not isinstance(v, int) or v < 4:
                 raise ValueError(f"{field} must be an integer >= 4, got {v!r}")
+        if rebuild_fraction is not None and not 0 < rebuild_fraction:
+            raise ValueError(f"rebuild_fraction must be positive or None, got "
+                             f"{rebuild_fraction!r}")
         self.d = d
         self.n_clients = n_clients
         self.low, self.high = float(low), float(high)
         self.name = name
+        self.rebuild_fraction = rebuild_fraction
         self.leaf_capacity = leaf_capacity
         self.index_capacity = index_capacity
         self.memory_measured = _MALLINFO2 is not None
@@ -141,7 +157,7 @@ class RTreeMatcher:
         self._owner, self._alive, self._lo, self._hi = owner, alive, lo, hi
 
     def insert(self, lo: np.ndarray, hi: np.ndarray, owners: np.ndarray) -> int:
-        """Add subscriptions (bulk load when the tree is empty); forwards nothing (0)."""
+        """Add subscriptions (see the module docstring for bulk loads); forwards nothing."""
         lo_f, hi_f, own = check_boxes(lo, hi, owners, self.d, self.n_clients, self.low,
                                       self.high)
         n = len(own)
@@ -151,30 +167,52 @@ class RTreeMatcher:
         ids = np.arange(self._n, self._n + n, dtype=np.int64)
         lo_c = np.ascontiguousarray(lo_f)
         hi_c = np.ascontiguousarray(hi_f)
-        if len(self) == 0:
-            self._idx.close()
-            self._heap = 0
-            h0 = _heap_in_use()
-            self._idx = self._new_index((ids, lo_c, hi_c))
-            self._heap += _heap_in_use() - h0
-        else:
-            boxes = np.concatenate([lo_c, hi_c], axis=1).tolist()
-            ins = self._idx.insert
-            h0 = _heap_in_use()
-            for i, box in zip(ids.tolist(), boxes, strict=True):
-                ins(i, box)
-            self._heap += _heap_in_use() - h0
         s = slice(self._n, self._n + n)
+        live = len(self)
         self._owner[s] = own
-        self._alive[s] = True
         self._lo[s] = lo_c
         self._hi[s] = hi_c
+        if live == 0 or self._rebuilds(n, live):
+            self._alive[s] = True
+            self._n += n
+            self._rebuild()
+            return 0
+        boxes = np.concatenate([lo_c, hi_c], axis=1).tolist()
+        ins = self._idx.insert
+        h0 = _heap_in_use()
+        for i, box in zip(ids.tolist(), boxes, strict=True):
+            ins(i, box)
+        self._heap += _heap_in_use() - h0
+        self._alive[s] = True
         self._n += n
         return 0
+
+    def _rebuilds(self, batch: int, live: int) -> bool:
+        return self.rebuild_fraction is not None and batch >= self.rebuild_fraction * live
+
+    def _rebuild(self) -> None:
+        """Bulk-load a new tree with every live entry."""
+        ids = np.flatnonzero(self._alive[: self._n]).astype(np.int64)
+        self._idx.close()
+        self._heap = 0
+        if len(ids) == 0:
+            self._idx = self._new_index()
+            return
+        lo = np.ascontiguousarray(self._lo[ids])
+        hi = np.ascontiguousarray(self._hi[ids])
+        h0 = _heap_in_use()
+        self._idx = self._new_index((ids, lo, hi))
+        self._heap += _heap_in_use() - h0
 
     def delete(self, ids: np.ndarray) -> int:
         """Remove subscriptions by insertion number; forwards nothing (0)."""
         a = check_ids(ids, self._alive[: self._n])
+        if len(a) == 0:
+            return 0
+        if self._rebuilds(len(a), len(self)):
+            self._alive[a] = False
+            self._rebuild()
+            return 0
         boxes = np.concatenate([self._lo[a], self._hi[a]], axis=1).tolist()
         rm = self._idx.delete
         h0 = _heap_in_use()

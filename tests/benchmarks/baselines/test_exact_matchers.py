@@ -12,6 +12,7 @@ from tests.benchmarks.baselines.helpers import boundary_events, csr_lists, exact
 MAKERS = {
     "rtree": lambda d, nc: RTreeMatcher(d, nc),
     "rtree-small-nodes": lambda d, nc: RTreeMatcher(d, nc, leaf_capacity=8, index_capacity=8),
+    "rtree-never-rebuilds": lambda d, nc: RTreeMatcher(d, nc, rebuild_fraction=None),
     "bruteforce": lambda d, nc: BruteForceBaseline(d, nc),
 }
 
@@ -28,9 +29,11 @@ def test_exact_with_inserts_and_deletes(kind, dist, d):
     m.insert(w.lo[:1500], w.hi[:1500], w.owners[:1500])  # bulk load (R-tree)
     alive[:1500] = True
     gone = rng.permutation(1500)[:600]
-    m.delete(gone)
+    m.delete(gone[:50])  # entry by entry
+    m.delete(gone[50:])  # a rebuild (unless never)
     alive[gone] = False
-    m.insert(w.lo[1500:], w.hi[1500:], w.owners[1500:])  # into a non-empty tree
+    m.insert(w.lo[1500:1600], w.hi[1500:1600], w.owners[1500:1600])  # entry by entry
+    m.insert(w.lo[1600:], w.hi[1600:], w.owners[1600:])  # a rebuild (unless never)
     alive[1500:] = True
     assert len(m) == int(alive.sum())
     assert csr_lists(*m.match(ev)) == exact_sets(w.lo, w.hi, w.owners, alive, ev)
