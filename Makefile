@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-fast lint bench demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
+.PHONY: help setup test test-fast lint bench bench-paper demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
 
 KAFKA_SH := bash docker/kafka/kafka.sh
 
@@ -37,6 +37,12 @@ bench: setup ## Benchmarks (core, then on the local Kafka); results in benchmark
 	$(PY) -m benchmarks.core --out benchmarks/results/core.json
 	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
 	$(PY) -m benchmarks.kafka --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/kafka.json
+
+PAPER_OUT := $(if $(QUICK),/tmp/dlsroute-paper-quick,benchmarks/results)
+PAPER_MD  := $(if $(QUICK),/tmp/dlsroute-paper-quick/REPORT.md,benchmarks/REPORT.md)
+bench-paper: setup ## The paper's experiments, all systems -> benchmarks/REPORT.md (QUICK=1: ~5 min, /tmp)
+	$(PY) -m benchmarks.paper $(if $(QUICK),--quick) --out $(PAPER_OUT)/paper.json
+	$(PY) -m benchmarks.report --results $(PAPER_OUT)/paper.json --out $(PAPER_MD) --plots $(PAPER_OUT)/paper
 
 demo: setup ## Three-node demo on a local Kafka (started and stopped unless running; KAFKA_PORT)
 	$(VENV)/bin/dlsroute demo --kafka --port $(or $(KAFKA_PORT),9092)

@@ -1,0 +1,741 @@
+"""The paper's experiments (§6), every system side by side in one run, and beyond.
+
+Run::
+
+    .venv/bin/python -m benchmarks.paper [--quick] [--out benchmarks/results/paper.json]
+        [--experiments scaling,granules,fp,growth_subs,growth_clients]
+        [--systems dls,dls-paper,mics,rtree,bruteforce] [--require-all]
+
+Systems (:mod:`benchmarks.paper_systems`): ``dls`` (exact aggregation, the default),
+``dls-paper`` (the paper's CBF aggregation), ``mics``, ``rtree`` and ``bruteforce``, each
+behind the ``Matcher`` interface of ``benchmarks/baselines/base.py``. A baseline module
+that is missing is skipped with a notice on stderr (``--require-all``: an error).
+
+Experiments (``params["experiment"]`` of every record):
+
+* ``scaling`` — paper Tables 1–6 and Figure 6 (§6.2.1): uniform and Zipf; (d, g) = (2,
+  128), (3, 32), (4, 16); 100K..500K subscriptions of 1,000 clients; 10,000 events. Each
+  system is filled once, in batches of ``batch_size``, with a checkpoint at every size:
+  ``insert_time`` is the time of the step that reached the size / the step's
+  subscriptions (``insert_time_cumulative``: total / size), ``forwarded`` the cumulative
+  forwarding traffic (labels to one neighbour for DLS, ranges for MICS, 0 for exact
+  matchers), then matching, checks and memory at that size. After the largest size the
+  subscriptions are deleted newest step first: ``delete_time`` at size N is the time of
+  deleting the step (N - step .. N) / its size.
+* ``granules`` — Tables 8–9, Figures 7–8 (§6.2.2): d = 3, 8,000 subscriptions, domain
+  [0, 2^20 - 1], g = 16..256. The interval length is fixed in domain units (uniform in
+  [0, 2^20/16], i.e. ``length_cells = g/16``), so finer cells mean more labels per
+  subscription, as in the paper. Insert time is best of ``gran_repeats`` fresh fills.
+* ``fp`` — Figure 9 and Table 10 (§6.2.3): false-positive rate vs granules at m = 2^16
+  and vs m = 2^8..2^16 at g = 32 (d = 3, 8,000 subscriptions, same workloads as
+  ``granules``). See :func:`run_fp` for exactly what is counted.
+* ``growth_subs`` — beyond the paper: uniform, d = 3, g = 32, 1,000 clients, 100K..5M
+  subscriptions. A system whose next step would take longer than ``growth_budget_s`` to
+  insert stops there (a ``stopped_at`` record says where).
+* ``growth_clients`` — beyond the paper: uniform, d = 3, g = 32, 500K subscriptions over
+  100..100K clients.
+
+Every record is ``{"benchmark": "paper", "system", "params", "metric", "value", "unit"}``
+(the shape of ``core.json``); metrics:
+
+===========================  ==========  ==============================================
+metric                       unit        meaning
+===========================  ==========  ==============================================
+insert_time                  us/sub      wall time of one insert step / its subscriptions
+insert_time_cumulative       us/sub      all inserts so far / subscriptions (scaling)
+forwarded                    labels|     cumulative forwarding traffic (``traffic_unit``
+                             ranges      in params)
+delete_time                  us/sub      deleting one step / its subscriptions
+withdrawn                    labels      traffic the deletes of that step caused
+matching_time                us/event    ``match`` of ``match_events`` events (one call),
+                                         best of ``match_repeats`` / events
+deliveries_per_event         clients     mean clients per event on the check sample
+false_negatives              count       exact (event, client) pairs the system missed
+false_positive_rate          fraction    deliveries not in the exact set / deliveries
+memory_bytes                 bytes       ``memory_bytes()`` at that size
+bytes_per_subscription       bytes/sub   memory_bytes / live subscriptions
+labels_per_subscription      labels      mean labels of a subscription (DLS mapping)
+speedup_vs_<system>          x           that system's matching_time / this one's
+fp_*                         fraction    see :func:`run_fp`
+===========================  ==========  ==============================================
+
+The run also writes ``<out>.meta.json`` (machine, commit, command, settings, wall time,
+the systems that ran and those skipped) beside ``<out>``; ``benchmarks.report`` turns
+both into ``benchmarks/REPORT.md`` and the plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import core
+from benchmarks.baselines.base import Matcher
+from benchmarks.baselines.bruteforce import BruteForceMatcher
+from benchmarks.paper_systems import (
+    BrokerMatcher,
+    SystemSpec,
+    available_systems,
+    build,
+    build_kwargs,
+)
+from benchmarks.workload import Workload, WorkloadParams, generate, space_spec
+from dls.cbf import CountingBloomFilter
+from dls.space import ContentSpace
+
+BENCHMARK = "paper"
+DEFAULT_OUT = Path("benchmarks/results/paper.json")
+GRAN_PROBE = 200  # subscriptions of the rate probe of the granules experiment
+PROBE = 1_000  # subscriptions of the first, rate-measuring batch under a budget
+EXPERIMENTS = ("scaling", "granules", "fp", "growth_subs", "growth_clients")
+
+
+@dataclass(frozen=True)
+class PaperSettings:
+    """Sizes of one run (full or quick)."""
+
+    distributions: tuple[str, ...] = ("uniform", "zipf")
+    dims: tuple[tuple[int, int], ...] = ((2, 128), (3, 32), (4, 16))
+    sizes: tuple[int, ...] = (100_000, 200_000, 300_000, 400_000, 500_000)
+    n_clients: int = 1_000
+    n_events: int = 10_000
+    batch_size: int = 50_000
+    check_events: int = 500
+    match_budget_s: float = 1.5
+    match_repeats: int = 2
+    gran_granules: tuple[int, ...] = (16, 32, 64, 128, 256)
+    gran_d: int = 3
+    gran_n_subs: int = 8_000
+    gran_repeats: int = 3
+    fp_g: int = 32
+    fp_ms: tuple[int, ...] = (2**8, 2**10, 2**12, 2**14, 2**16)
+    fp_m_granules: int = 2**16
+    #: Interval length limits (fraction of the domain) of the Table 10 runs: the
+    #: §6.2.2 workload's, then wide subscriptions as a sensitivity check.
+    fp_length_fracs: tuple[float, ...] = (1 / 16, 1 / 4)
+    growth_sizes: tuple[int, ...] = (100_000, 500_000, 1_000_000, 2_000_000, 5_000_000)
+    growth_budget_s: float = 120.0
+    scaling_budget_s: float = 60.0
+    growth_batch: int = 250_000
+    growth_clients: tuple[int, ...] = (100, 1_000, 10_000, 100_000)
+    growth_clients_subs: int = 500_000
+    growth_dg: tuple[int, int] = (3, 32)
+    seed: int = 0
+    experiments: tuple[str, ...] = EXPERIMENTS
+    systems: tuple[str, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+FULL = PaperSettings()
+QUICK = PaperSettings(
+    distributions=("uniform", "zipf"),
+    dims=((3, 32),),
+    sizes=(20_000, 40_000),
+    n_clients=200,
+    n_events=5_000,
+    batch_size=5_000,
+    check_events=200,
+    match_budget_s=0.3,
+    gran_granules=(16, 32, 64),
+    gran_n_subs=2_000,
+    gran_repeats=1,
+    fp_ms=(2**8, 2**12, 2**16),
+    growth_sizes=(20_000, 100_000),
+    growth_budget_s=10.0,
+    scaling_budget_s=5.0,
+    growth_batch=20_000,
+    growth_clients=(10, 100, 1_000),
+    growth_clients_subs=10_000,
+)
+TINY = replace(QUICK, distributions=("uniform",), sizes=(1_000, 2_000), n_clients=10,
+               n_events=200, batch_size=1_000, check_events=100, match_budget_s=0.02,
+               match_repeats=1, gran_granules=(16, 32), gran_n_subs=300,
+               fp_ms=(2**8, 2**16), growth_sizes=(1_000, 2_000), growth_batch=1_000,
+               growth_clients=(5, 20), growth_clients_subs=1_000, scaling_budget_s=5.0,
+               growth_budget_s=5.0)
+
+
+class Recorder(core.Recorder):
+    """``core.Recorder`` writing ``benchmark = "paper"`` records, plus system failures."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[dict[str, Any]] = []
+
+    def add(self, system: str, params: dict[str, Any], metric: str, value: float,
+            unit: str) -> None:
+        super().add(system, params, metric, value, unit)
+        self.records[-1]["benchmark"] = BENCHMARK
+
+
+class Progress:
+    """Plain progress lines on stderr: what runs, how far, how long so far."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.t0 = time.perf_counter()
+
+    def __call__(self, msg: str) -> None:
+        print(f"[paper {time.perf_counter() - self.t0:7.1f}s] {msg}", file=self.stream,
+              flush=True)
+
+    def bar(self, what: str, done: int, total: int) -> None:
+        width = 24
+        k = round(width * done / max(1, total))
+        self(f"{what} [{'#' * k}{'.' * (width - k)}] {done:,}/{total:,}")
+
+
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    gc.collect()
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def workload(dist: str, d: int, g: int, n: int, nc: int, ne: int, s: PaperSettings,
+             length_cells: float = 2.0) -> Workload:
+    return generate(WorkloadParams(dist, d, g, n, nc, ne, length_cells=length_cells,
+                                   seed=s.seed))
+
+
+def client_items(w: Workload) -> int:
+    """Mean distinct labels per client (how DLS sizes its client filters, as in core)."""
+    sp = ContentSpace.from_spec(space_spec(w.params.d, w.params.g))
+    offsets, labels = core.map_boxes(sp, w.lo, w.hi)
+    per = core.distinct_labels_per_client(offsets, labels, w.owners, w.params.n_clients,
+                                          sp.label_space_size)
+    return max(1, math.ceil(per))
+
+
+def exact_at(w: Workload, sizes: Sequence[int], n_check: int
+             ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Exact deliveries of the first ``n_check`` events at every size (brute force)."""
+    bf = BruteForceMatcher(w.params.d, w.params.n_clients)
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    prev = 0
+    for n in sizes:
+        bf.add(w.lo[prev:n], w.hi[prev:n], w.owners[prev:n])
+        prev = n
+        out[n] = bf.match(w.events[:n_check])
+    return out
+
+
+def time_match(m: Matcher, events: np.ndarray, budget_s: float, repeats: int
+               ) -> tuple[float, int]:
+    """(best seconds per event, events used): as many events as fit the budget."""
+    probe = min(len(events), 50)
+    t, _ = _timed(m.match, events[:probe])
+    per = max(t / probe, 1e-9)
+    n = int(min(len(events), max(probe, budget_s / per)))
+    best = float("inf")
+    for _ in range(repeats if n * per * repeats < 4 * budget_s else 1):
+        t, _ = _timed(m.match, events[:n])
+        best = min(best, t)
+    return best / n, n
+
+
+def check(m: Matcher, events: np.ndarray, exact: tuple[np.ndarray, np.ndarray], nc: int
+          ) -> tuple[int, float, float]:
+    """(false negatives, false-positive rate of deliveries, deliveries per event)."""
+    off, cli = m.match(events)
+    n = len(events)
+    fn, fp, tot = core.delivery_check(np.asarray(off), np.asarray(cli), exact[0], exact[1],
+                                      nc, n)
+    return fn, (fp / tot if tot else 0.0), tot / n
+
+
+def _traffic_unit(name: str) -> str:
+    return "labels" if name.startswith("dls") else "ranges" if name == "mics" else "none"
+
+
+def measure_at(rec: Recorder, m: Matcher, name: str, params: dict[str, Any], n_live: int,
+               events: np.ndarray, exact: tuple[np.ndarray, np.ndarray], s: PaperSettings,
+               nc: int) -> dict[str, float]:
+    """Matching time, checks and memory of a filled system; records them."""
+    per, n_used = time_match(m, events, s.match_budget_s, s.match_repeats)
+    mp = {**params, "match_events": n_used, "match_repeats": s.match_repeats,
+          "timing": "one match() call over the first match_events events, best of repeats"}
+    rec.add(name, mp, "matching_time", per * 1e6, "us/event")
+    fn, fpr, dpe = check(m, events[:len(exact[0]) - 1], exact, nc)
+    cp = {**params, "check_events": len(exact[0]) - 1}
+    rec.add(name, cp, "false_negatives", fn, "count")
+    rec.add(name, cp, "false_positive_rate", fpr, "fraction")
+    rec.add(name, cp, "deliveries_per_event", dpe, "clients")
+    mem = m.memory_bytes()
+    rec.add(name, params, "memory_bytes", mem, "bytes")
+    rec.add(name, params, "bytes_per_subscription", mem / max(1, n_live), "bytes/sub")
+    return {"match": per * 1e6, "fn": fn, "fp": fpr, "mem": mem / max(1, n_live)}
+
+
+def _ranges(a: int, b: int, step: int) -> list[tuple[int, int]]:
+    return [(x, min(b, x + step)) for x in range(a, b, step)]
+
+
+def fill_and_measure(rec: Recorder, spec: SystemSpec, w: Workload, sizes: Sequence[int],
+                     exact: dict[int, tuple[np.ndarray, np.ndarray]], base: dict[str, Any],
+                     s: PaperSettings, log: Progress, *, batch: int, delete: bool,
+                     items: int, budget_s: float | None = None) -> dict[int, dict[str, float]]:
+    """Insert up to every size (checkpoints), measure at each, then delete step by step.
+
+    ``items`` sizes DLS client filters (mean distinct labels per client at the largest
+    size).
+    """
+    nc = w.params.n_clients
+    kw = build_kwargs(w.params.d, w.params.g, nc, high=w.params.domain_high,
+                      client_items=items)
+    m = build(spec, kw)
+    name = spec.name
+    unit = _traffic_unit(name)
+    rows: dict[int, dict[str, float]] = {}
+    prev, t_total, traffic = 0, 0.0, 0
+    done = 0  # subscriptions inserted (may run past ``prev`` inside a step)
+    probe_rate = None
+    if budget_s is not None:  # a throwaway instance measures the rate before a big batch
+        k = min(PROBE, sizes[0])
+        t_probe, _ = _timed(build(spec, kw).insert, w.lo[:k], w.hi[:k], w.owners[:k])
+        probe_rate = t_probe / k
+    for n in sizes:
+        t_step = 0.0
+        stopped = False
+        for a, b in _ranges(prev, n, batch):
+            if budget_s is not None and (done or probe_rate is not None):
+                rate = (t_total + t_step) / done if done else probe_rate or 0.0
+                if rate * (n - a) + t_step > budget_s:
+                    log(f"  {name}: the step to {n:,} would take ~{rate * (n - prev):.0f} s"
+                        f" > {budget_s:.0f} s budget: stopped at {prev:,}")
+                    rec.add(name, {**base, "n_subs": prev, "next_n_subs": n,
+                                   "budget_s": budget_s, "insert_rate_us": rate * 1e6},
+                            "stopped_at", prev, "subscriptions")
+                    rec.add(name, {**base, "n_subs": done, "budget_s": budget_s},
+                            "insert_time_probe", rate * 1e6, "us/sub")
+                    stopped = True
+                    break
+            t, out = _timed(m.insert, w.lo[a:b], w.hi[a:b], w.owners[a:b])
+            t_step += t
+            done = b
+            traffic += int(out)
+            log.bar(f"  {name} insert", b, sizes[-1])
+        if stopped:
+            break
+        t_total += t_step
+        params = {**base, "n_subs": n, "batch_size": batch, "step": n - prev,
+                  "system_class": type(m).__name__}
+        rec.add(name, params, "insert_time", t_step / (n - prev) * 1e6, "us/sub")
+        rec.add(name, params, "insert_time_cumulative", t_total / n * 1e6, "us/sub")
+        rec.add(name, {**params, "traffic_unit": unit}, "forwarded", traffic, unit)
+        r = measure_at(rec, m, name, params, n, w.events, exact[n], s, nc)
+        r["insert"] = t_step / (n - prev) * 1e6
+        r["fwd"] = traffic
+        rows[n] = r
+        log(f"  {name:10} n={n:>9,} insert {r['insert']:8.3f} us/sub  match "
+            f"{r['match']:10.3f} us/ev  fwd {traffic:>9,}  fp {r['fp']:.4f}  fn {r['fn']:.0f}"
+            f"  {r['mem']:8.1f} B/sub")
+        prev = n
+    reached = [n for n in sizes if n in rows]
+    if delete and getattr(m, "supports_delete", False) and reached and done == reached[-1]:
+        withdrawn_total, t_spent, cut, n_del = 0, 0.0, False, 0
+        bounds = [0, *reached]
+        for lo_n, hi_n in reversed(list(zip(bounds[:-1], bounds[1:], strict=True))):
+            t_step, wd, gone = 0.0, 0, 0
+            order = list(reversed(_ranges(lo_n, hi_n, batch)))
+            if budget_s is not None and hi_n == reached[-1] and order[0][1] - order[0][0] > PROBE:
+                a0, b0 = order[0]  # a small first batch measures the rate before a big one
+                order = [(b0 - PROBE, b0), (a0, b0 - PROBE), *order[1:]]
+            if budget_s is not None and n_del:
+                rate = t_spent / n_del
+                if rate * batch > budget_s / 5:  # slow deletes: smaller chunks, finer cut
+                    small = max(PROBE, int(budget_s / 5 / rate))
+                    order = [r for a, b in order for r in reversed(_ranges(a, b, small))]
+            for a, b in order:
+                if budget_s is not None and gone and (
+                        (t_spent + t_step) / (n_del + gone) * (b - a) + t_spent + t_step
+                        > budget_s):
+                    cut = True
+                    break
+                t, out = _timed(m.delete, np.arange(a, b, dtype=np.int64))
+                t_step += t
+                gone += b - a
+                wd += int(out)
+            withdrawn_total += wd
+            t_spent += t_step
+            n_del += gone
+            params = {**base, "n_subs": hi_n, "batch_size": batch, "step": hi_n - lo_n,
+                      "deleted": gone,
+                      "delete_order": "newest step first, newest batch first"}
+            if gone < hi_n - lo_n:
+                params["partial"] = "delete budget reached: time of the first `deleted` only"
+            rec.add(name, params, "delete_time", t_step / gone * 1e6, "us/sub")
+            if not cut:
+                rec.add(name, {**params, "traffic_unit": unit}, "withdrawn", wd, unit)
+            rows[hi_n]["delete"] = t_step / gone * 1e6
+            if cut:
+                log(f"  {name}: deletes stopped by the {budget_s:.0f} s budget at size {hi_n:,}"
+                    f" after {gone:,} ({t_step / gone * 1e6:.1f} us/sub)")
+                rec.add(name, {**base, "n_subs": hi_n, "budget_s": budget_s},
+                        "delete_stopped_at", hi_n, "subscriptions")
+                break
+        if not cut:
+            log(f"  {name}: deleted all, withdrawn {withdrawn_total:,} (forwarded {traffic:,})")
+            if name.startswith("dls") and withdrawn_total != traffic:
+                rec.add(name, base, "withdrawn_mismatch", traffic - withdrawn_total, "labels")
+    del m
+    gc.collect()
+    return rows
+
+
+def _guard(rec: Recorder, spec: SystemSpec, log: Progress, base: dict[str, Any],
+           fn: Callable[[], Any]) -> Any:
+    """Run one system's part; a failure is logged and kept, and the run goes on."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a baseline's bug must not end the whole run
+        where = {k: base.get(k) for k in ("experiment", "distribution", "d", "g",
+                                          "n_clients") if k in base}
+        log(f"  FAILED {spec.name} ({where}): {type(exc).__name__}: {exc}")
+        rec.failures.append({"system": spec.name, **where,
+                             "error": f"{type(exc).__name__}: {exc}"})
+        gc.collect()
+        return None
+
+
+def _speedups(rec: Recorder, rows: dict[str, dict[int, dict[str, float]]],
+              base: dict[str, Any], sizes: Sequence[int]) -> None:
+    for n in sizes:
+        for sysname, r in rows.items():
+            if not sysname.startswith("dls") or n not in r:
+                continue
+            for other, ro in rows.items():
+                if other.startswith("dls") or n not in ro:
+                    continue
+                rec.add(sysname, {**base, "n_subs": n}, f"speedup_vs_{other}",
+                        ro[n]["match"] / r[n]["match"], "x")
+
+
+def run_scaling(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
+                log: Progress) -> None:
+    """Tables 1–6 and Figure 6."""
+    for dist in s.distributions:
+        for d, g in s.dims:
+            log(f"scaling: {dist} d={d} g={g}, up to {max(s.sizes):,} subscriptions")
+            w = workload(dist, d, g, max(s.sizes), s.n_clients, s.n_events, s)
+            exact = exact_at(w, s.sizes, s.check_events)
+            base = {**w.params.as_dict(), "experiment": "scaling"}
+            base.pop("n_subs")
+            items = client_items(w)
+            rows = {}
+            for spec in systems:
+                r = _guard(rec, spec, log, base, partial(
+                    fill_and_measure, rec, spec, w, s.sizes, exact, base, s, log,
+                    batch=s.batch_size, delete=True, items=items,
+                    budget_s=s.scaling_budget_s))
+                if r is not None:
+                    rows[spec.name] = r
+            _speedups(rec, rows, base, s.sizes)
+
+
+def gran_workload(dist: str, g: int, s: PaperSettings, length_frac: float = 1 / 16
+                  ) -> Workload:
+    """§6.2.2 workload: d = 3, fixed absolute interval length (up to ``length_frac`` of the
+    domain, 2^20/16 by default)."""
+    return workload(dist, s.gran_d, g, s.gran_n_subs, s.n_clients, s.n_events, s,
+                    length_cells=g * length_frac)
+
+
+def run_granules(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
+                 log: Progress) -> None:
+    """Tables 8–9 and Figures 7–8 (and every system's false positives per g)."""
+    for dist in s.distributions:
+        for g in s.gran_granules:
+            w = gran_workload(dist, g, s)
+            n = w.params.n_subs
+            log(f"granules: {dist} d={s.gran_d} g={g} n={n:,}")
+            exact = exact_at(w, [n], s.check_events)[n]
+            base = {**w.params.as_dict(), "experiment": "granules"}
+            sp = ContentSpace.from_spec(space_spec(s.gran_d, g))
+            off, _ = core.map_boxes(sp, w.lo, w.hi)
+            rec.add("dls", base, "labels_per_subscription", off[-1] / n, "labels")
+            kw = build_kwargs(s.gran_d, g, w.params.n_clients, client_items=client_items(w))
+            rows: dict[str, dict[int, dict[str, float]]] = {}
+            for spec in systems:
+                r = _guard(rec, spec, log, base, partial(_gran_one, rec, spec, w, kw, exact,
+                                                         base, s, log))
+                if r is not None:
+                    rows[spec.name] = {n: r}
+            _speedups(rec, rows, {**base, "n_subs": n}, [n])
+
+
+def _gran_one(rec: Recorder, spec: SystemSpec, w: Workload, kw: dict[str, Any],
+              exact: tuple[np.ndarray, np.ndarray], base: dict[str, Any], s: PaperSettings,
+              log: Progress) -> dict[str, float] | None:
+    n = w.params.n_subs
+    probe = min(n, GRAN_PROBE)
+    t_probe, _ = _timed(build(spec, kw).insert, w.lo[:probe], w.hi[:probe], w.owners[:probe])
+    if probe < n and t_probe / probe * n > s.scaling_budget_s:
+        log(f"  {spec.name:10} insert would take ~{t_probe / probe * n:.0f} s > "
+            f"{s.scaling_budget_s:.0f} s budget: only the {probe:,}-subscription probe ran")
+        rec.add(spec.name, {**base, "n_subs": probe, "budget_s": s.scaling_budget_s},
+                "insert_time_probe", t_probe / probe * 1e6, "us/sub")
+        rec.add(spec.name, {**base, "budget_s": s.scaling_budget_s}, "stopped_at", 0,
+                "subscriptions")
+        return None
+    best, m, traffic = float("inf"), None, 0
+    for rep in range(s.gran_repeats):
+        m = build(spec, kw)
+        t, traffic = _timed(m.insert, w.lo, w.hi, w.owners)
+        best = min(best, t)
+        if rep == 0 and t > 1.0:
+            break
+    assert m is not None  # noqa: S101
+    params = {**base, "insert_repeats": s.gran_repeats,
+              "timing": "one insert() of all subscriptions, best of repeats",
+              "system_class": type(m).__name__}
+    rec.add(spec.name, params, "insert_time", best / n * 1e6, "us/sub")
+    unit = _traffic_unit(spec.name)
+    rec.add(spec.name, {**base, "traffic_unit": unit}, "forwarded", int(traffic), unit)
+    r = measure_at(rec, m, spec.name, base, n, w.events, exact, s, w.params.n_clients)
+    log(f"  {spec.name:10} insert {best / n * 1e6:9.3f} us/sub  match "
+        f"{r['match']:10.3f} us/ev  fp {r['fp']:.4f}  fn {r['fn']:.0f}")
+    return r
+
+
+def _optimal_k(m: int, n: int) -> int:
+    return int(min(16, max(1, round(m / max(1, n) * math.log(2)))))
+
+
+def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
+    """Figure 9 (vs granules, m = 2^16) and Table 10 (vs m at g = 32).
+
+    Same workloads as ``granules`` (d = 3, 8,000 subscriptions, events drawn like the
+    subscriptions' lower bounds). Two places where a DLS network meets false positives,
+    both measured on all the workload's events against the exact brute-force answer:
+
+    * **client level** (``fp_client``, the paper's Algorithm 4): one broker whose client
+      filters have ``m`` counters each and ``k`` hash functions (optimal for the mean
+      distinct labels per client, capped at 16). A false positive is a delivery (event,
+      client) where the client has no subscription containing the event; the rate is
+      false-positive deliveries / all deliveries — the share of what clients receive that
+      their SDK drops. ``fp_client_cells`` is the same with exact per-client label sets
+      (the cells alone, no Bloom error).
+    * **network level** (``fp_network``, the SFF/ERT): one filter of ``m`` counters that
+      holds every distinct label of the 8,000 subscriptions (what the broker advertises
+      and a neighbour's ERT holds), ``k`` optimal for that count. A false positive is an
+      event the filter passes although no subscription contains it; the rate is false
+      positives / events passed (``fp_network``), / all events (``fp_network_per_event``)
+      and / events no subscription contains (``fp_network_per_negative``, the classic
+      Bloom-filter FPR). ``fp_network_cells`` is the cells-only share.
+
+    With only inserts the paper's aggregation advertises exactly the labels whose
+    positions the SFF lacks, and the ERT ends up with the same non-zero counters as the SFF
+    (same m, k, hashes), so ``dls-paper`` has the same false positives here as ``dls``.
+    """
+    points = [("fp_granules", g, s.fp_m_granules, 1 / 16) for g in s.gran_granules]
+    points += [("fp_m", s.fp_g, m, frac) for frac in s.fp_length_fracs for m in s.fp_ms]
+    for dist in s.distributions:
+        cache: dict[tuple[int, float], Any] = {}
+        for exp, g, m, frac in points:
+            if (g, frac) not in cache:
+                w = gran_workload(dist, g, s, frac)
+                n = w.params.n_subs
+                ex_off, ex_cli = exact_at(w, [n], len(w.events))[n]
+                sp = ContentSpace.from_spec(space_spec(s.gran_d, g))
+                off, labels = core.map_boxes(sp, w.lo, w.hi)
+                owner_rep = np.repeat(w.owners, np.diff(off)).astype(np.uint64)
+                pair_keys = np.unique(owner_rep * np.uint64(sp.label_space_size) + labels)
+                direct = BrokerMatcher(s.gran_d, g, w.params.n_clients,
+                                       client_filter="direct", routing_filter="direct",
+                                       name="dls-direct")
+                direct.insert(w.lo, w.hi, w.owners)
+                ev_labels = direct.event_labels(w.events)
+                cells_fn, cells_fp, cells_dpe = _pairs_check(direct.match(w.events),
+                                                             (ex_off, ex_cli),
+                                                             w.params.n_clients)
+                if cells_fn:
+                    raise AssertionError(f"direct DLS missed {cells_fn} deliveries")
+                distinct = np.unique(labels)
+                positive = np.diff(ex_off) > 0
+                in_cells = np.isin(ev_labels, distinct)
+                cache = {(g, frac): (w, (ex_off, ex_cli), len(pair_keys) / w.params.n_clients,
+                             distinct, positive, in_cells, ev_labels, cells_fp)}
+                del direct
+                gc.collect()
+            (w, exact, per_client, distinct, positive, in_cells, ev_labels,
+             cells_fp) = cache[(g, frac)]
+            nc = w.params.n_clients
+            k_client = _optimal_k(m, round(per_client))
+            k_net = _optimal_k(m, len(distinct))
+            base = {**w.params.as_dict(), "experiment": exp, "m": m, "length_frac": frac,
+                    "k_client": k_client, "k_network": k_net, "counter_bits": 4,
+                    "events": len(w.events), "distinct_labels": len(distinct),
+                    "distinct_labels_per_client": per_client,
+                    "k_rule": "round(m / n * ln 2) clipped to [1, 16]"}
+            bm = BrokerMatcher(s.gran_d, g, nc, client_m=m, client_k=k_client)
+            bm.insert(w.lo, w.hi, w.owners)
+            fn, fp_c, dpe = _pairs_check(bm.match(w.events), exact, nc)
+            del bm
+            net = CountingBloomFilter.with_params(m, k_net)
+            net.add_many(distinct)
+            passed = net.contains_many(ev_labels)
+            fp_ev = passed & ~positive
+            neg = int((~positive).sum())
+            cells_net = in_cells & ~positive
+            for metric, value in (
+                    ("fp_client", fp_c), ("fp_client_cells", cells_fp),
+                    ("false_negatives", fn), ("deliveries_per_event", dpe),
+                    ("fp_network", fp_ev.sum() / max(1, passed.sum())),
+                    ("fp_network_per_event", fp_ev.mean()),
+                    ("fp_network_per_negative", fp_ev.sum() / max(1, neg)),
+                    ("fp_network_cells", cells_net.sum() / max(1, in_cells.sum())),
+                    ("fp_network_cells_per_event", cells_net.mean()),
+                    ("events_without_match", neg / len(w.events))):
+                unit = ("count" if metric == "false_negatives" else
+                        "clients" if metric == "deliveries_per_event" else "fraction")
+                rec.add("dls", base, metric, float(value), unit)
+            log(f"fp: {dist} {exp} g={g} len<={frac:g} m=2^{int(math.log2(m))}: client {fp_c:.4%} "
+                f"(cells {cells_fp:.4%}), network {fp_ev.sum() / max(1, passed.sum()):.4%} "
+                f"of passed, {fp_ev.mean():.4%} of events; fn {fn}")
+
+
+def _pairs_check(got: tuple[np.ndarray, np.ndarray], exact: tuple[np.ndarray, np.ndarray],
+                 nc: int) -> tuple[int, float, float]:
+    n = len(exact[0]) - 1
+    fn, fp, tot = core.delivery_check(np.asarray(got[0]), np.asarray(got[1]), exact[0],
+                                      exact[1], nc, n)
+    return fn, (fp / tot if tot else 0.0), tot / n
+
+
+def run_growth_subs(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
+                    log: Progress) -> None:
+    """Beyond the paper: 100K..5M subscriptions."""
+    d, g = s.growth_dg
+    log(f"growth_subs: uniform d={d} g={g}, up to {max(s.growth_sizes):,} subscriptions")
+    w = workload("uniform", d, g, max(s.growth_sizes), s.n_clients, s.n_events, s)
+    exact = exact_at(w, s.growth_sizes, s.check_events)
+    base = {**w.params.as_dict(), "experiment": "growth_subs"}
+    base.pop("n_subs")
+    items = client_items(w)
+    rows = {}
+    for spec in systems:
+        r = _guard(rec, spec, log, base, partial(
+            fill_and_measure, rec, spec, w, s.growth_sizes, exact, base, s, log,
+            batch=s.growth_batch, delete=False, items=items, budget_s=s.growth_budget_s))
+        if r is not None:
+            rows[spec.name] = r
+    _speedups(rec, rows, base, s.growth_sizes)
+
+
+def run_growth_clients(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
+                       log: Progress) -> None:
+    """Beyond the paper: the same subscriptions spread over 100..100K clients."""
+    d, g = s.growth_dg
+    n = s.growth_clients_subs
+    for nc in s.growth_clients:
+        log(f"growth_clients: uniform d={d} g={g}, {n:,} subscriptions, {nc:,} clients")
+        w = workload("uniform", d, g, n, nc, s.n_events, s)
+        exact = exact_at(w, [n], s.check_events)
+        base = {**w.params.as_dict(), "experiment": "growth_clients"}
+        base.pop("n_subs")
+        items = client_items(w)
+        rows = {}
+        for spec in systems:
+            r = _guard(rec, spec, log, base, partial(
+                fill_and_measure, rec, spec, w, [n], exact, base, s, log,
+                batch=s.batch_size, delete=True, items=items, budget_s=s.scaling_budget_s))
+            if r is not None:
+                rows[spec.name] = r
+        _speedups(rec, rows, base, [n])
+
+
+def run(s: PaperSettings, log: Progress | None = None, *, require_all: bool = False
+        ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """Run the experiments of ``s``; return (records, systems that ran, failures)."""
+    log = log or Progress()
+    systems = available_systems(s.systems, require_all=require_all, log=log)
+    rec = Recorder()
+    log(f"systems: {', '.join(x.name for x in systems)}; experiments: "
+        f"{', '.join(s.experiments)}")
+    for exp in s.experiments:
+        t0 = time.perf_counter()
+        if exp == "scaling":
+            run_scaling(rec, s, systems, log)
+        elif exp == "granules":
+            run_granules(rec, s, systems, log)
+        elif exp == "fp":
+            run_fp(rec, s, log)
+        elif exp == "growth_subs":
+            run_growth_subs(rec, s, systems, log)
+        elif exp == "growth_clients":
+            run_growth_clients(rec, s, systems, log)
+        else:
+            raise ValueError(f"experiments: unknown experiment {exp!r}; known: {EXPERIMENTS}")
+        log(f"{exp} done in {time.perf_counter() - t0:.1f} s")
+    return rec.records, [x.name for x in systems], rec.failures
+
+
+def _csv(value: str, what: str, known: Sequence[str] | None = None) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in value.split(",") if x.strip())
+    if not items:
+        raise SystemExit(f"--{what}: empty list")
+    if known is not None:
+        bad = [x for x in items if x not in known]
+        if bad:
+            raise SystemExit(f"--{what}: unknown {bad[0]!r}; known: {', '.join(known)}")
+    return items
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    from benchmarks.paper_systems import SYSTEMS
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes)")
+    ap.add_argument("--tiny", action="store_true", help="seconds; for tests")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON records file")
+    ap.add_argument("--experiments", default=None, help=f"comma list of {EXPERIMENTS}")
+    ap.add_argument("--systems", default=None, help="comma list of systems to run")
+    ap.add_argument("--require-all", action="store_true",
+                    help="fail instead of skipping a system whose module is missing")
+    args = ap.parse_args(argv)
+    s = TINY if args.tiny else QUICK if args.quick else FULL
+    if args.experiments:
+        s = replace(s, experiments=_csv(args.experiments, "experiments", EXPERIMENTS))
+    if args.systems:
+        s = replace(s, systems=_csv(args.systems, "systems", [x.name for x in SYSTEMS]))
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    records, ran, failures = run(s, require_all=args.require_all)
+    wall = time.perf_counter() - t0
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.paper",
+                                                *(argv if argv is not None else sys.argv[1:])],
+            "mode": mode, "started_utc": started, "wall_time_s": round(wall, 2),
+            "n_records": len(records), "machine": core.machine_info(),
+            "systems": ran, "systems_skipped": [x.name for x in SYSTEMS if x.name not in ran
+                                                and (s.systems is None
+                                                     or x.name in s.systems)],
+            "failures": failures,
+            "settings": asdict(s)}
+    meta_path = out.with_name(out.stem + ".meta.json")
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {len(records)} records to {out} and {meta_path} in {wall:.1f} s")
+    if failures:
+        print(f"{len(failures)} system runs failed: see 'failures' in {meta_path}")
+    return 1 if failures and args.require_all else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,773 @@
+"""Write ``benchmarks/REPORT.md`` and its plots from ``benchmarks/results/paper.json``.
+
+Run::
+
+    .venv/bin/python -m benchmarks.report [--results benchmarks/results/paper.json]
+        [--out benchmarks/REPORT.md] [--plots benchmarks/results/paper]
+
+For every table of the paper's §6 the published numbers (transcribed from the paper,
+Shi et al., tables cited by number) sit beside ours; figures are redrawn in the paper's
+style (one panel per distribution, one line per system and configuration) as PNGs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RESULTS = Path("benchmarks/results/paper.json")
+DEFAULT_OUT = Path("benchmarks/REPORT.md")
+DEFAULT_PLOTS = Path("benchmarks/results/paper")
+SIZES = (100_000, 200_000, 300_000, 400_000, 500_000)
+DIMS = ((2, 128), (3, 32), (4, 16))
+GRANULES = (16, 32, 64, 128, 256)
+FP_MS = (2**8, 2**10, 2**12, 2**14, 2**16)
+
+# --- the paper's published numbers (Shi et al., §6), times in 10^-3 ms = µs -------------
+PAPER: dict[str, Any] = {
+    "table1": {  # insertion time, uniform, µs per subscription
+        ("dls", 2, 128): (0.628, 0.586, 0.556, 0.536, 0.516),
+        ("dls", 3, 32): (0.648, 0.623, 0.688, 0.563, 0.594),
+        ("dls", 4, 16): (1.013, 0.864, 0.878, 0.762, 0.813),
+        ("mics", 2, 128): (1.840, 2.215, 2.460, 2.695, 2.804),
+        ("mics", 3, 32): (1.760, 2.175, 2.420, 2.620, 2.762),
+        ("mics", 4, 16): (2.660, 3.070, 3.027, 3.320, 3.626),
+    },
+    "table2": {  # insertion time, Zipf
+        ("dls", 2, 128): (0.308, 0.309, 0.310, 0.302, 0.317),
+        ("dls", 3, 32): (0.357, 0.352, 0.391, 0.359, 0.362),
+        ("dls", 4, 16): (0.413, 0.451, 0.446, 0.436, 0.488),
+        ("mics", 2, 128): (0.280, 0.280, 0.313, 0.345, 0.388),
+        ("mics", 3, 32): (0.150, 0.165, 0.173, 0.173, 0.188),
+        ("mics", 4, 16): (0.130, 0.140, 0.137, 0.183, 0.174),
+    },
+    "table3": {  # forwarding traffic, uniform: labels (DLS) / ranges (MICS)
+        ("dls", 2, 128): (16345, 16378, 16376, 16374, 16378),
+        ("dls", 3, 32): (31206, 32697, 32756, 32762, 32760),
+        ("dls", 4, 16): (51217, 62461, 64832, 65394, 65493),
+        ("mics", 2, 128): (100000, 200000, 300000, 400000, 500000),
+        ("mics", 3, 32): (100000, 200000, 300000, 400000, 500000),
+        ("mics", 4, 16): (100000, 200000, 300000, 400000, 500000),
+    },
+    "table4": {  # forwarding traffic, Zipf
+        ("dls", 2, 128): (128, 128, 128, 127, 129),
+        ("dls", 3, 32): (32, 32, 33, 32, 32),
+        ("dls", 4, 16): (16, 16, 17, 16, 16),
+        ("mics", 2, 128): (129, 128, 128, 128, 128),
+        ("mics", 3, 32): (32, 32, 32, 32, 33),
+        ("mics", 4, 16): (16, 16, 16, 16, 17),
+    },
+    "table5": {  # deletion time, uniform (DLS only: the paper's MICS has no deletion)
+        ("dls", 2, 128): (1.212, 1.158, 1.137, 1.122, 1.000),
+        ("dls", 3, 32): (1.255, 1.289, 1.178, 1.294, 1.409),
+        ("dls", 4, 16): (1.540, 1.394, 1.532, 1.551, 1.282),
+    },
+    "table6": {  # deletion time, Zipf
+        ("dls", 2, 128): (0.661, 0.663, 0.713, 0.659, 0.747),
+        ("dls", 3, 32): (0.825, 0.807, 0.787, 0.808, 0.776),
+        ("dls", 4, 16): (0.938, 0.869, 0.854, 1.009, 0.879),
+    },
+    "table8": {  # insertion time vs granules 16..256 (d=3, 8,000 subscriptions)
+        ("uniform", "dls"): (0.791, 1.021, 1.250, 0.875, 1.000),
+        ("uniform", "mics"): (2.5, 3.75, 7, 17.125, 47.75),
+        ("zipf", "dls"): (0.688, 0.458, 0.375, 0.479, 0.375),
+        ("zipf", "mics"): (4, 6.25, 11.25, 21.875, 63.0),
+    },
+    "table9": {  # event matching time vs granules
+        ("uniform", "dls"): (0.31, 0.35, 0.34, 0.405, 0.39),
+        ("uniform", "mics"): (36.6, 75.1, 84.9, 86.1, 88.1),
+        ("zipf", "dls"): (0.295, 0.35, 0.38, 0.38, 0.38),
+        ("zipf", "mics"): (0.1, 0.21, 0.36, 0.87, 2.51),
+    },
+    "table10": {  # false-positive rate (%) vs Bloom filter size m = 2^8..2^16, g = 32
+        "uniform": (5.704, 5.817, 6.530, 3.361, 2.697),
+        "zipf": (89.209, 11.396, 0.423, 0.363, 0.343),
+    },
+}
+NOT = ["*Not measured in this run.*", ""]
+NARROW = 1 / 16  # the §6.2.2 interval limit (fraction of the domain) of the headline runs
+SYSTEM_ORDER = ("dls", "dls-paper", "mics", "rtree", "bruteforce")
+LABEL = {"dls": "DLS", "dls-paper": "DLS (paper mode)", "mics": "MICS", "rtree": "R-tree",
+         "bruteforce": "brute force"}
+
+
+class Results:
+    """Records of one run with lookups by system, metric and params."""
+
+    def __init__(self, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        self.records = records
+        self.meta = meta
+        self.systems = [s for s in SYSTEM_ORDER
+                        if any(r["system"] == s for r in records)]
+
+    def get(self, system: str, metric: str, **match: Any) -> float | None:
+        for r in reversed(self.records):
+            if (r["system"] == system and r["metric"] == metric
+                    and all(r["params"].get(k) == v for k, v in match.items())):
+                return float(r["value"])
+        return None
+
+    def values(self, metric: str, **match: Any) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["metric"] == metric
+                and all(r["params"].get(k) == v for k, v in match.items())]
+
+    def sizes(self, experiment: str) -> list[int]:
+        return sorted({r["params"]["n_subs"] for r in self.records
+                       if r["params"].get("experiment") == experiment
+                       and "n_subs" in r["params"] and r["metric"] == "insert_time"})
+
+
+def _fmt(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.1f}"
+    return f"{v:.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def _k(n: int) -> str:
+    return f"{n // 1000}K" if n < 1_000_000 else f"{n / 1e6:g}M"
+
+
+def scaling_table(res: Results, table: str, metric: str, dist: str, digits: int = 3,
+                  systems: Sequence[str] | None = None) -> list[str]:
+    """Paper's rows (``paper``) beside ours (``ours``) for every system and (d, g)."""
+    sizes = res.sizes("scaling") or list(SIZES)
+    header = ["system", "d, g", "source", *(_k(n) for n in sizes)]
+    rows = []
+    pub = PAPER.get(table, {})
+    for system in systems or res.systems:
+        for d, g in DIMS:
+            ours = [res.get(system, metric, experiment="scaling", distribution=dist, d=d, g=g,
+                            n_subs=n) for n in sizes]
+            if (system, d, g) in pub and set(sizes) & set(SIZES):
+                vals = dict(zip(SIZES, pub[(system, d, g)], strict=True))
+                rows.append([LABEL[system], f"{d}, {g}", "paper",
+                             *(_fmt(vals.get(n), digits) for n in sizes)])
+            if any(v is not None for v in ours):
+                rows.append([LABEL[system], f"{d}, {g}", "**ours**",
+                             *(_fmt(v, digits) for v in ours)])
+    return _table(header, rows)
+
+
+def _plot_lib() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+MARKERS = {"dls": "o", "dls-paper": "s", "mics": "^", "rtree": "D", "bruteforce": "x"}
+DIM_STYLE = {(2, 128): "-", (3, 32): "--", (4, 16): ":"}
+
+
+def plot_scaling(res: Results, metric: str, ylabel: str, title: str, path: Path,
+                 log_y: bool = True) -> bool:
+    plt = _plot_lib()
+    if plt is None:
+        return False
+    dists = [d for d in ("uniform", "zipf") if res.values(metric, experiment="scaling",
+                                                           distribution=d)]
+    if not dists:
+        return False
+    fig, axes = plt.subplots(1, len(dists), figsize=(6.2 * len(dists), 4.6), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, dist, tag in zip(axes[0], dists, "ab", strict=False):
+        for si, system in enumerate(res.systems):
+            for d, g in DIMS:
+                pts = sorted((r["params"]["n_subs"], r["value"]) for r in res.values(
+                    metric, experiment="scaling", distribution=dist, d=d, g=g)
+                    if r["system"] == system)
+                if pts:
+                    xs, ys = zip(*pts, strict=True)
+                    ax.plot(xs, ys, DIM_STYLE[(d, g)], marker=MARKERS[system],
+                            color=colors[si % len(colors)], markersize=4,
+                            label=f"{LABEL[system]}(d={d}, g={g})")
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel("number of subscriptions")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"({tag}) {dist.capitalize()} Distribution")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_granules(res: Results, metric: str, ylabel: str, title: str, path: Path) -> bool:
+    plt = _plot_lib()
+    if plt is None:
+        return False
+    dists = [d for d in ("uniform", "zipf") if res.values(metric, experiment="granules",
+                                                           distribution=d)]
+    if not dists:
+        return False
+    fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 4.4), squeeze=False)
+    for ax, dist, tag in zip(axes[0], dists, "ab", strict=False):
+        for system in res.systems:
+            pts = sorted((r["params"]["g"], r["value"]) for r in res.values(
+                metric, experiment="granules", distribution=dist) if r["system"] == system)
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, "-", marker=MARKERS[system], label=LABEL[system])
+        key = "table8" if metric == "insert_time" else "table9"
+        for system in ("dls", "mics"):
+            pub = PAPER[key].get((dist, system))
+            if pub:
+                ax.plot(GRANULES, pub, ":", marker=MARKERS[system], alpha=0.6,
+                        label=f"{LABEL[system]} (paper)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("attribute partition granules")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"({tag}) {dist.capitalize()} Distribution")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_fp(res: Results, experiment: str, xkey: str, path: Path, title: str) -> bool:
+    plt = _plot_lib()
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    drew = False
+    for dist, color in (("uniform", "red"), ("zipf", "green")):
+        for metric, style, what in (("fp_network_per_event", "-o", "network, of events"),
+                                    ("fp_client", "--s", "client deliveries")):
+            pts = sorted((r["params"][xkey], 100 * r["value"]) for r in res.values(
+                metric, experiment=experiment, distribution=dist)
+                if r["params"].get("length_frac", NARROW) == NARROW)
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, style, color=color, label=f"{dist}: {what}", markersize=4)
+                drew = True
+        if experiment == "fp_m":
+            ax.plot(FP_MS, PAPER["table10"][dist], ":^", color=color, alpha=0.6,
+                    label=f"{dist}: paper Table 10")
+    if not drew:
+        plt.close(fig)
+        return False
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("m (counters)" if xkey == "m" else "attribute partition granules")
+    ax.set_ylabel("false positive rate (%)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_growth(res: Results, experiment: str, xkey: str, path: Path, title: str) -> bool:
+    plt = _plot_lib()
+    if plt is None:
+        return False
+    metrics = (("insert_time", "insert (µs/sub)"), ("matching_time", "matching (µs/event)"),
+               ("bytes_per_subscription", "memory (bytes/sub)"))
+    if not res.values("matching_time", experiment=experiment):
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    for ax, (metric, ylabel) in zip(axes, metrics, strict=True):
+        for system in res.systems:
+            pts = sorted((r["params"][xkey], r["value"]) for r in res.values(
+                metric, experiment=experiment) if r["system"] == system)
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, "-", marker=MARKERS[system], label=LABEL[system])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xkey.replace("n_subs", "subscriptions").replace("n_clients", "clients"))
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _bar_lines(res: Results) -> list[str]:
+    out = []
+    n = max(res.sizes("scaling") or [0])
+    for dist in ("uniform", "zipf"):
+        dls = res.get("dls", "matching_time", experiment="scaling", distribution=dist, d=3,
+                      g=32, n_subs=n)
+        if dls is None:
+            continue
+        for other, need in (("bruteforce", 100), ("mics", 10), ("rtree", 10)):
+            o = res.get(other, "matching_time", experiment="scaling", distribution=dist, d=3,
+                        g=32, n_subs=n)
+            if o is None:
+                out.append(f"* DLS matching ≥ {need}× {LABEL[other]} ({dist}, {_k(n)}, d=3, "
+                           f"g=32): **not measured** ({LABEL[other]} did not run)")
+                continue
+            ratio = o / dls
+            ok = "met" if ratio >= need else "not met"
+            out.append(f"* DLS batched matching ≥ {need}× {LABEL[other]} ({dist}, {_k(n)} "
+                       f"subscriptions, d=3, g=32, {_clients(res)} clients): **{ok}** — "
+                       f"{ratio:,.1f}× ({_fmt(dls)} vs {_fmt(o)} µs/event)")
+    for dist in ("uniform", "zipf"):
+        paper = PAPER["table10"][dist][-1]
+        for metric, what in (("fp_network_per_event", "network filter, share of all events "
+                              "— the reading closest to the paper's"),
+                             ("fp_network", "network filter, share of passed events"),
+                             ("fp_client", "client deliveries")):
+            v = res.get("dls", metric, experiment="fp_m", distribution=dist, m=2**16,
+                        length_frac=NARROW)
+            if v is None:
+                continue
+            ok = "met" if 100 * v <= paper else "not met"
+            out.append(f"* FP rate at Table 10's m = 2^16, g = 32 ({dist}, {what}) ≤ paper's "
+                       f"{paper}%: **{ok}** — {100 * v:.3f}%")
+    return out
+
+
+def _clients(res: Results) -> str:
+    r = res.values("matching_time", experiment="scaling")
+    return f"{r[0]['params']['n_clients']:,}" if r else "?"
+
+
+def granule_table(res: Results, table: str, metric: str) -> list[str]:
+    gs = sorted({r["params"]["g"] for r in res.values(metric, experiment="granules")})
+    gs = gs or list(GRANULES)
+    rows = []
+    for dist in ("uniform", "zipf"):
+        for system in res.systems:
+            pub = PAPER[table].get((dist, system))
+            if pub:
+                vals = dict(zip(GRANULES, pub, strict=True))
+                rows.append([f"{dist}, {LABEL[system]}", "paper",
+                             *(_fmt(vals.get(g)) for g in gs)])
+            ours = [res.get(system, metric, experiment="granules", distribution=dist, g=g)
+                    for g in gs]
+            if any(v is not None for v in ours):
+                rows.append([f"{dist}, {LABEL[system]}", "**ours**", *(_fmt(v) for v in ours)])
+    return _table(["system", "source", *(str(g) for g in gs)], rows)
+
+
+def fp_tables(res: Results) -> list[str]:
+    out: list[str] = []
+    ms = sorted({r["params"]["m"] for r in res.values("fp_client", experiment="fp_m")})
+    if ms:
+        rows = []
+        fracs = sorted({r["params"].get("length_frac", NARROW)
+                        for r in res.values("fp_client", experiment="fp_m")}, reverse=True)
+        for dist, frac in ((d, f) for d in ("uniform", "zipf") for f in fracs):
+            pub = dict(zip(FP_MS, PAPER["table10"][dist], strict=True))
+            if frac == fracs[0]:
+                rows.append([dist, "paper (Table 10)", *(_fmt(pub.get(m)) for m in ms)])
+            tag = "" if frac == NARROW else f" [intervals ≤ 1/{round(1 / frac)} of domain]"
+            for metric, what in (("fp_network_per_event", "ours: network, of all events"),
+                                 ("fp_network", "ours: network, of passed"),
+                                 ("fp_network_cells", "ours: network, cells only, of passed"),
+                                 ("fp_client", "ours: client deliveries"),
+                                 ("fp_client_cells", "ours: client, cells only")):
+                vals = [res.get("dls", metric, experiment="fp_m", distribution=dist, m=m,
+                                length_frac=frac) for m in ms]
+                what += tag
+                if any(v is not None for v in vals):
+                    rows.append([dist, what,
+                                 *(_fmt(None if v is None else 100 * v) for v in vals)])
+        out += ["False-positive rate (%) vs m at g = 32 (Table 10):", ""]
+        out += _table(["data", "source", *(f"2^{m.bit_length() - 1}" for m in ms)], rows)
+    gs = sorted({r["params"]["g"] for r in res.values("fp_client", experiment="fp_granules")})
+    if gs:
+        rows = []
+        for dist in ("uniform", "zipf"):
+            for metric, what in (("fp_client", "client deliveries"),
+                                 ("fp_client_cells", "client, cells only"),
+                                 ("fp_network", "network, of passed"),
+                                 ("fp_network_cells", "network, cells only")):
+                vals = [res.get("dls", metric, experiment="fp_granules", distribution=dist,
+                                g=g) for g in gs]
+                if any(v is not None for v in vals):
+                    rows.append([dist, what,
+                                 *(_fmt(None if v is None else 100 * v) for v in vals)])
+        out += ["", "False-positive rate (%) vs granules at m = 2^16 (Figure 9; the paper "
+                "publishes only the plot):", ""]
+        out += _table(["data", "ours", *(str(g) for g in gs)], rows)
+    return out
+
+
+def growth_table(res: Results, experiment: str, xkey: str) -> list[str]:
+    xs = sorted({r["params"][xkey] for r in res.values("matching_time",
+                                                          experiment=experiment)})
+    rows = []
+    for system in res.systems:
+        for metric, unit in (("insert_time", "insert µs/sub"),
+                             ("matching_time", "match µs/event"),
+                             ("delete_time", "delete µs/sub"),
+                             ("bytes_per_subscription", "bytes/sub")):
+            vals = [res.get(system, metric, experiment=experiment, **{xkey: x}) for x in xs]
+            if any(v is not None for v in vals):
+                rows.append([LABEL[system], unit, *(_fmt(v) for v in vals)])
+        stop = [r for r in res.values("stopped_at", experiment=experiment)
+                if r["system"] == system]
+        if stop:
+            rows.append([LABEL[system], "stopped (time budget)",
+                         *(("stopped" if x > stop[0]["value"] else "") for x in xs)])
+    head = [_k(x) if xkey == "n_subs" else f"{x:,}" for x in xs]
+    return _table(["system", "metric", *head], rows)
+
+
+def _speedup_line(res: Results, experiment: str, **match: Any) -> str:
+    parts = []
+    for other in ("bruteforce", "mics", "rtree"):
+        v = res.get("dls", f"speedup_vs_{other}", experiment=experiment, **match)
+        if v is not None:
+            parts.append(f"{v:,.1f}× {LABEL[other]}")
+    return ", ".join(parts) if parts else "—"
+
+
+def build_report(res: Results, plots: dict[str, str]) -> str:
+    meta = res.meta
+    mach = meta.get("machine", {})
+    L: list[str] = ["# DLS vs the paper: reproduction report", ""]
+    L += [f"Generated by `benchmarks/report.py` from `{meta.get('results_path', 'paper.json')}` "
+          f"(mode **{meta.get('mode', '?')}**, run started {meta.get('started_utc', '?')}, "
+          f"wall time {meta.get('wall_time_s', 0) / 60:.1f} min).", ""]
+    dirty = (" (uncommitted changes to dls/ or broker_node/)"
+             if mach.get("git_dirty_core_files") else "")
+    cmd = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(meta.get("command", [])))
+    L += ["## Machine", "",
+          f"{mach.get('cpu_count', '?')} cores ({mach.get('cpu_model', '?')}), Python "
+          f"{mach.get('python', '?')}, numpy {mach.get('numpy', '?')}, "
+          f"{mach.get('platform', '?')}; code at commit `{mach.get('git_commit', '?')[:12]}`"
+          f"{dirty}."
+          f" Command: `{cmd}`. The machine is shared with other engineers' work, so single "
+          "timings can move by ±20 %. The paper's machine: 2.6 GHz 6-core Xeon, 64 GB, "
+          "Java (§6.1).", ""]
+    ran = meta.get("systems", res.systems)
+    L += ["## Systems", "",
+          "| system | what |", "|---|---|",
+          "| DLS | `BrokerState`, exact aggregation (the default): bit-sliced CBF client bank "
+          "sized for the mean distinct labels per client at 1 %, CBF routing tables m = 2^20, "
+          "k = 7; one broker, two neighbours; events matched as one numpy batch |",
+          "| DLS (paper mode) | the same broker with the paper's SFF-based aggregation "
+          "(Algorithms 2–3) |",
+          "| MICS | `benchmarks/baselines/mics.py`: Hilbert-curve ranges in a sorted index |",
+          "| R-tree | `benchmarks/baselines/rtree_index.py`: libspatialindex boxes, point "
+          "queries |",
+          "| brute force | column-major float32 comparisons, one event at a time |", "",
+          f"Ran: {', '.join(LABEL.get(s, s) for s in ran)}."]
+    skipped = meta.get("systems_skipped") or []
+    if skipped:
+        L += [f"Skipped (module missing at run time): {', '.join(skipped)}."]
+    for f in meta.get("failures") or []:
+        L += [f"* **failed**: {f}"]
+    L += ["", "Units: times are wall clock in µs (the paper's 10^-3 ms); traffic in labels "
+          "(DLS) or ranges (MICS); exact matchers forward nothing. Every system's deliveries "
+          "on a sample of events are checked against brute force in the same run: false "
+          "negatives must be 0 (see the `false_negatives` records).", ""]
+    L += ["## The bars of issue 5", ""] + (_bar_lines(res) or ["* not measured in this run"])
+    L += [""]
+
+    for dist, t_ins, t_fwd, t_del in (("uniform", "table1", "table3", "table5"),
+                                      ("zipf", "table2", "table4", "table6")):
+        n1, n3, n5 = t_ins[-1], t_fwd[-1], t_del[-1]
+        if not res.values("insert_time", experiment="scaling", distribution=dist):
+            for t, what in ((n1, "insertion time"), (n3, "forwarding traffic"),
+                            (n5, "deletion time")):
+                L += [f"## Table {t}: subscription {what}, {dist}", "", *NOT]
+            continue
+        L += [f"## Table {n1}: subscription insertion time, {dist} (µs per subscription)", ""]
+        L += scaling_table(res, t_ins, "insert_time", dist) + [""]
+        L += [f"## Table {n3}: subscription forwarding traffic, {dist} (labels / ranges)", ""]
+        L += scaling_table(res, t_fwd, "forwarded", dist, digits=0) + [""]
+        L += [f"## Table {n5}: subscription deletion time, {dist} (µs per subscription)", ""]
+        L += scaling_table(res, t_del, "delete_time", dist) + [""]
+    L += ["## Figure 6: event matching time vs subscriptions (µs per event)", ""]
+    if not res.values("matching_time", experiment="scaling"):
+        L += NOT
+    else:
+        L += [f"![Figure 6]({plots.get('fig6', '')})", ""] if "fig6" in plots else []
+        rows = []
+        sizes = res.sizes("scaling")
+        for dist in ("uniform", "zipf"):
+            for system in res.systems:
+                for d, g in DIMS:
+                    vals = [res.get(system, "matching_time", experiment="scaling",
+                                    distribution=dist, d=d, g=g, n_subs=n) for n in sizes]
+                    if any(v is not None for v in vals):
+                        rows.append([dist, LABEL[system], f"{d}, {g}", *(_fmt(v) for v in vals)])
+        L += _table(["data", "system", "d, g", *(_k(n) for n in sizes)], rows) + [""]
+        L += ["The paper publishes Figure 6 only as a plot (DLS flat and below MICS).", ""]
+        L += _stop_notes(res, "scaling")
+    if not res.values("insert_time", experiment="granules"):
+        L += ["## Table 8 / Figure 7: insertion time vs granules", "", *NOT,
+              "## Table 9 / Figure 8: event matching time vs granules", "", *NOT]
+    else:
+        L += ["## Table 8 / Figure 7: insertion time vs granules (µs per subscription)", ""]
+        L += [f"![Figure 7]({plots['fig7']})", ""] if "fig7" in plots else []
+        L += granule_table(res, "table8", "insert_time") + [""]
+        L += ["## Table 9 / Figure 8: event matching time vs granules (µs per event)", ""]
+        L += [f"![Figure 8]({plots['fig8']})", ""] if "fig8" in plots else []
+        L += granule_table(res, "table9", "matching_time") + [""]
+        lp = [res.get("dls", "labels_per_subscription", experiment="granules",
+                      distribution="uniform", g=g) for g in GRANULES]
+        L += ["Labels per subscription (uniform): "
+              + ", ".join(f"g={g}: {_fmt(v, 1)}" for g, v in zip(GRANULES, lp, strict=True)
+                          if v is not None) + ".", ""]
+    L += ["## Figure 9 / Table 10: false-positive rate", ""]
+    if not res.values("fp_client"):
+        L += NOT
+    else:
+        for key, cap in (("fig9", "Figure 9"), ("fig10", "Figure 10 / Table 10")):
+            if key in plots:
+                L += [f"![{cap}]({plots[key]})", ""]
+        L += FP_DEFINITION + [""] + fp_tables(res) + [""]
+        L += _fp_baselines(res)
+    for exp, xkey, title in (("growth_subs", "n_subs", "Beyond the paper: growth in "
+                              "subscriptions (uniform, d=3, g=32, {other} clients)"),
+                             ("growth_clients", "n_clients", "Beyond the paper: growth in "
+                              "clients (uniform, d=3, g=32, {other} subscriptions)")):
+        rs = res.values("matching_time", experiment=exp)
+        if not rs:
+            L += [f"## {title.format(other='?')}", "", *NOT]
+        else:
+            other = rs[0]["params"]["n_clients" if xkey == "n_subs" else "n_subs"]
+            L += [f"## {title.format(other=f'{other:,}')}", ""]
+            if exp in plots:
+                L += [f"![{exp}]({plots[exp]})", ""]
+            L += growth_table(res, exp, xkey) + [""] + _stop_notes(res, exp)
+    L += ["## Memory, bytes per subscription", ""]
+    L += _memory_table(res) + [""]
+    L += ["## Where we agree, where we differ, and why", ""] + discussion(res)
+    return "\n".join(L) + "\n"
+
+
+FP_DEFINITION = [
+    "The paper does not define its rate beyond its two sources (the cells and the Bloom "
+    "filters, §5.1/§6.2.3) and does not give k, the number of clients or how events are "
+    "drawn. We measure on the §6.2.2 workloads (d = 3, 8,000 subscriptions, domain "
+    "[0, 2^20 − 1], interval length up to 2^20/16, 1,000 clients, 10,000 events drawn like "
+    "the subscriptions' lower bounds), against brute force on every event, two ways:",
+    "",
+    "* **client deliveries** (Algorithm 4): each client's CBF has m counters (4-bit) and "
+    "k = round(m/n·ln 2) hash functions (n = mean distinct labels per client, k in "
+    "[1, 16]). A false positive is a delivery (event, client) where none of the client's "
+    "subscriptions contains the event; the rate is false-positive deliveries / all "
+    "deliveries — the share of what clients receive that their SDK drops. *cells only* is "
+    "the same with exact label sets (no Bloom error).",
+    "* **network** (SFF/ERT): one CBF of m counters holding every distinct label of the "
+    "8,000 subscriptions (what the broker advertises and a neighbour's ERT holds), k by the "
+    "same rule. A false positive is an event the filter passes although no subscription "
+    "contains it; the rate is false positives / passed events (also given per event).",
+    "",
+    "Both are like for like with the paper in what they count (deliveries or forwarded "
+    "events that nobody asked for, from cells plus Bloom error); the bar above is judged on "
+    "each. Paper mode gives the same numbers here: with inserts only, the paper's rule "
+    "leaves the ERT with exactly the SFF's non-zero counters.",
+]
+
+
+def _fp_baselines(res: Results) -> list[str]:
+    rows = []
+    gs = sorted({r["params"]["g"] for r in res.values("false_positive_rate",
+                                                        experiment="granules")})
+    for dist in ("uniform", "zipf"):
+        for system in res.systems:
+            vals = [res.get(system, "false_positive_rate", experiment="granules",
+                            distribution=dist, g=g) for g in gs]
+            if any(v is not None for v in vals):
+                rows.append([dist, LABEL[system],
+                             *(_fmt(None if v is None else 100 * v) for v in vals)])
+    if not rows:
+        return []
+    return (["Every system's false-positive rate of client deliveries (%) on a sample of the "
+             "same workloads with its default filters (DLS client filters sized at 1 %):", ""]
+            + _table(["data", "system", *(str(g) for g in gs)], rows) + [""])
+
+
+def _stop_notes(res: Results, experiment: str) -> list[str]:
+    out = []
+    for r in res.values("stopped_at", experiment=experiment):
+        p = r["params"]
+        probe = res.get(r["system"], "insert_time_probe", experiment=experiment,
+                        distribution=p.get("distribution"), d=p.get("d"), g=p.get("g"),
+                        n_clients=p.get("n_clients"))
+        out.append(f"* {LABEL.get(r['system'], r['system'])} ({p.get('distribution')}, "
+                   f"d={p.get('d')}, g={p.get('g')}, {p.get('n_clients'):,} clients) stopped at "
+                   f"{int(r['value']):,} subscriptions: the next step would have exceeded the "
+                   f"{p.get('budget_s'):.0f} s insert budget"
+                   + (f" (measured rate {probe:,.1f} µs/sub)" if probe else "") + ".")
+    return out + ([""] if out else [])
+
+
+def _memory_table(res: Results) -> list[str]:
+    rows = []
+    n = max(res.sizes("scaling") or [0])
+    for system in res.systems:
+        vals = [res.get(system, "bytes_per_subscription", experiment="scaling",
+                        distribution=dist, d=d, g=g, n_subs=n)
+                for dist in ("uniform", "zipf") for d, g in DIMS]
+        if any(v is not None for v in vals):
+            rows.append([LABEL[system], *(_fmt(v, 1) for v in vals)])
+    head = [f"{dist[:4]} d={d}" for dist in ("uniform", "zipf") for d, _ in DIMS]
+    return ([f"At {_k(n)} subscriptions (Tables 1–6 runs), `memory_bytes()` / "
+             "subscriptions:", ""] + _table(["system", *head], rows))
+
+
+def discussion(res: Results) -> list[str]:
+    """A plain paragraph per experiment, numbers from this run."""
+    n = max(res.sizes("scaling") or [0])
+    out = []
+
+    def g(system: str, metric: str, **kw: Any) -> float | None:
+        return res.get(system, metric, **kw)
+
+    ins = {s: g(s, "insert_time", experiment="scaling", distribution="uniform", d=3, g=32,
+                n_subs=n) for s in res.systems}
+    out += ["**Insertion (Tables 1–2).** "
+            f"At {_k(n)} uniform d=3/g=32 subscriptions we insert at "
+            + ", ".join(f"{LABEL[s]} {_fmt(v)} µs" for s, v in ins.items() if v is not None)
+            + " per subscription, against the paper's 0.594 (DLS) and 2.762 (MICS). Our DLS "
+            "time includes mapping boxes to labels and the exact aggregation, in numpy "
+            "batches; the paper's Java code adds labels one at a time to CBFs. Costs grow with "
+            "labels per subscription (d=4/g=16 is the most expensive for DLS, as in the "
+            "paper). Paper mode runs the paper's query-then-add rule label by label in Python "
+            "(`broker_node.state._paper_add`), which is why it is far slower than the default "
+            "here; it is a reference mode, not the product.", ""]
+    f3 = g("dls", "forwarded", experiment="scaling", distribution="uniform", d=3, g=32,
+           n_subs=n)
+    f3z = g("dls", "forwarded", experiment="scaling", distribution="zipf", d=3, g=32,
+            n_subs=n)
+    m3 = g("mics", "forwarded", experiment="scaling", distribution="uniform", d=3, g=32,
+           n_subs=n)
+    out += ["**Forwarding traffic (Tables 3–4).** DLS forwards each label once, so traffic "
+            "saturates at the number of cells the subscriptions touch: "
+            f"{_fmt(f3, 0)} labels for uniform d=3/g=32 at {_k(n)} (the paper: 32,760 of "
+            "32,768 cells), and "
+            f"{_fmt(f3z, 0)} for Zipf (the paper: 32). Our Zipf draws a cell from a "
+            "truncated Zipf law per dimension and intervals up to two cells long, so "
+            "subscriptions spread over many more cells than the paper's (whose Zipf traffic "
+            "of g labels suggests every subscription sat on one row of cells); the paper does "
+            "not give its Zipf parameters. For MICS we count the maximal runs of newly "
+            f"covered curve positions ({_fmt(m3, 0)} ranges at {_k(n)} uniform d=3): far "
+            "below the paper's one range per subscription, because our MICS aggregates "
+            "ranges against the union already advertised, which the paper's Table 3 "
+            "evidently did not.", ""]
+    out += ["**Deletion (Tables 5–6).** The paper's MICS has no deletion; ours (and the "
+            "R-tree and brute force) do. DLS deletes are the mirror of inserts (exact counts, "
+            "then counters), so they track insert times, like the paper's.", ""]
+    speed = _speedup_line(res, "scaling", distribution="uniform", d=3, g=32, n_subs=n)
+    mt = {s: g(s, "matching_time", experiment="scaling", distribution="uniform", d=3, g=32,
+               n_subs=n) for s in res.systems}
+    out += ["**Matching (Figure 6).** DLS matching stays flat as subscriptions grow: "
+            + ", ".join(f"{LABEL[s]} {_fmt(v)} µs/event" for s, v in mt.items()
+                        if v is not None)
+            + f" at {_k(n)} uniform d=3/g=32 (DLS is {speed}). "
+            "DLS matches a batch of events with k row gathers and ANDs over bit-sliced "
+            "client filters, so its cost depends on clients and k, not on subscriptions; "
+            "brute force and the R-tree grow with subscriptions (the R-tree with the number "
+            "of boxes containing the point). MICS's cost is a binary search plus reading the "
+            "postings of the segment, which grow with subscriptions per cell.", ""]
+    out += ["**Granules (Tables 8–9).** The paper fixes the subscription set and refines the "
+            "cells; we keep interval lengths fixed in domain units (up to 2^20/16), so "
+            "labels per subscription grow roughly as g^3 and so do DLS insert times — unlike "
+            "the paper's flat DLS line, whose workload cannot have kept intervals fixed (or "
+            "its label counts would have grown as ours). Matching time of DLS stays flat, as "
+            "in the paper.", ""]
+    fpu = g("dls", "fp_client", experiment="fp_m", distribution="uniform", m=2**16,
+            length_frac=NARROW)
+    fpz = g("dls", "fp_client", experiment="fp_m", distribution="zipf", m=2**16,
+            length_frac=NARROW)
+    cu = g("dls", "fp_client_cells", experiment="fp_m", distribution="uniform", m=2**16,
+           length_frac=NARROW)
+    out += ["**False positives (Figure 9, Table 10).** At m = 2^16 and g = 32 our client "
+            f"deliveries carry {_fmt(None if fpu is None else 100 * fpu)}% (uniform) and "
+            f"{_fmt(None if fpz is None else 100 * fpz)}% (Zipf) false positives, against the "
+            "paper's 2.697% and 0.343%; the cells alone account for "
+            f"{_fmt(None if cu is None else 100 * cu)}% (uniform), so at this m the Bloom "
+            "filters add little and the rest is quantisation: an interval that covers part "
+            "of a cell brings the whole cell. Small m saturates the filters and the rate "
+            "climbs towards 100%; finer cells cut quantisation but multiply labels, which "
+            "fills a fixed-size filter — the trade-off of the paper's Figure 9.", ""]
+    out += ["**Beyond the paper.** DLS matching stays flat from 100K to millions of "
+            "subscriptions; memory per subscription is dominated by its labels (registry) "
+            "and falls as client filters amortise. With more clients, DLS matching grows "
+            "with the bitset width (clients / 64 words per row) and the deliveries to "
+            "decode, which is where the bit-sliced bank pays.", ""]
+    return out
+
+
+def write(results: Path, out: Path, plots_dir: Path) -> Path:
+    records = json.loads(results.read_text())
+    meta_path = results.with_name(results.stem + ".meta.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta["results_path"] = os.path.relpath(results, out.parent)
+    res = Results(records, meta)
+    plots: dict[str, str] = {}
+    specs = (
+        ("fig6", lambda p: plot_scaling(res, "matching_time", "event matching time (µs)",
+                                        "Figure 6: event matching time vs subscriptions", p)),
+        ("fig6_insert", lambda p: plot_scaling(res, "insert_time", "insertion time (µs/sub)",
+                                               "Tables 1-2: insertion time", p)),
+        ("fig7", lambda p: plot_granules(res, "insert_time", "insertion time (µs/sub)",
+                                         "Figure 7: insertion time vs granules", p)),
+        ("fig8", lambda p: plot_granules(res, "matching_time", "matching time (µs/event)",
+                                         "Figure 8: matching time vs granules", p)),
+        ("fig9", lambda p: plot_fp(res, "fp_granules", "g", p,
+                                   "Figure 9: false positive rate vs granules (m=2^16)")),
+        ("fig10", lambda p: plot_fp(res, "fp_m", "m", p,
+                                    "Figure 10: false positive rate vs m (g=32)")),
+        ("growth_subs", lambda p: plot_growth(res, "growth_subs", "n_subs", p,
+                                              "Growth: 100K to 5M subscriptions")),
+        ("growth_clients", lambda p: plot_growth(res, "growth_clients", "n_clients", p,
+                                                 "Growth: clients")),
+    )
+    for key, fn in specs:
+        path = plots_dir / f"{key}.png"
+        if fn(path):
+            plots[key] = os.path.relpath(path, out.parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(build_report(res, plots))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--plots", type=Path, default=DEFAULT_PLOTS)
+    args = ap.parse_args(argv)
+    if not args.results.exists():
+        raise SystemExit(f"--results: {args.results} does not exist (run benchmarks.paper)")
+    path = write(args.results, args.out, args.plots)
+    print(f"wrote {path} and plots in {args.plots}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
