@@ -526,8 +526,10 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
       distinct labels per client, capped at 16). A false positive is a delivery (event,
       client) where the client has no subscription containing the event; the rate is
       false-positive deliveries / all deliveries — the share of what clients receive that
-      their SDK drops. ``fp_client_cells`` is the same with exact per-client label sets
-      (the cells alone, no Bloom error).
+      their SDK drops. ``fp_client_per_negative`` divides the same false positives by the
+      (event, client) pairs that should not be delivered (the classic Bloom-filter FPR,
+      per filter query). ``fp_client_cells*`` are the same with exact per-client label
+      sets (the cells alone, no Bloom error).
     * **network level** (``fp_network``, the SFF/ERT): one filter of ``m`` counters that
       holds every distinct label of the 8,000 subscriptions (what the broker advertises
       and a neighbour's ERT holds), ``k`` optimal for that count. A false positive is an
@@ -558,7 +560,7 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                                        name="dls-direct")
                 direct.insert(w.lo, w.hi, w.owners)
                 ev_labels = direct.event_labels(w.events)
-                cells_fn, cells_fp, cells_dpe = _pairs_check(direct.match(w.events),
+                cells_fn, cells_fp, _, cells_neg = _pairs_check(direct.match(w.events),
                                                              (ex_off, ex_cli),
                                                              w.params.n_clients)
                 if cells_fn:
@@ -567,11 +569,11 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                 positive = np.diff(ex_off) > 0
                 in_cells = np.isin(ev_labels, distinct)
                 cache = {(g, frac): (w, (ex_off, ex_cli), len(pair_keys) / w.params.n_clients,
-                             distinct, positive, in_cells, ev_labels, cells_fp)}
+                             distinct, positive, in_cells, ev_labels, cells_fp, cells_neg)}
                 del direct
                 gc.collect()
             (w, exact, per_client, distinct, positive, in_cells, ev_labels,
-             cells_fp) = cache[(g, frac)]
+             cells_fp, cells_neg) = cache[(g, frac)]
             nc = w.params.n_clients
             k_client = _optimal_k(m, round(per_client))
             k_net = _optimal_k(m, len(distinct))
@@ -582,7 +584,7 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                     "k_rule": "round(m / n * ln 2) clipped to [1, 16]"}
             bm = BrokerMatcher(s.gran_d, g, nc, client_m=m, client_k=k_client)
             bm.insert(w.lo, w.hi, w.owners)
-            fn, fp_c, dpe = _pairs_check(bm.match(w.events), exact, nc)
+            fn, fp_c, dpe, fp_c_neg = _pairs_check(bm.match(w.events), exact, nc)
             del bm
             net = CountingBloomFilter.with_params(m, k_net)
             net.add_many(distinct)
@@ -592,6 +594,8 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
             cells_net = in_cells & ~positive
             for metric, value in (
                     ("fp_client", fp_c), ("fp_client_cells", cells_fp),
+                    ("fp_client_per_negative", fp_c_neg),
+                    ("fp_client_cells_per_negative", cells_neg),
                     ("false_negatives", fn), ("deliveries_per_event", dpe),
                     ("fp_network", fp_ev.sum() / max(1, passed.sum())),
                     ("fp_network_per_event", fp_ev.mean()),
@@ -608,11 +612,13 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
 
 
 def _pairs_check(got: tuple[np.ndarray, np.ndarray], exact: tuple[np.ndarray, np.ndarray],
-                 nc: int) -> tuple[int, float, float]:
+                 nc: int) -> tuple[int, float, float, float]:
+    """(false negatives, FP / deliveries, deliveries per event, FP / negative pairs)."""
     n = len(exact[0]) - 1
     fn, fp, tot = core.delivery_check(np.asarray(got[0]), np.asarray(got[1]), exact[0],
                                       exact[1], nc, n)
-    return fn, (fp / tot if tot else 0.0), tot / n
+    negatives = n * nc - int(exact[0][n])
+    return fn, (fp / tot if tot else 0.0), tot / n, fp / max(1, negatives)
 
 
 def run_growth_subs(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],

@@ -5,12 +5,9 @@ Modules are looked up when a run starts: one that is not there yet is skipped wi
 printed notice (``--require-all`` turns that into an error), so the harness runs while the
 baselines are still being written.
 
-Until ``benchmarks.baselines.dls`` exists, the two DLS systems go through
-:class:`BrokerMatcher`, a thin adapter around ``broker_node.state.BrokerState`` set up as
-``benchmarks.core`` does (one broker, two neighbours, bit-sliced CBF client bank sized
-for the mean distinct labels per client at 1 %, CBF routing tables m = 2^20, k = 7).
-``bruteforce`` goes through :class:`BruteForceAdapter` while the class in
-``benchmarks/baselines/bruteforce.py`` lacks ``insert``/``delete``/``match``.
+:class:`BrokerMatcher` is a DLS broker whose client filters have a given ``m`` and ``k``
+(the false-positive sweep of Table 10 needs that; ``DLSMatcher`` sizes its filters from an
+item count and a target rate) and, with ``client_filter="direct"``, exact label sets.
 
 A baseline class is built by passing the keyword arguments its ``__init__`` names among
 those of :func:`build_kwargs` (``d``, ``g``, ``n_clients``, ``high``, ``space``,
@@ -21,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from benchmarks.baselines.base import Matcher
-from benchmarks.baselines.bruteforce import BruteForceMatcher
 from benchmarks.core import map_boxes
 from benchmarks.workload import DOMAIN_HIGH, attr_names, space_spec
 from broker_node.state import BrokerState
@@ -43,7 +38,6 @@ CLIENT_FP_RATE = 0.01
 __all__ = [
     "SYSTEMS",
     "BrokerMatcher",
-    "BruteForceAdapter",
     "SystemSpec",
     "available_systems",
     "build",
@@ -52,52 +46,35 @@ __all__ = [
 
 
 class BrokerMatcher:
-    """DLS through ``BrokerState``: boxes -> labels -> ``subscribe_many``; events -> route.
+    """A DLS broker with client filters of given ``m`` and ``k`` (or direct label sets).
 
-    Forwarding traffic is the number of labels advertised (or withdrawn) towards the first
-    neighbour, the paper's Table 3/4 unit. ``insert`` includes the mapping of boxes to
-    labels (the client's work in the paper), so it is the full cost from raw boxes.
+    Insert and match only (the false-positive sweep); the clients are registered in order,
+    so bank index ``j`` is workload client ``j``.
     """
 
-    supports_delete = True
-
     def __init__(self, d: int, g: int, n_clients: int, *, high: int = DOMAIN_HIGH,
-                 mode: str = "exact", client_filter: str = "cbf",
-                 routing_filter: str = "cbf", client_items: int = 64,
-                 client_fp_rate: float = CLIENT_FP_RATE, client_m: int | None = None,
-                 client_k: int | None = None, name: str | None = None) -> None:
-        self.name = name or ("dls" if mode == "exact" else "dls-paper")
-        client: dict[str, Any] = ({"m": client_m, "k": client_k} if client_m
-                                  else {"expected_items": max(1, int(client_items)),
-                                        "fp_rate": client_fp_rate})
-        spec = space_spec(d, g, {"client": client, "routing": dict(ROUTING_FILTER)}, high)
+                 client_filter: str = "cbf", routing_filter: str = "cbf",
+                 client_m: int = 65_536, client_k: int = 4, name: str = "dls") -> None:
+        self.name = name
+        spec = space_spec(d, g, {"client": {"m": client_m, "k": client_k},
+                                 "routing": dict(ROUTING_FILTER)}, high)
         self.space = ContentSpace.from_spec(spec)
-        kw: dict[str, Any] = {"mode": mode, "client_filter": client_filter}
-        if mode == "exact":
-            kw["routing_filter"] = routing_filter
-        self.state = BrokerState.for_space("B", NEIGHBOURS, self.space, **kw)
-        self.n_clients = n_clients
+        self.state = BrokerState.for_space("B", NEIGHBOURS, self.space,
+                                           client_filter=client_filter,
+                                           routing_filter=routing_filter)
         self._names = [f"c{i}" for i in range(n_clients)]
         for i, nm in enumerate(self._names):
             if self.state.client_index(nm) != i:
                 raise AssertionError("client bank indexes must follow registration order")
-        self._owners = np.zeros(0, dtype=np.int64)
+        self._n = 0
         self._cols = attr_names(d)
 
     def insert(self, lo: np.ndarray, hi: np.ndarray, owners: np.ndarray) -> int:
-        n0 = len(self._owners)
-        n = len(owners)
         offsets, labels = map_boxes(self.space, lo, hi)
-        ids = [f"s{i}" for i in range(n0, n0 + n)]
+        ids = [f"s{i}" for i in range(self._n, self._n + len(owners))]
+        self._n += len(owners)
         clients = [self._names[o] for o in np.asarray(owners).tolist()]
         msgs = self.state.subscribe_many(clients, ids, offsets, labels)
-        self._owners = np.concatenate([self._owners, np.asarray(owners, dtype=np.int64)])
-        return sum(len(m.labels) for m in msgs if m.to == NEIGHBOURS[0])
-
-    def delete(self, ids: np.ndarray) -> int:
-        idx = np.asarray(ids, dtype=np.int64)
-        clients = [self._names[o] for o in self._owners[idx].tolist()]
-        msgs = self.state.unsubscribe_many(clients, [f"s{i}" for i in idx.tolist()])
         return sum(len(m.labels) for m in msgs if m.to == NEIGHBOURS[0])
 
     def event_labels(self, events: np.ndarray) -> np.ndarray:
@@ -105,60 +82,12 @@ class BrokerMatcher:
         labels, valid = event_labels_batch(self.space, {c: ev[:, i] for i, c in
                                                         enumerate(self._cols)})
         if not valid.all():
-            raise ValueError(f"events outside the domain: row {int(np.argmin(valid))}")
+            raise ValueError(f"events: row {int(np.argmin(valid))} is outside the domain")
         return labels
 
     def match(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         routes = self.state.route(self.event_labels(events))
         return routes.offsets, routes.clients
-
-    def memory_bytes(self) -> int:
-        """Client bank, routing filters, exact tables and the registry's label arrays."""
-        st = self.state
-        total = st._bank.memory_bytes()
-        total += sum(f.memory_bytes() for f in st._ert.values())
-        total += sum(f.memory_bytes() for f in st._sff.values())
-        total += st._total.memory_bytes() + sum(t.memory_bytes() for t in st._recv.values())
-        for offsets, labels, clients, _ in st._registry.batches.values():
-            total += offsets.nbytes + labels.nbytes + clients.nbytes
-        codes = st._registry.codes
-        if codes:  # the id -> code dict: its table plus one key string and one int each
-            total += sys.getsizeof(codes) + len(codes) * (sys.getsizeof("s1000000") + 32)
-        return int(total)
-
-
-class BruteForceAdapter:
-    """``BruteForceMatcher`` behind the ``Matcher`` interface (deletes by insertion number)."""
-
-    name = "bruteforce"
-    supports_delete = True
-
-    def __init__(self, d: int, n_clients: int) -> None:
-        self.bf = BruteForceMatcher(d, n_clients)
-        self._row_of: np.ndarray = np.zeros(0, dtype=np.int64)  # insertion no. -> row, -1
-
-    def insert(self, lo: np.ndarray, hi: np.ndarray, owners: np.ndarray) -> int:
-        n0, n = len(self.bf), len(owners)
-        self.bf.add(lo, hi, owners)
-        self._row_of = np.concatenate([self._row_of, np.arange(n0, n0 + n)])
-        return 0
-
-    def delete(self, ids: np.ndarray) -> int:
-        idx = np.asarray(ids, dtype=np.int64)
-        rows = self._row_of[idx]
-        if (rows < 0).any():
-            raise KeyError(f"subscription {int(idx[np.argmax(rows < 0)])} already deleted")
-        self.bf.remove_rows(rows)
-        live = self._row_of >= 0
-        live[idx] = False
-        self._row_of = np.where(live, np.cumsum(live) - 1, -1)
-        return 0
-
-    def match(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.bf.match(events)
-
-    def memory_bytes(self) -> int:
-        return self.bf.memory_bytes() + int(self._row_of.nbytes)
 
 
 @dataclass(frozen=True)
@@ -170,30 +99,14 @@ class SystemSpec:
     #: Class name in the module, or None to take the module's one ``Matcher`` class.
     cls: str | None
     extra: tuple[tuple[str, Any], ...] = ()
-    #: Built here when the module is missing (None: skipped).
-    fallback: Callable[..., Matcher] | None = None
     #: True for exact matchers (no false positives expected).
     exact: bool = False
 
 
-def _fallback_dls(mode: str) -> Callable[..., Matcher]:
-    def make(**kw: Any) -> Matcher:
-        return BrokerMatcher(kw["d"], kw["g"], kw["n_clients"], high=kw["high"], mode=mode,
-                             client_items=kw["client_items"])
-    return make
-
-
-def _fallback_bf(**kw: Any) -> Matcher:
-    return BruteForceAdapter(kw["d"], kw["n_clients"])
-
-
 SYSTEMS: tuple[SystemSpec, ...] = (
-    SystemSpec("bruteforce", "benchmarks.baselines.bruteforce", None, fallback=_fallback_bf,
-               exact=True),
-    SystemSpec("dls", "benchmarks.baselines.dls", None, (("mode", "exact"),),
-               fallback=_fallback_dls("exact")),
-    SystemSpec("dls-paper", "benchmarks.baselines.dls", None, (("mode", "paper"),),
-               fallback=_fallback_dls("paper")),
+    SystemSpec("bruteforce", "benchmarks.baselines.bruteforce", None, exact=True),
+    SystemSpec("dls", "benchmarks.baselines.dls", None, (("mode", "exact"),)),
+    SystemSpec("dls-paper", "benchmarks.baselines.dls", None, (("mode", "paper"),)),
     SystemSpec("mics", "benchmarks.baselines.mics", None),
     SystemSpec("rtree", "benchmarks.baselines.rtree_index", None, exact=True),
 )
@@ -232,16 +145,10 @@ def _find_class(mod: Any, spec: SystemSpec) -> type | None:
 
 
 def build(spec: SystemSpec, kwargs: dict[str, Any]) -> Matcher:
-    """An empty instance of a system, from its module or its fallback."""
-    try:
-        mod = importlib.import_module(spec.module)
-    except ModuleNotFoundError:
-        mod = None
-    cls = _find_class(mod, spec) if mod is not None else None
+    """An empty instance of a system."""
+    cls = _find_class(importlib.import_module(spec.module), spec)
     if cls is None:
-        if spec.fallback is None:
-            raise LookupError(f"system {spec.name!r}: no Matcher class in {spec.module}")
-        return spec.fallback(**kwargs)
+        raise LookupError(f"system {spec.name!r}: no Matcher class in {spec.module}")
     kw = {**kwargs, **dict(spec.extra)}
     params = inspect.signature(cls).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -261,7 +168,7 @@ def build(spec: SystemSpec, kwargs: dict[str, Any]) -> Matcher:
 
 def available_systems(wanted: tuple[str, ...] | None = None, *, require_all: bool = False,
                       log: Callable[[str], None] = print) -> list[SystemSpec]:
-    """Systems that can run now (module present or a fallback), in comparison order."""
+    """Systems whose module is present, in comparison order (the others: a notice)."""
     out = []
     for spec in SYSTEMS:
         if wanted is not None and spec.name not in wanted:
@@ -272,10 +179,6 @@ def available_systems(wanted: tuple[str, ...] | None = None, *, require_all: boo
         except ModuleNotFoundError:
             present = False
         if present:
-            out.append(spec)
-        elif spec.fallback is not None:
-            log(f"notice: {spec.module} not present yet; {spec.name} runs through the "
-                f"harness's own adapter")
             out.append(spec)
         elif require_all:
             raise LookupError(f"system {spec.name!r}: module {spec.module} is missing")

@@ -11,13 +11,7 @@ import pytest
 from benchmarks import paper, report
 from benchmarks.baselines.base import Matcher
 from benchmarks.baselines.bruteforce import BruteForceMatcher
-from benchmarks.paper_systems import (
-    BrokerMatcher,
-    BruteForceAdapter,
-    available_systems,
-    build,
-    build_kwargs,
-)
+from benchmarks.paper_systems import BrokerMatcher, available_systems, build, build_kwargs
 from benchmarks.workload import WorkloadParams, generate
 
 EXPS = {"scaling", "granules", "fp_granules", "fp_m", "growth_subs", "growth_clients"}
@@ -125,7 +119,7 @@ def test_paper_numbers_transcribed():
 def test_every_available_system_agrees_with_brute_force():
     w = generate(WorkloadParams("uniform", 3, 16, 600, 9, 150, seed=3))
     specs = available_systems(log=lambda _msg: None)
-    assert {"dls", "dls-paper", "bruteforce"} <= {s.name for s in specs}
+    assert {s.name for s in specs} == {"dls", "dls-paper", "bruteforce", "mics", "rtree"}
     kw = build_kwargs(3, 16, 9, client_items=64)
     ref = BruteForceMatcher(3, 9)
     ref.add(w.lo[:400], w.hi[:400], w.owners[:400])
@@ -149,23 +143,22 @@ def test_every_available_system_agrees_with_brute_force():
         assert m.memory_bytes() > 0
 
 
-def test_adapters_delete_by_insertion_number():
+def test_fp_broker_has_the_asked_filters():
     w = generate(WorkloadParams("uniform", 2, 8, 200, 4, 50, seed=1))
-    bf = BruteForceAdapter(2, 4)
-    bf.insert(w.lo[:120], w.hi[:120], w.owners[:120])
-    bf.insert(w.lo[120:], w.hi[120:], w.owners[120:])
-    bf.delete(np.array([5, 150, 7]))
-    bf.delete(np.arange(190, 200))
-    keep = np.setdiff1d(np.arange(200), np.r_[5, 150, 7, 190:200])
+    bm = BrokerMatcher(2, 8, 4, client_m=256, client_k=3)
+    assert bm.insert(w.lo, w.hi, w.owners) > 0
+    assert (bm.state.config.client_m, bm.state.config.client_k) == (256, 3)
+    direct = BrokerMatcher(2, 8, 4, client_filter="direct", routing_filter="direct")
+    direct.insert(w.lo, w.hi, w.owners)
     ref = BruteForceMatcher(2, 4)
-    ref.add(w.lo[keep], w.hi[keep], w.owners[keep])
-    for a, b in zip(bf.match(w.events), ref.match(w.events), strict=True):
-        assert np.array_equal(a, b)
-    with pytest.raises(KeyError):
-        bf.delete(np.array([5]))
-    dm = BrokerMatcher(2, 8, 4)
-    assert dm.insert(w.lo, w.hi, w.owners) > 0
-    assert dm.delete(np.arange(200)) > 0 and len(dm.state) == 0
+    ref.add(w.lo, w.hi, w.owners)
+    want = ref.match(w.events)
+    for m in (bm, direct):
+        off, cli = m.match(w.events)
+        fn, _, _ = paper.core.delivery_check(off, cli, *want, 4, len(w.events))
+        assert fn == 0
+    with pytest.raises(ValueError, match="outside the domain"):
+        bm.match(np.array([[0, 2**21]]))
 
 
 def test_cli_rejects_unknown_names():
