@@ -126,8 +126,8 @@ class PaperSettings:
     #: §6.2.2 workload's, then wide subscriptions as a sensitivity check.
     fp_length_fracs: tuple[float, ...] = (1 / 16, 1 / 4)
     growth_sizes: tuple[int, ...] = (100_000, 500_000, 1_000_000, 2_000_000, 5_000_000)
-    growth_budget_s: float = 120.0
-    scaling_budget_s: float = 60.0
+    growth_budget_s: float = 90.0
+    scaling_budget_s: float = 40.0
     growth_batch: int = 250_000
     growth_clients: tuple[int, ...] = (100, 1_000, 10_000, 100_000)
     growth_clients_subs: int = 500_000
@@ -345,35 +345,45 @@ def fill_and_measure(rec: Recorder, spec: SystemSpec, w: Workload, sizes: Sequen
         prev = n
     reached = [n for n in sizes if n in rows]
     if delete and getattr(m, "supports_delete", False) and reached and done == reached[-1]:
-        withdrawn_total, t_spent, cut, n_del = 0, 0.0, False, 0
+        withdrawn_total, t_spent, cut = 0, 0.0, False
+        last: tuple[int, float] | None = None  # (size, seconds) of the last delete chunk
+        del_budget = None if budget_s is None else 2 * budget_s
         bounds = [0, *reached]
         for lo_n, hi_n in reversed(list(zip(bounds[:-1], bounds[1:], strict=True))):
             t_step, wd, gone = 0.0, 0, 0
-            order = list(reversed(_ranges(lo_n, hi_n, batch)))
-            if budget_s is not None and hi_n == reached[-1] and order[0][1] - order[0][0] > PROBE:
-                a0, b0 = order[0]  # a small first batch measures the rate before a big one
-                order = [(b0 - PROBE, b0), (a0, b0 - PROBE), *order[1:]]
-            if budget_s is not None and n_del:
-                rate = t_spent / n_del
-                if rate * batch > budget_s / 5:  # slow deletes: smaller chunks, finer cut
-                    small = max(PROBE, int(budget_s / 5 / rate))
-                    order = [r for a, b in order for r in reversed(_ranges(a, b, small))]
-            for a, b in order:
-                if budget_s is not None and gone and (
-                        (t_spent + t_step) / (n_del + gone) * (b - a) + t_spent + t_step
-                        > budget_s):
-                    cut = True
-                    break
-                t, out = _timed(m.delete, np.arange(a, b, dtype=np.int64))
+            top = hi_n
+            while top > lo_n:
+                if del_budget is None:
+                    size = batch
+                elif last is None:
+                    size = PROBE
+                else:  # grow x4 while even a linear cost would fit; stop when nothing fits
+                    left = del_budget - t_spent - t_step
+                    size = (min(batch, 4 * last[0]) if last[1] * 4 <= left
+                            else last[0] if last[1] <= left else 0)
+                    if size == 0:
+                        cut = True
+                        break
+                a = max(lo_n, top - size)
+                t, out = _timed(m.delete, np.arange(a, top, dtype=np.int64))
+                last = (top - a, t)
                 t_step += t
-                gone += b - a
+                gone += top - a
                 wd += int(out)
+                top = a
             withdrawn_total += wd
             t_spent += t_step
-            n_del += gone
+            if gone == 0:
+                log(f"  {name}: delete budget spent before size {hi_n:,}")
+                rec.add(name, {**base, "n_subs": hi_n, "budget_s": del_budget},
+                        "delete_stopped_at", hi_n, "subscriptions")
+                break
             params = {**base, "n_subs": hi_n, "batch_size": batch, "step": hi_n - lo_n,
                       "deleted": gone,
-                      "delete_order": "newest step first, newest batch first"}
+                      "delete_order": "newest first",
+                      "delete_chunks": ("batch_size" if del_budget is None else
+                                        f"{PROBE} first, then x4 up to batch_size while the "
+                                        f"{del_budget:.0f} s budget allows")}
             if gone < hi_n - lo_n:
                 params["partial"] = "delete budget reached: time of the first `deleted` only"
             rec.add(name, params, "delete_time", t_step / gone * 1e6, "us/sub")
@@ -381,9 +391,9 @@ def fill_and_measure(rec: Recorder, spec: SystemSpec, w: Workload, sizes: Sequen
                 rec.add(name, {**params, "traffic_unit": unit}, "withdrawn", wd, unit)
             rows[hi_n]["delete"] = t_step / gone * 1e6
             if cut:
-                log(f"  {name}: deletes stopped by the {budget_s:.0f} s budget at size {hi_n:,}"
-                    f" after {gone:,} ({t_step / gone * 1e6:.1f} us/sub)")
-                rec.add(name, {**base, "n_subs": hi_n, "budget_s": budget_s},
+                log(f"  {name}: deletes stopped by the {del_budget:.0f} s budget at size "
+                    f"{hi_n:,} after {gone:,} ({t_step / gone * 1e6:.1f} us/sub)")
+                rec.add(name, {**base, "n_subs": hi_n, "budget_s": del_budget},
                         "delete_stopped_at", hi_n, "subscriptions")
                 break
         if not cut:

@@ -258,7 +258,8 @@ def plot_fp(res: Results, experiment: str, xkey: str, path: Path, title: str) ->
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     drew = False
     for dist, color in (("uniform", "red"), ("zipf", "green")):
-        for metric, style, what in (("fp_network_per_event", "-o", "network, of events"),
+        for metric, style, what in (("fp_client_per_negative", "-v", "client, of neg. pairs"),
+                                    ("fp_network_per_event", "-o", "network, of events"),
                                     ("fp_client", "--s", "client deliveries")):
             pts = sorted((r["params"][xkey], 100 * r["value"]) for r in res.values(
                 metric, experiment=experiment, distribution=dist)
@@ -494,20 +495,21 @@ def build_report(res: Results, plots: dict[str, str]) -> str:
     L += ["## The bars of issue 5", ""] + (_bar_lines(res) or ["* not measured in this run"])
     L += [""]
 
-    for dist, t_ins, t_fwd, t_del in (("uniform", "table1", "table3", "table5"),
-                                      ("zipf", "table2", "table4", "table6")):
-        n1, n3, n5 = t_ins[-1], t_fwd[-1], t_del[-1]
-        if not res.values("insert_time", experiment="scaling", distribution=dist):
-            for t, what in ((n1, "insertion time"), (n3, "forwarding traffic"),
-                            (n5, "deletion time")):
-                L += [f"## Table {t}: subscription {what}, {dist}", "", *NOT]
+    for table, dist, metric, what, unit, digits in (
+            ("table1", "uniform", "insert_time", "insertion time", "µs per subscription", 3),
+            ("table2", "zipf", "insert_time", "insertion time", "µs per subscription", 3),
+            ("table3", "uniform", "forwarded", "forwarding traffic", "labels / ranges", 0),
+            ("table4", "zipf", "forwarded", "forwarding traffic", "labels / ranges", 0),
+            ("table5", "uniform", "delete_time", "deletion time", "µs per subscription", 3),
+            ("table6", "zipf", "delete_time", "deletion time", "µs per subscription", 3)):
+        L += [f"## Table {table[-1]}: subscription {what}, {dist} ({unit})", ""]
+        if not res.values(metric, experiment="scaling", distribution=dist):
+            L += NOT
             continue
-        L += [f"## Table {n1}: subscription insertion time, {dist} (µs per subscription)", ""]
-        L += scaling_table(res, t_ins, "insert_time", dist) + [""]
-        L += [f"## Table {n3}: subscription forwarding traffic, {dist} (labels / ranges)", ""]
-        L += scaling_table(res, t_fwd, "forwarded", dist, digits=0) + [""]
-        L += [f"## Table {n5}: subscription deletion time, {dist} (µs per subscription)", ""]
-        L += scaling_table(res, t_del, "delete_time", dist) + [""]
+        L += scaling_table(res, table, metric, dist, digits) + [""]
+        if table in ("table5", "table6"):
+            L += _stop_notes(res, "scaling", "delete_stopped_at", dist)
+    L += _stop_notes(res, "scaling", "stopped_at")
     L += ["## Figure 6: event matching time vs subscriptions (µs per event)", ""]
     if not res.values("matching_time", experiment="scaling"):
         L += NOT
@@ -524,7 +526,6 @@ def build_report(res: Results, plots: dict[str, str]) -> str:
                         rows.append([dist, LABEL[system], f"{d}, {g}", *(_fmt(v) for v in vals)])
         L += _table(["data", "system", "d, g", *(_k(n) for n in sizes)], rows) + [""]
         L += ["The paper publishes Figure 6 only as a plot (DLS flat and below MICS).", ""]
-        L += _stop_notes(res, "scaling")
     if not res.values("insert_time", experiment="granules"):
         L += ["## Table 8 / Figure 7: insertion time vs granules", "", *NOT,
               "## Table 9 / Figure 8: event matching time vs granules", "", *NOT]
@@ -547,7 +548,8 @@ def build_report(res: Results, plots: dict[str, str]) -> str:
         for key, cap in (("fig9", "Figure 9"), ("fig10", "Figure 10 / Table 10")):
             if key in plots:
                 L += [f"![{cap}]({plots[key]})", ""]
-        L += FP_DEFINITION + [""] + fp_tables(res) + [""]
+        fp0 = res.values("fp_client")[0]["params"]
+        L += [x.format(**fp0) for x in FP_DEFINITION] + [""] + fp_tables(res) + [""]
         L += _fp_baselines(res)
     for exp, xkey, title in (("growth_subs", "n_subs", "Beyond the paper: growth in "
                               "subscriptions (uniform, d=3, g=32, {other} clients)"),
@@ -578,9 +580,10 @@ FP_READINGS = (
 FP_DEFINITION = [
     "The paper does not define its rate beyond its two sources (the cells and the Bloom "
     "filters, §5.1/§6.2.3) and does not give k, the number of clients or how events are "
-    "drawn. We measure on the §6.2.2 workloads (d = 3, 8,000 subscriptions, domain "
-    "[0, 2^20 − 1], interval length up to 2^20/16, 1,000 clients, 10,000 events drawn like "
-    "the subscriptions' lower bounds), against brute force on every event, two ways:",
+    "drawn. We measure on the §6.2.2 workloads (d = 3, {n_subs:,} subscriptions, domain "
+    "[0, 2^20 − 1], interval length up to 2^20/16, {n_clients:,} clients, {n_events:,} "
+    "events drawn like the subscriptions' lower bounds), against brute force on every "
+    "event, two ways:",
     "",
     "* **client deliveries** (Algorithm 4): each client's CBF has m counters (4-bit) and "
     "k = round(m/n·ln 2) hash functions (n = mean distinct labels per client, k in "
@@ -591,7 +594,7 @@ FP_DEFINITION = [
     "false deliveries by the (event, client) pairs that should not be delivered instead: "
     "the classic Bloom-filter false-positive rate, one filter query per pair.",
     "* **network** (SFF/ERT): one CBF of m counters holding every distinct label of the "
-    "8,000 subscriptions (what the broker advertises and a neighbour's ERT holds), k by the "
+    "subscriptions (what the broker advertises and a neighbour's ERT holds), k by the "
     "same rule. A false positive is an event the filter passes although no subscription "
     "contains it; the rate is false positives / passed events (also given per event).",
     "",
@@ -624,18 +627,30 @@ def _fp_baselines(res: Results) -> list[str]:
             + _table(["data", "system", *(str(g) for g in gs)], rows) + [""])
 
 
-def _stop_notes(res: Results, experiment: str) -> list[str]:
+def _stop_notes(res: Results, experiment: str, metric: str = "stopped_at",
+                dist: str | None = None) -> list[str]:
     out = []
-    for r in res.values("stopped_at", experiment=experiment):
+    for r in res.values(metric, experiment=experiment):
         p = r["params"]
+        if dist is not None and p.get("distribution") != dist:
+            continue
+        who = (f"{LABEL.get(r['system'], r['system'])} ({p.get('distribution')}, d={p.get('d')}, "
+               f"g={p.get('g')}, {p.get('n_clients'):,} clients)")
+        if metric == "delete_stopped_at":
+            out.append(f"* {who}: deletes stopped at size {int(r['value']):,} when the "
+                       f"{p.get('budget_s'):.0f} s delete budget ran out; the last time shown "
+                       "is measured on the subscriptions deleted by then.")
+            continue
         probe = res.get(r["system"], "insert_time_probe", experiment=experiment,
                         distribution=p.get("distribution"), d=p.get("d"), g=p.get("g"),
                         n_clients=p.get("n_clients"))
-        out.append(f"* {LABEL.get(r['system'], r['system'])} ({p.get('distribution')}, "
-                   f"d={p.get('d')}, g={p.get('g')}, {p.get('n_clients'):,} clients) stopped at "
-                   f"{int(r['value']):,} subscriptions: the next step would have exceeded the "
-                   f"{p.get('budget_s'):.0f} s insert budget"
-                   + (f" (measured rate {probe:,.1f} µs/sub)" if probe else "") + ".")
+        rate = f" (measured rate {probe:,.1f} µs/sub)" if probe else ""
+        if r["value"] == 0:
+            out.append(f"* {who} did not run: inserting even the first step would have "
+                       f"exceeded the {p.get('budget_s'):.0f} s budget{rate}.")
+        else:
+            out.append(f"* {who} stopped at {int(r['value']):,} subscriptions: the next step "
+                       f"would have exceeded the {p.get('budget_s'):.0f} s budget{rate}.")
     return out + ([""] if out else [])
 
 
