@@ -41,6 +41,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -251,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                 *(argv if argv is not None else sys.argv[1:])],
             "quick": args.quick, "started_utc": started, "wall_time_s": round(wall, 2),
             "n_records": len(records), "machine": machine_info(),
+            "load_average_1_5_15": list(os.getloadavg()),
             "settings": asdict(settings)}
     meta_path = out.with_name(out.stem + ".meta.json")
     meta_path.write_text(json.dumps(meta, indent=1) + "\n")

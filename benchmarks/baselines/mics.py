@@ -49,6 +49,7 @@ from benchmarks.workload import DOMAIN_HIGH
 __all__ = ["MICSMatcher"]
 
 _SHIFT = np.uint64(32)
+_DENSE_KEYS = 1 << 26  # curves up to this many positions find bounds with a byte map
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
@@ -59,6 +60,16 @@ def _csr_gather(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     first = np.cumsum(counts) - counts
     return np.repeat(starts - first, counts) + np.arange(total, dtype=np.int64)
+
+
+def _merge_sorted(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate sorted uint64 arrays into one sorted array (timsort merges the runs)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return np.empty(0, dtype=np.uint64)
+    if len(parts) == 1:
+        return parts[0]
+    return np.sort(np.concatenate(parts), kind="stable")
 
 
 def _count_runs(group: np.ndarray, pos: np.ndarray) -> int:
@@ -224,6 +235,17 @@ class MICSMatcher:
         alive[: self._n] = self._alive[: self._n]
         self._owner, self._alive = owner, alive
 
+    def _bounds_of(self, *keys: np.ndarray) -> np.ndarray:
+        """Sorted distinct positions below ``n_keys`` among ``keys`` (and always 0)."""
+        if self.n_keys <= _DENSE_KEYS:
+            mark = np.zeros(self.n_keys + 1, dtype=bool)
+            mark[0] = True
+            for k in keys:
+                mark[k] = True
+            return np.flatnonzero(mark[: self.n_keys]).astype(np.int64)
+        cand = np.concatenate([np.zeros(1, dtype=np.int64), *keys])
+        return np.unique(cand[cand < self.n_keys])
+
     def _set_postings(self, post: np.ndarray) -> None:
         self._post = post
         lower = self._bounds.astype(np.uint64) << _SHIFT
@@ -243,8 +265,7 @@ class MICSMatcher:
         sub = row + self._n
         big = self.n_keys
         old_b, old_ptr = self._bounds, self._ptr
-        cand = np.concatenate([old_b, rs, re + 1])
-        newb = np.unique(cand[cand < big])
+        newb = self._bounds_of(old_b, rs, re + 1)
         # Pieces (new segments) of every new range.
         i0 = np.searchsorted(newb, rs)
         i1 = np.searchsorted(newb, re + 1)
@@ -272,13 +293,16 @@ class MICSMatcher:
             split = np.searchsorted(newb, old_end) - j0
             seg_of = np.repeat(np.arange(len(old_b), dtype=np.int64), np.diff(old_ptr))
             c = split[seg_of]
-            if (c != 1).any():
-                pieces = _csr_gather(j0[seg_of], c)
-                subs = np.repeat(post & _LOW32, c)
-                post = (newb[pieces].astype(np.uint64) << _SHIFT) | subs
+            cut = c != 1
+            if cut.any():
+                pieces = _csr_gather(j0[seg_of[cut]], c[cut])
+                subs = np.repeat(post[cut] & _LOW32, c[cut])
+                expanded = (newb[pieces].astype(np.uint64) << _SHIFT) | subs
+                expanded.sort()
+                post = _merge_sorted([post[~cut], expanded])
         new_post = (newb[piece].astype(np.uint64) << _SHIFT) | psub.astype(np.uint64)
-        merged = np.concatenate([post, new_post])
-        merged.sort()
+        new_post.sort()
+        merged = _merge_sorted([post, new_post])
         # Commit.
         self._grow(self._n + n)
         s = slice(self._n, self._n + n)
@@ -324,14 +348,25 @@ class MICSMatcher:
         self._r_start = self._r_start[keep_r]
         self._r_end = self._r_end[keep_r]
         self._r_sub = self._r_sub[keep_r]
-        rs = self._r_start.astype(np.int64)
-        re1 = self._r_end.astype(np.int64) + 1
-        cand = np.concatenate([[0], rs, re1])
-        newb = np.unique(cand[cand < self.n_keys])
+        newb = self._bounds_of(self._r_start.astype(np.int64),
+                               self._r_end.astype(np.int64) + 1)
         post = post[~hit]
-        start = (post >> _SHIFT).astype(np.int64)
-        seg = np.searchsorted(newb, start, side="right") - 1
-        post = np.unique((newb[seg].astype(np.uint64) << _SHIFT) | (post & _LOW32))
+        if len(newb) != n_seg and len(post):
+            # Postings of segments that merged into their left neighbour move there.
+            start = (post >> _SHIFT).astype(np.int64)
+            gone_b = np.ones(n_seg, dtype=bool)
+            gone_b[np.searchsorted(self._bounds, newb)] = False
+            moved = gone_b[np.searchsorted(self._bounds, start)]
+            if moved.any():
+                seg = np.searchsorted(newb, start[moved], side="right") - 1
+                remapped = np.unique((newb[seg].astype(np.uint64) << _SHIFT)
+                                     | (post[moved] & _LOW32))
+                stay = post[~moved]
+                merged = _merge_sorted([stay, remapped])
+                # A remapped posting may equal one that stayed (same segment, same sub).
+                dup = np.zeros(len(merged), dtype=bool)
+                dup[1:] = merged[1:] == merged[:-1]
+                post = merged[~dup] if dup.any() else merged
         self._bounds = newb
         self._set_postings(post)
         return traffic

@@ -12,7 +12,8 @@ from tests.benchmarks.baselines.helpers import boundary_events, csr_lists, exact
 MAKERS = {
     "rtree": lambda d, nc: RTreeMatcher(d, nc),
     "rtree-small-nodes": lambda d, nc: RTreeMatcher(d, nc, leaf_capacity=8, index_capacity=8),
-    "rtree-never-rebuilds": lambda d, nc: RTreeMatcher(d, nc, rebuild_fraction=None),
+    "rtree-never-rebuilds": lambda d, nc: RTreeMatcher(d, nc, insert_rebuild=None,
+                                                         delete_rebuild=None),
     "bruteforce": lambda d, nc: BruteForceBaseline(d, nc),
 }
 
@@ -29,11 +30,11 @@ def test_exact_with_inserts_and_deletes(kind, dist, d):
     m.insert(w.lo[:1500], w.hi[:1500], w.owners[:1500])  # bulk load (R-tree)
     alive[:1500] = True
     gone = rng.permutation(1500)[:600]
-    m.delete(gone[:50])  # entry by entry
-    m.delete(gone[50:])  # a rebuild (unless never)
+    m.delete(gone[:2])  # entry by entry
+    m.delete(gone[2:])  # a rebuild (unless never)
     alive[gone] = False
-    m.insert(w.lo[1500:1600], w.hi[1500:1600], w.owners[1500:1600])  # entry by entry
-    m.insert(w.lo[1600:], w.hi[1600:], w.owners[1600:])  # a rebuild (unless never)
+    m.insert(w.lo[1500:1520], w.hi[1500:1520], w.owners[1500:1520])  # entry by entry
+    m.insert(w.lo[1520:], w.hi[1520:], w.owners[1520:])  # a rebuild (unless never)
     alive[1500:] = True
     assert len(m) == int(alive.sum())
     assert csr_lists(*m.match(ev)) == exact_sets(w.lo, w.hi, w.owners, alive, ev)

@@ -142,6 +142,22 @@ def test_exact_against_brute_force_with_deletes(dist, d, g):
     assert m.advertised() == fresh.advertised()
 
 
+def test_sparse_bounds_path_gives_the_same_index(monkeypatch):
+    """Curves too long for a byte map find segment bounds with np.unique instead."""
+    import benchmarks.baselines.mics as mics_mod
+
+    w = _workload("zipf", 3, 8, 1500, seed=8)
+    dense = MICSMatcher(3, 8, 25)
+    monkeypatch.setattr(mics_mod, "_DENSE_KEYS", 0)
+    sparse = MICSMatcher(3, 8, 25)
+    for m in (dense, sparse):
+        m.insert(w.lo[:900], w.hi[:900], w.owners[:900])
+        m.insert(w.lo[900:], w.hi[900:], w.owners[900:])
+        m.delete(np.arange(0, 1500, 3))
+    for a, b in zip(dense.index_state(), sparse.index_state(), strict=True):
+        assert (a == b).all()
+
+
 def test_cell_precision_equals_dls_direct():
     w = _workload("uniform", 3, 8, 2000, seed=5)
     mics = MICSMatcher(3, 8, 25, precision="cell")
