@@ -41,7 +41,7 @@ bench: setup ## Benchmarks (core, then on the local Kafka); results in benchmark
 PAPER_OUT := $(if $(QUICK),/tmp/dlsroute-paper-quick,benchmarks/results)
 PAPER_MD  := $(if $(QUICK),/tmp/dlsroute-paper-quick/REPORT.md,benchmarks/REPORT.md)
 bench-paper: setup ## The paper's experiments, all systems -> benchmarks/REPORT.md (QUICK=1: ~5 min, /tmp)
-	$(PY) -m benchmarks.paper $(if $(QUICK),--quick) --out $(PAPER_OUT)/paper.json
+	$(PY) -m benchmarks.paper $(if $(QUICK),--quick,--require-all) --out $(PAPER_OUT)/paper.json
 	$(PY) -m benchmarks.report --results $(PAPER_OUT)/paper.json --out $(PAPER_MD) --plots $(PAPER_OUT)/paper
 
 demo: setup ## Three-node demo on a local Kafka (started and stopped unless running; KAFKA_PORT)

@@ -114,7 +114,7 @@ class PaperSettings:
     batch_size: int = 50_000
     check_events: int = 500
     match_budget_s: float = 1.5
-    match_repeats: int = 2
+    match_repeats: int = 3
     gran_granules: tuple[int, ...] = (16, 32, 64, 128, 256)
     gran_d: int = 3
     gran_n_subs: int = 8_000
@@ -240,7 +240,7 @@ def time_match(m: Matcher, events: np.ndarray, budget_s: float, repeats: int
     per = max(t / probe, 1e-9)
     n = int(min(len(events), max(probe, budget_s / per)))
     best = float("inf")
-    for _ in range(repeats if n * per * repeats < 4 * budget_s else 1):
+    for _ in range(max(1, min(repeats, int(3 * budget_s / (n * per))))):
         t, _ = _timed(m.match, events[:n])
         best = min(best, t)
     return best / n, n
@@ -673,9 +673,14 @@ def run_growth_clients(rec: Recorder, s: PaperSettings, systems: list[SystemSpec
         _speedups(rec, rows, base, [n])
 
 
-def run(s: PaperSettings, log: Progress | None = None, *, require_all: bool = False
+def run(s: PaperSettings, log: Progress | None = None, *, require_all: bool = False,
+        checkpoint: Callable[[list[dict[str, Any]]], None] | None = None
         ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
-    """Run the experiments of ``s``; return (records, systems that ran, failures)."""
+    """Run the experiments of ``s``; return (records, systems that ran, failures).
+
+    ``checkpoint`` gets the records so far after every experiment (partial results survive
+    a crash or an interrupted run).
+    """
     log = log or Progress()
     systems = available_systems(s.systems, require_all=require_all, log=log)
     rec = Recorder()
@@ -696,6 +701,8 @@ def run(s: PaperSettings, log: Progress | None = None, *, require_all: bool = Fa
         else:
             raise ValueError(f"experiments: unknown experiment {exp!r}; known: {EXPERIMENTS}")
         log(f"{exp} done in {time.perf_counter() - t0:.1f} s")
+        if checkpoint is not None:
+            checkpoint(rec.records)
     return rec.records, [x.name for x in systems], rec.failures
 
 
@@ -730,11 +737,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = replace(s, systems=_csv(args.systems, "systems", [x.name for x in SYSTEMS]))
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    records, ran, failures = run(s, require_all=args.require_all)
-    wall = time.perf_counter() - t0
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
+    partial_path = out.with_name(out.stem + ".partial.json")
+
+    def save_partial(recs: list[dict[str, Any]]) -> None:
+        partial_path.write_text(json.dumps(recs, indent=1) + "\n")
+
+    records, ran, failures = run(s, require_all=args.require_all, checkpoint=save_partial)
+    wall = time.perf_counter() - t0
     out.write_text(json.dumps(records, indent=1) + "\n")
+    partial_path.unlink(missing_ok=True)
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
     meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.paper",
                                                 *(argv if argv is not None else sys.argv[1:])],

@@ -478,9 +478,14 @@ def build_report(res: Results, plots: dict[str, str]) -> str:
           "k = 7; one broker, two neighbours; events matched as one numpy batch |",
           "| DLS (paper mode) | the same broker with the paper's SFF-based aggregation "
           "(Algorithms 2–3) |",
-          "| MICS | `benchmarks/baselines/mics.py`: Hilbert-curve ranges in a sorted index |",
-          "| R-tree | `benchmarks/baselines/rtree_index.py`: libspatialindex boxes, point "
-          "queries |",
+          "| MICS | `benchmarks/baselines/mics.py`: cells numbered along a Hilbert curve, a "
+          "subscription's cells as ranges of curve positions in one sorted segment index "
+          "(a B+-tree's leaf level), aggregation against the ranges already advertised, "
+          "deletion; candidates are checked against their boxes (`precision=\"exact\"`), so "
+          "it delivers exactly, where the paper's MICS stops at the cells |",
+          "| R-tree | `benchmarks/baselines/rtree_index.py`: libspatialindex R*-tree of the "
+          "boxes, bulk-loaded when empty (or when a batch is ≥ 1/4 of the live entries), "
+          "otherwise one insert per entry; events as point queries (`intersection_v`) |",
           "| brute force | column-major float32 comparisons, one event at a time |", "",
           f"Ran: {', '.join(LABEL.get(s, s) for s in ran)}."]
     skipped = meta.get("systems_skipped") or []
