@@ -146,6 +146,8 @@ class BruteForceBaseline:
     """
 
     supports_delete = True
+    #: Exact matchers forward nothing in the paper's sense.
+    traffic_unit = "none"
 
     def __init__(self, d: int, n_clients: int, *, low: float = 0.0,
                  high: float = float(DOMAIN_HIGH), name: str = "bruteforce") -> None:

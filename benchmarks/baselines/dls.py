@@ -64,6 +64,8 @@ class DLSMatcher:
     """
 
     supports_delete = True
+    #: What ``insert`` / ``delete`` count.
+    traffic_unit = "labels"
 
     def __init__(self, d: int, g: int, n_clients: int, *,
                  mode: Literal["exact", "paper"] = "exact",
