@@ -50,39 +50,50 @@ def hilbert_index(cells: np.ndarray, bits: int) -> np.ndarray:
     if n and (int(c.min()) < 0 or int(c.max()) >= (1 << bits)):
         raise ValueError(f"cell coordinates must be in [0, {1 << bits}), got "
                          f"[{int(c.min())}, {int(c.max())}]")
-    x = [c[:, i].astype(np.uint64) for i in range(d)]
-    # Undo the rotations and reflections, from the top bit plane down.
-    q = 1 << (bits - 1)
-    while q > 1:
-        p = np.uint64(q - 1)
-        qq = np.uint64(q)
+    ct = np.uint32 if bits <= 32 else np.uint64  # coordinates
+    ht = np.uint32 if d * bits <= 32 else np.uint64  # positions
+    x = [np.ascontiguousarray(c[:, i]).astype(ct) for i in range(d)]
+    one = ct(1)
+    f = np.empty(n, dtype=ct)
+    t = np.empty(n, dtype=ct)
+    # Undo the rotations and reflections, from the top bit plane down. Where bit q of
+    # x[i] is set, x[0] is inverted below q; elsewhere the low bits of x[0] and x[i] swap.
+    for plane in range(bits - 1, 0, -1):
+        p = ct((1 << plane) - 1)
         for i in range(d):
-            flip = (x[i] & qq) != 0
+            np.right_shift(x[i], ct(plane), out=f)
+            np.bitwise_and(f, one, out=f)
+            np.multiply(f, p, out=f)  # p where the bit is set, else 0
+            np.bitwise_xor(x[0], f, out=x[0])
             if i == 0:
-                x[0] = np.where(flip, x[0] ^ p, x[0])
                 continue
-            x[0] = np.where(flip, x[0] ^ p, x[0])
-            t = np.where(flip, np.uint64(0), (x[0] ^ x[i]) & p)
-            x[0] = x[0] ^ t
-            x[i] = x[i] ^ t
-        q >>= 1
+            np.subtract(p, f, out=f)  # p where the bit is clear, else 0
+            np.bitwise_xor(x[0], x[i], out=t)
+            np.bitwise_and(t, f, out=t)
+            np.bitwise_xor(x[0], t, out=x[0])
+            np.bitwise_xor(x[i], t, out=x[i])
     # Gray encode.
     for i in range(1, d):
-        x[i] = x[i] ^ x[i - 1]
-    t = np.zeros(n, dtype=np.uint64)
-    q = 1 << (bits - 1)
-    while q > 1:
-        t = np.where((x[d - 1] & np.uint64(q)) != 0, t ^ np.uint64(q - 1), t)
-        q >>= 1
+        np.bitwise_xor(x[i], x[i - 1], out=x[i])
+    t[:] = 0
+    for plane in range(bits - 1, 0, -1):
+        np.right_shift(x[d - 1], ct(plane), out=f)
+        np.bitwise_and(f, one, out=f)
+        np.multiply(f, ct((1 << plane) - 1), out=f)
+        np.bitwise_xor(t, f, out=t)
     for i in range(d):
-        x[i] = x[i] ^ t
+        np.bitwise_xor(x[i], t, out=x[i])
     # Interleave: bit plane j of coordinate i lands at position j*d + (d-1-i).
-    h = np.zeros(n, dtype=np.uint64)
+    h = np.zeros(n, dtype=ht)
+    b = np.empty(n, dtype=ht)
     for j in range(bits - 1, -1, -1):
-        jj = np.uint64(j)
         for i in range(d):
-            h = (h << _U1) | ((x[i] >> jj) & _U1)
-    return h
+            np.left_shift(h, ht(1), out=h)
+            np.right_shift(x[i], ct(j), out=f)
+            np.bitwise_and(f, one, out=f)
+            b[:] = f
+            np.bitwise_or(h, b, out=h)
+    return h.astype(np.uint64)
 
 
 def hilbert_cells(index: np.ndarray, d: int, bits: int) -> np.ndarray:

@@ -158,6 +158,26 @@ def test_sparse_bounds_path_gives_the_same_index(monkeypatch):
         assert (a == b).all()
 
 
+def test_chunked_expansion_gives_the_same_ranges(monkeypatch):
+    import benchmarks.baselines.mics as mics_mod
+
+    w = _workload("uniform", 3, 16, 800, seed=9)
+    whole = MICSMatcher(3, 16, 25)
+    t_whole = whole.insert(w.lo, w.hi, w.owners)
+    monkeypatch.setattr(mics_mod, "_CHUNK_CELLS", 37)
+    chunked = MICSMatcher(3, 16, 25)
+    assert chunked.insert(w.lo, w.hi, w.owners) == t_whole
+    for a, b in zip(whole.index_state(), chunked.index_state(), strict=True):
+        assert (a == b).all()
+    assert [chunked.ranges_of(i) for i in range(0, 800, 97)] == [
+        whole.ranges_of(i) for i in range(0, 800, 97)]
+    bad_hi = w.hi.copy()
+    bad_hi[500] = np.minimum(w.lo[500] + 2**19, 2**20 - 1)  # more cells than the budget
+    small = MICSMatcher(3, 16, 25, cell_budget=200)
+    with pytest.raises(ValueError, match="subscription 500 touches"):
+        small.insert(w.lo, bad_hi, w.owners)
+
+
 def test_cell_precision_equals_dls_direct():
     w = _workload("uniform", 3, 8, 2000, seed=5)
     mics = MICSMatcher(3, 8, 25, precision="cell")
