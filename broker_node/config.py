@@ -49,9 +49,12 @@ class NodeSettings(BaseSettings):
     delivery: Literal["exactly_once", "at_least_once"] = Field(
         default="exactly_once",
         description="exactly_once: outputs and input offsets in one Kafka transaction; "
-                    "at_least_once: outputs flushed (all acknowledged), then offsets "
-                    "committed -- no transaction markers on the delivery partitions, "
+                    "at_least_once: offsets committed once all outputs before them are "
+                    "acknowledged -- no transaction markers on the delivery partitions, "
                     "repeats possible after a crash (dropped by event id downstream)")
+    commit_interval_s: float = Field(
+        default=0.5, gt=0, le=60,
+        description="at_least_once: longest time between commits under steady load")
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
     producer_queue_messages: int = Field(
         default=1_000_000, ge=1, le=10_000_000,

@@ -6,9 +6,10 @@ change the state, runs of events are routed as numpy batches), produce what it c
 in the same Kafka transaction. A crash therefore loses nothing and duplicates nothing for
 ``read_committed`` readers.
 
-With ``delivery = "at_least_once"`` the loop uses no transaction: it flushes what a batch
-caused (every message acknowledged by the broker) and then commits the input offsets. A
-crash between the two repeats that batch's outputs; nothing is lost. Repeats are dropped by
+With ``delivery = "at_least_once"`` the loop uses no transaction: it commits input offsets
+only once everything produced before is acknowledged by the broker (it does not stop to
+wait for that, except once per ``commit_interval_s`` under steady load). A crash repeats
+the outputs of the batches not yet committed; nothing is lost. Repeats are dropped by
 event id: the node keeps the ids of the most recent events it routed (``ROUTED_MEMORY``,
 keyed by origin and id) and skips an event it has already routed, and the client SDK does
 the same on its delivery topic. Link messages are idempotent (``BrokerState.on_link``) and
@@ -171,6 +172,9 @@ class NodeService:
         self._seen: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._batch_seen: dict[tuple[str, bytes], None] = {}
         self._delivery_error: str | None = None
+        # At least once: consumed positions whose outputs may not all be acknowledged yet.
+        self._uncommitted: list[TopicPartition] = []
+        self._last_commit = time.monotonic()
         self._delivery_topics: set[str] = set()
         self._new_topics: set[str] = set()
         self._deliver_topics: list[str] = []  # by client index
@@ -226,7 +230,12 @@ class NodeService:
             self._serve_metrics(s.metrics_port)
 
     def close(self) -> None:
-        """Close the Kafka clients and the metrics server."""
+        """Close the Kafka clients and the metrics server (at least once: commit first)."""
+        if self._consumer is not None and self._producer is not None and self._uncommitted:
+            try:
+                self._commit_delivered(self._consumer, self._producer, wait=True)
+            except Exception as exc:  # the restart repeats the uncommitted batches
+                log.error("node %s: final commit failed (%r)", self.settings.node, exc)
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
@@ -250,6 +259,8 @@ class NodeService:
                                  self.settings.poll_timeout_s)
             expired = self._expired_unsubs()
             if not msgs and not expired:
+                if self._uncommitted:
+                    self._commit_delivered(consumer, producer, wait=False)
                 continue
             step(consumer, producer, msgs, expired)
             self.metrics.batches += 1
@@ -287,21 +298,42 @@ class NodeService:
 
     def _step_at_least_once(self, consumer: Consumer, producer: Producer,
                             msgs: list[Message], expired: list[_PendingUnsub]) -> None:
+        """Produce what the batch caused; commit offsets once all of it is acknowledged.
+
+        The loop does not wait for the acknowledgements: it commits the latest consumed
+        positions at the first look that finds librdkafka's queue empty (everything
+        produced so far delivered), or, under steady load, after waiting for it once
+        ``commit_interval_s`` has passed since the last commit.
+        """
         try:
             self._outputs(msgs, expired)
-            while producer.flush(1.0) > 0:
-                pass
-            if self._delivery_error is not None:
-                raise BrokerError(f"node {self.settings.node}: {self._delivery_error}",
-                                  field="delivery", value=self._delivery_error)
             if msgs:
-                consumer.commit(offsets=consumer.position(consumer.assignment()),
-                                asynchronous=False)
+                self._uncommitted = consumer.position(consumer.assignment())
+            producer.poll(0)
+            wait = time.monotonic() - self._last_commit >= self.settings.commit_interval_s
+            self._commit_delivered(consumer, producer, wait=wait)
         except Exception as exc:
-            # Offsets not committed: a restart repeats this batch (at least once).
-            log.error("node %s: batch failed (%r); stopping without committing",
+            # Offsets not committed: a restart repeats what was not (at least once).
+            log.error("node %s: batch failed (%r); stopping without committing it",
                       self.settings.node, exc)
             raise
+
+    def _commit_delivered(self, consumer: Consumer, producer: Producer, *, wait: bool) -> None:
+        """Commit the consumed positions if every message produced so far is delivered."""
+        if wait:
+            while producer.flush(1.0) > 0:
+                pass
+        elif len(producer) > 0:
+            producer.poll(0)
+            if len(producer) > 0:
+                return
+        if self._delivery_error is not None:
+            raise BrokerError(f"node {self.settings.node}: {self._delivery_error}",
+                              field="delivery", value=self._delivery_error)
+        if self._uncommitted:
+            consumer.commit(offsets=self._uncommitted, asynchronous=False)
+            self._uncommitted = []
+        self._last_commit = time.monotonic()
         self._remember_routed()
 
     def _on_delivery_error(self, err: Any, msg: Message) -> None:
