@@ -411,8 +411,8 @@ def _guard(rec: Recorder, spec: SystemSpec, log: Progress, base: dict[str, Any],
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - a baseline's bug must not end the whole run
-        where = {k: base.get(k) for k in ("experiment", "distribution", "d", "g",
-                                          "n_clients") if k in base}
+        where: dict[str, Any] = {k: base.get(k) for k in ("experiment", "distribution", "d",
+                                                          "g", "n_clients") if k in base}
         log(f"  FAILED {spec.name} ({where}): {type(exc).__name__}: {exc}")
         rec.failures.append({"system": spec.name, **where,
                              "error": f"{type(exc).__name__}: {exc}"})

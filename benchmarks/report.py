@@ -838,13 +838,13 @@ def discussion(res: Results) -> list[str]:
             + _pct(fp("fp_client", "zipf", frac=0.25)) + ": the rate is mostly a "
             "property of the workload, which the paper does not pin down.", ""]
     # -- memory -----------------------------------------------------------------------
-    mem = {s_: sc(s_, "bytes_per_subscription") for s_ in res.systems}
-    if any(v is not None for v in mem.values()):
+    mem = {s_: v for s_ in res.systems
+           if (v := sc(s_, "bytes_per_subscription")) is not None}
+    if mem:
         lp3 = res.get("dls", "labels_per_subscription", experiment="granules",
                       distribution="uniform", g=32)
         out += ["**Memory.** Bytes per subscription at " + _k(n) + " uniform d = 3 / g = 32: "
-                + ", ".join(f"{LABEL[s_]} {_fmt(v, 1)}" for s_, v in mem.items()
-                            if v is not None)
+                + ", ".join(f"{LABEL[s_]} {_fmt(v, 1)}" for s_, v in mem.items())
                 + ". Brute force keeps only the box and the owner (2·d·4 + 4 bytes); the "
                 "R-tree adds its nodes; DLS keeps every subscription's labels (8 bytes "
                 "each" + (f", {_fmt(lp3, 1)} labels per subscription in the granules "
@@ -853,8 +853,8 @@ def discussion(res: Results) -> list[str]:
                 "bank, the routing filters and the exact count tables, which do not grow "
                 "with subscriptions. " + (
                     "The paper's point that DLS trades memory for speed holds: it takes the "
-                    "most per subscription here." if mem.get("dls") is not None and
-                    mem["dls"] >= max(v for v in mem.values() if v is not None) else
+                    "most per subscription here." if mem.get("dls", -1.0) >= max(mem.values())
+                    else
                     "DLS is not the largest per subscription here."), ""]
     # -- growth -----------------------------------------------------------------------
     gsz = sorted({r["params"]["n_subs"] for r in res.values("matching_time",
