@@ -142,6 +142,37 @@ def test_exact_against_brute_force_with_deletes(dist, d, g):
     assert m.advertised() == fresh.advertised()
 
 
+def test_small_deletes_mark_postings_dead_until_compaction():
+    """Deletes below a quarter of the postings only mark them; results stay exact."""
+    w = _workload("uniform", 3, 8, 2000, seed=11)
+    m = MICSMatcher(3, 8, 25)
+    one = MICSMatcher(3, 8, 25)
+    m.insert(w.lo[:1500], w.hi[:1500], w.owners[:1500])
+    one.insert(w.lo[:1500], w.hi[:1500], w.owners[:1500])
+    alive = np.zeros(2000, dtype=bool)
+    alive[:1500] = True
+    rng = np.random.default_rng(11)
+    gone = rng.permutation(1500)[:120]
+    t_batch = m.delete(gone[:60]) + m.delete(gone[60:])
+    t_one = sum(one.delete(gone[i:i + 1]) for i in range(120))
+    assert t_batch == t_one
+    assert m._n_dead > 0  # still marked, not dropped
+    alive[gone] = False
+    want = exact_sets(w.lo, w.hi, w.owners, alive, w.events)
+    assert csr_lists(*m.match(w.events)) == want
+    assert m.advertised() == one.advertised()
+    m.insert(w.lo[1500:], w.hi[1500:], w.owners[1500:])  # drops the dead postings
+    alive[1500:] = True
+    assert m._n_dead == 0
+    assert csr_lists(*m.match(w.events)) == exact_sets(w.lo, w.hi, w.owners, alive, w.events)
+    keep = np.flatnonzero(alive)
+    fresh = MICSMatcher(3, 8, 25)
+    fresh.insert(w.lo[keep], w.hi[keep], w.owners[keep])
+    assert (m.index_state()[0] == fresh.index_state()[0]).all()
+    assert m.advertised() == fresh.advertised()
+    assert m.n_ranges == fresh.n_ranges
+
+
 def test_sparse_bounds_path_gives_the_same_index(monkeypatch):
     """Curves too long for a byte map find segment bounds with np.unique instead."""
     import benchmarks.baselines.mics as mics_mod
