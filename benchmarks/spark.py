@@ -1,0 +1,354 @@
+"""Spark benchmark: the DLS mapping job vs a plain Kafka->Kafka Spark passthrough, one run.
+
+Run (a Kafka must answer at ``--bootstrap``)::
+
+    .venv/bin/python -m benchmarks.spark [--quick] [--bootstrap 127.0.0.1:9092]
+        [--out benchmarks/results/spark.json] [--events N] [--subscriptions N]
+        [--rounds R] [--no-plot] [--keep-topics]
+
+Everything runs under a fresh topic prefix (``sb<hex>``) whose topics are deleted at the
+end, with one local SparkSession (``spark.session.spark_session``, ``local[2]``).
+
+1. **Fill.** :mod:`spark.workload` writes ``n_events`` raw events and ``n_subs`` raw
+   subscriptions (uniform, d=3, g=32, JSON values, key = client) to the raw topics
+   (``partitions`` partitions each); ``workload_write_throughput`` is rows/s of that job.
+2. **Systems**, each one Spark batch job (the Kafka source from the earliest to the latest
+   offset, ``includeHeaders``; the Kafka sink), timed from the action's start to its end:
+
+   * ``passthrough``: the raw topic's ``key``, ``value`` and ``headers`` written unchanged to
+     one output topic -- the cost of moving the bytes through Spark and Kafka;
+   * ``dls-mapping``: ``spark.mapping.map_events`` / ``map_subscriptions`` of the same
+     topic, written where they say (the node topics; dead letters to ``dls.deadletter``).
+
+   For each kind (``events``, ``subscriptions``) the two run alternately, ``rounds``
+   times, passthrough first in odd rounds and second in even ones, so that drift of the
+   shared machine hits both; each system's ``throughput`` is its best round (rows/s, and
+   the median round as ``throughput_median``). Subscriptions also get
+   ``labels_throughput`` (labels written per second; the label count is computed apart,
+   in Spark, from the cell formula). ``throughput_ratio`` is dls-mapping / passthrough
+   (best rounds), with ``bar`` 0.7 and ``met`` in its params. ``plan_time`` is the time
+   Catalyst takes to analyse, optimise and plan each system's query, measured apart
+   (every timed job pays it once more inside).
+3. **Check.** The output topics are counted: every raw row must have become exactly one
+   node message and no dead letter (``output_rows``, ``dead_letters``).
+
+Output: JSON records ``{"benchmark", "system", "params", "metric", "value", "unit"}``
+(as :mod:`benchmarks.core`), ``spark.meta.json`` beside them (machine, commit, command,
+wall time, settings) and ``spark.png`` (throughput bars), unless ``--no-plot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from benchmarks.core import machine_info
+from connectors.kafka import ensure_topics
+from connectors.topics import Topics
+from dls.space import ContentSpace
+
+BENCHMARK = "spark"
+DEFAULT_OUT = Path("benchmarks/results/spark.json")
+PLOT_NAME = "spark.png"
+BAR = 0.7
+NODES = ("A", "B")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Sizes of one run (full or quick)."""
+
+    n_events: int
+    n_subs: int
+    rounds: int
+    n_clients: int = 1_000
+    distribution: str = "uniform"
+    d: int = 3
+    g: int = 32
+    partitions: int = 2
+    seed: int = 0
+
+
+FULL = RunSettings(n_events=100_000, n_subs=30_000, rounds=2)
+QUICK = RunSettings(n_events=4_000, n_subs=2_000, rounds=1, n_clients=50)
+
+
+class Recorder:
+    """Collects records and logs as the run goes."""
+
+    def __init__(self, log: Callable[[str], None] = print) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.log = log
+
+    def add(self, system: str, params: dict[str, Any], metric: str, value: float,
+            unit: str) -> None:
+        self.records.append({"benchmark": BENCHMARK, "system": system, "params": dict(params),
+                             "metric": metric, "value": float(value), "unit": unit})
+
+
+def _read(spark: Any, bootstrap: str, topic: str) -> Any:
+    return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest").option("includeHeaders", "true").load())
+
+
+def _write(df: Any, bootstrap: str, topic: str | None = None) -> None:
+    w = df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    if topic is not None:
+        w = w.option("topic", topic)
+    w.save()
+
+
+def _plan(df: Any) -> None:
+    """Have Catalyst analyse, optimise and plan ``df`` (what every action does first)."""
+    df._jdf.queryExecution().executedPlan()  # noqa: SLF001 - no public API for this
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def count_labels(subscriptions: Any, space: ContentSpace) -> int:
+    """Total labels of workload subscriptions (integer bounds ``lo``/``hi``), in Spark.
+
+    Uses the uniform cell formula of ``dls.space`` (``min(g-1, floor((v-low)*g/(high-low)))``
+    in float64) on each bound; independent of the mapping being measured.
+    """
+    from pyspark.sql import functions as F
+
+    n = F.lit(1).cast("long")
+    for i, a in enumerate(space.attributes):
+        def cell(v: Any, a: Any = a) -> Any:
+            raw = F.floor(((v.cast("double") - F.lit(float(a.low))) * F.lit(float(a.granules)))
+                          / F.lit(float(a.high - a.low)))
+            return F.least(F.lit(a.granules - 1), raw.cast("long"))
+        n = n * (cell(F.col("hi")[i]) - cell(F.col("lo")[i]) + 1)
+    return int(subscriptions.agg(F.sum(n)).collect()[0][0])
+
+
+def _git_status() -> list[str]:
+    """``git status --porcelain`` of ``spark/``: the mapping measured may be uncommitted."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--", "spark"],  # noqa: S603,S607
+                             capture_output=True, text=True, check=False,
+                             cwd=Path(__file__).resolve().parent.parent).stdout
+    except OSError:
+        return []
+    return out.splitlines()
+
+
+def _count_topics(spark: Any, bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", ",".join(topics)).option("startingOffsets", "earliest")
+          .option("endingOffsets", "latest").load())
+    got = {r["topic"]: int(r["count"]) for r in df.groupBy("topic").count().collect()}
+    return {t: got.get(t, 0) for t in topics}
+
+
+def run(s: RunSettings, bootstrap: str, rec: Recorder, *, keep_topics: bool = False
+        ) -> dict[str, Any]:
+    """Every phase; records go to ``rec``; returns facts for the meta file."""
+    from pyspark.sql import SparkSession
+
+    from spark.mapping import map_events, map_subscriptions
+    from spark.session import spark_session
+    from spark.workload import WorkloadSpec, generate, space_spec, write_kafka
+
+    created = SparkSession.getActiveSession() is None
+    spark = spark_session("dlsroute-bench-spark")
+    prefix = f"sb{uuid.uuid4().hex[:8]}"
+    topics = Topics(prefix)
+    spec = WorkloadSpec(distribution=s.distribution, d=s.d, g=s.g, n_subs=s.n_subs,
+                        n_events=s.n_events, n_clients=s.n_clients, nodes=NODES,
+                        seed=s.seed, partitions=s.partitions)
+    space = ContentSpace.from_spec(space_spec(spec))
+    base = {"distribution": s.distribution, "d": s.d, "g": s.g, "n_clients": s.n_clients,
+            "nodes": len(NODES), "partitions": s.partitions, "master": spark.sparkContext.master}
+    facts: dict[str, Any] = {"topic_prefix": prefix, "git_status_spark": _git_status()}
+    try:
+        w = generate(spark, spec)
+        ensure_topics(bootstrap, [topics.raw_events, topics.raw_subscriptions],
+                      partitions=s.partitions)
+        for kind, n in (("events", s.n_events), ("subscriptions", s.n_subs)):
+            t = _timed(partial(write_kafka, w, bootstrap, topics, kinds=(kind,),
+                               partitions=s.partitions))
+            rec.add("workload", base | {"kind": kind, "n_rows": n}, "workload_write_throughput",
+                    n / t, "rows/s")
+            rec.log(f"fill: {n:,} raw {kind} in {t:.1f} s ({n / t:,.0f} rows/s)")
+        n_labels = count_labels(w.subscriptions, space)
+        rec.log(f"subscriptions expand to {n_labels:,} labels "
+                f"({n_labels / s.n_subs:.2f} per subscription)")
+        outputs = [topics.node_publish(n) for n in NODES] + [
+            topics.node_subscribe(n) for n in NODES] + [topics.deadletter]
+        passthrough_out = {"events": f"{prefix}.bench.passthrough.events",
+                           "subscriptions": f"{prefix}.bench.passthrough.subscriptions"}
+        ensure_topics(bootstrap, outputs + list(passthrough_out.values()),
+                      partitions=s.partitions)
+        source = {"events": topics.raw_events, "subscriptions": topics.raw_subscriptions}
+        mapper = {"events": map_events, "subscriptions": map_subscriptions}
+        for kind, n in (("events", s.n_events), ("subscriptions", s.n_subs)):
+            def passthrough(kind: str = kind) -> None:
+                raw = _read(spark, bootstrap, source[kind])
+                _write(raw.select("key", "value", "headers"), bootstrap, passthrough_out[kind])
+
+            def mapping(kind: str = kind) -> None:
+                _write(mapper[kind](space, _read(spark, bootstrap, source[kind]), topics),
+                       bootstrap)
+
+            # Catalyst's analysis + optimisation + physical planning, measured apart on a
+            # frame of the same plan (the write repeats it inside the timed job).
+            plan_mapped = mapper[kind](space, _read(spark, bootstrap, source[kind]), topics)
+            plan_time = _timed(partial(_plan, plan_mapped))
+            plan_pass = _timed(partial(_plan, _read(spark, bootstrap, source[kind]).select(
+                "key", "value", "headers")))
+            rec.log(f"{kind}: planning the query takes {plan_time:.2f} s (mapping), "
+                    f"{plan_pass:.2f} s (passthrough)")
+            times: dict[str, list[float]] = {"passthrough": [], "dls-mapping": []}
+            for r in range(s.rounds):
+                order = [("passthrough", passthrough), ("dls-mapping", mapping)]
+                if r % 2:
+                    order.reverse()
+                for system, fn in order:
+                    t = _timed(fn)
+                    times[system].append(t)
+                    rec.log(f"{kind} round {r + 1}: {system:<12} {t:6.2f} s  "
+                            f"{n / t:>10,.0f} rows/s")
+            params = base | {"kind": kind, "n_rows": n, "rounds": s.rounds,
+                             "timing": "one Spark batch job Kafka->Kafka, best of rounds"}
+            best = {k: min(v) for k, v in times.items()}
+            for system, ts in times.items():
+                rec.add(system, params, "throughput", n / best[system], "rows/s")
+                rec.add(system, params, "throughput_median", n / statistics.median(ts),
+                        "rows/s")
+                rec.add(system, params, "job_time", best[system], "s")
+            rec.add("dls-mapping", params, "plan_time", plan_time, "s")
+            rec.add("passthrough", params, "plan_time", plan_pass, "s")
+            labels = n if kind == "events" else n_labels
+            rec.add("dls-mapping", params | {"labels": labels}, "labels_throughput",
+                    labels / best["dls-mapping"], "labels/s")
+            ratio = best["passthrough"] / best["dls-mapping"]
+            rec.add("dls-mapping", params | {"bar": BAR, "met": ratio >= BAR},
+                    "throughput_ratio", ratio, "x")
+            rec.log(f"{kind}: mapping {n / best['dls-mapping']:,.0f} rows/s "
+                    f"({labels / best['dls-mapping']:,.0f} labels/s), passthrough "
+                    f"{n / best['passthrough']:,.0f} rows/s: ratio {ratio:.2f} "
+                    f"({'meets' if ratio >= BAR else 'misses'} the {BAR:.0%} bar)")
+        counts = _count_topics(spark, bootstrap, outputs)
+        rounds = s.rounds
+        node_events = sum(counts[topics.node_publish(n)] for n in NODES)
+        node_subs = sum(counts[topics.node_subscribe(n)] for n in NODES)
+        check = base | {"rounds": rounds}
+        rec.add("dls-mapping", check | {"kind": "events", "expected": s.n_events * rounds},
+                "output_rows", node_events, "rows")
+        rec.add("dls-mapping", check | {"kind": "subscriptions",
+                                        "expected": s.n_subs * rounds},
+                "output_rows", node_subs, "rows")
+        rec.add("dls-mapping", check, "dead_letters", counts[topics.deadletter], "rows")
+        rec.log(f"check: {node_events:,} node events (want {s.n_events * rounds:,}), "
+                f"{node_subs:,} node subscriptions (want {s.n_subs * rounds:,}), "
+                f"{counts[topics.deadletter]} dead letters")
+        facts["labels"] = n_labels
+    finally:
+        if not keep_topics:
+            from benchmarks.kafka import delete_run_topics
+
+            facts["deleted_topics"] = delete_run_topics(bootstrap, prefix, [])
+        if created:
+            spark.stop()
+    return facts
+
+
+def plot(records: list[dict[str, Any]], path: Path) -> bool:
+    """Throughput bars (best round) of both systems per kind; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    kinds = ["events", "subscriptions"]
+    systems = ["passthrough", "dls-mapping"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.38
+    for j, system in enumerate(systems):
+        vals = [next((r["value"] for r in records if r["system"] == system
+                      and r["metric"] == "throughput" and r["params"]["kind"] == k), 0.0)
+                for k in kinds]
+        bars = ax.bar([i + (j - 0.5) * width for i in range(len(kinds))], vals, width,
+                      label=system)
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in vals], fontsize=8)
+    for i, k in enumerate(kinds):
+        ratio = next((r for r in records if r["metric"] == "throughput_ratio"
+                      and r["params"]["kind"] == k), None)
+        if ratio is not None:
+            ax.text(i, 0, f"ratio {ratio['value']:.2f}", ha="center", va="bottom",
+                    fontsize=8, color="white")
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_ylabel("rows/s (best round)")
+    ax.set_title("Spark batch Kafka->Kafka: DLS mapping vs passthrough")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, one round (tests)")
+    ap.add_argument("--bootstrap", default="127.0.0.1:9092")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON records file")
+    ap.add_argument("--events", type=int, default=None)
+    ap.add_argument("--subscriptions", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--keep-topics", action="store_true")
+    args = ap.parse_args(argv)
+    s = QUICK if args.quick else FULL
+    for field, value in (("n_events", args.events), ("n_subs", args.subscriptions),
+                         ("rounds", args.rounds)):
+        if value is not None:
+            if value < 1:
+                ap.error(f"--{field} must be positive, got {value}")
+            s = replace(s, **{field: value})
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    rec = Recorder()
+    t0 = time.perf_counter()
+    facts = run(s, args.bootstrap, rec, keep_topics=args.keep_topics)
+    wall = time.perf_counter() - t0
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rec.records, indent=1) + "\n")
+    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.spark",
+                                                *(argv if argv is not None else sys.argv[1:])],
+            "quick": args.quick, "started_utc": started, "wall_time_s": round(wall, 2),
+            "n_records": len(rec.records), "machine": machine_info(),
+            "settings": asdict(s), **facts}
+    meta_path = out.with_name(out.stem + ".meta.json")
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    rec.log(f"wrote {len(rec.records)} records to {out} and {meta_path} in {wall:.1f} s")
+    if not args.no_plot:
+        png = out.with_name(PLOT_NAME)
+        rec.log(f"wrote {png}" if plot(rec.records, png) else "matplotlib missing: no plot")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
