@@ -1,0 +1,949 @@
+"""The DLS mapping in native Spark SQL: raw records in, Kafka-sink records out.
+
+Three functions take a DataFrame shaped like Spark's Kafka source (``value``, ``topic``,
+``partition``, ``offset`` and, when read with ``includeHeaders``, ``headers``) holding
+records of one raw topic, and return a DataFrame ready for the Kafka sink (``topic``,
+``key``, ``value``, ``headers``):
+
+* :func:`map_events`: a raw event becomes the event on ``dls.node.N.publish``, with the
+  ``dls-label``, ``dls-origin`` and ``dls-event-id`` headers and the value bytes the client
+  SDK writes (a JSON event is encoded as the SDK's RawEvent; an Avro RawEvent is passed on
+  byte for byte);
+* :func:`map_subscriptions`: a raw subscription becomes a ``LabelSubscription`` on
+  ``dls.node.N.subscribe`` with the labels of every cell it touches;
+* :func:`map_unsubscriptions`: a raw unsubscription becomes a ``LabelUnsubscription`` on
+  ``dls.node.N.unsubscribe``.
+
+A record the Python core would refuse becomes a ``DeadLetter`` on ``dls.deadletter``: the
+raw bytes and headers, a reason naming the field and value at fault, and its source as
+``topic[partition]@offset``, exactly as the nodes write theirs.
+
+Everything is Catalyst expressions: the JSON is read with ``try_parse_json`` (a variant,
+which keeps the difference between ``1`` and ``1.0``) and ``from_json`` (which keeps the
+order of the keys), Avro with ``from_avro``/``to_avro``, the subscription text with Java
+regular expressions, and a subscription's label set is the cross product of per-attribute
+cell ranges (``sequence``) built with ``transform``/``flatten``. There is no Python UDF.
+The cell arithmetic follows :mod:`dls.space` operation by operation in float64, so labels
+agree bit for bit with :mod:`dls.mapping` (``tests/spark/test_mapping_parity.py``). The
+``nextafter`` a strict bound needs is computed exactly from powers of two.
+
+The text of a ``where`` is written to the ``LabelSubscription`` as it came (the SDK writes
+its normalised form); nodes route on the labels only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from connectors.serde import SERDE
+from connectors.topics import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_SOURCE,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    MAX_TOPIC_LENGTH,
+    Topics,
+)
+from dls.space import (
+    BreakpointAttribute,
+    ContentSpace,
+    DiscreteAttribute,
+    UniformAttribute,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = [
+    "HEADERS_TYPE",
+    "SINK_COLUMNS",
+    "map_events",
+    "map_subscriptions",
+    "map_unsubscriptions",
+]
+
+SINK_COLUMNS = ("topic", "key", "value", "headers")
+"""The columns of every DataFrame this module returns, in this order."""
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+"""The Kafka source's and sink's type of the ``headers`` column."""
+
+_NAME_RE = "^[A-Za-z0-9_-]+$"
+_WORDCHAR = r"[A-Za-z0-9_.\-]"
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![A-Za-z_])"
+_STR = r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'"
+_WORD = r"[A-Za-z_][A-Za-z0-9_.\-]*+"
+_VAL = f"(?:{_NUM}|{_STR}|{_WORD})"
+
+
+def _kw(word: str) -> str:
+    return f"(?i:{word})(?!{_WORDCHAR})"
+
+
+# One predicate: 1 attr, 2-3 between low/high, 4 the list of an 'in', 5-6 comparison op/value.
+_PRED = (rf"({_WORD})\s*(?:{_kw('between')}\s*({_VAL})\s*{_kw('and')}\s*({_VAL})"
+         rf"|{_kw('in')}\s*\(\s*({_VAL}(?:\s*,\s*{_VAL})*)\s*\)"
+         rf"|(<=|>=|<|>|=)\s*({_VAL}))")
+_WHERE_FULL = rf"^\s*(?:{_PRED}(?:\s*{_kw('and')}\s*{_PRED})*)?\s*$"
+_WHERE_EACH = rf"(?:^\s*|\s*{_kw('and')}\s*){_PRED}"
+_VAL_EACH = f"({_VAL})"
+_OPS = ("between", "=", "<", "<=", ">", ">=", "in")
+_RAW_FIELDS = {
+    "event": ("node", "client", "id", "attrs"),
+    "subscription": ("node", "client", "id", "where"),
+    "unsubscription": ("node", "client", "id"),
+}
+_RAW_OPS = {"event": "publish", "subscription": "subscribe", "unsubscription": "unsubscribe"}
+_RAW_SCHEMAS = {"event": "RawEvent", "subscription": "RawSubscription",
+                "unsubscription": "RawUnsubscription"}
+_ATTR_TYPE = "struct<member0:bigint,member1:double,member2:string>"
+_VAL_TYPE = "struct<k:string,n:double,s:string>"
+_PRED_TYPE = f"struct<attr:string,op:string,vals:array<{_VAL_TYPE}>>"
+_ERR_TYPE = "struct<reason:string,field:string,value:string>"
+
+
+# -- small column helpers ---------------------------------------------------------------------
+def _F() -> Any:  # noqa: N802 - the usual name of the functions module
+    from pyspark.sql import functions
+
+    return functions
+
+
+def _lit(v: Any) -> Column:
+    return _F().lit(v)
+
+
+def _q(c: Column) -> Column:
+    """``'text'``, as Python's ``!r`` shows a string."""
+    F = _F()
+    return F.concat(F.lit("'"), c, F.lit("'"))
+
+
+def _err(reason: Column | str, field: Column | str | None, value: Column | str | None) -> Column:
+    F = _F()
+
+    def col(x: Column | str | None) -> Column:
+        if x is None:
+            return F.lit(None).cast("string")
+        return F.lit(x) if isinstance(x, str) else x.cast("string")
+
+    return F.struct(col(reason).alias("reason"), col(field).alias("field"),
+                    col(value).alias("value"))
+
+
+def _first(*checks: tuple[Column, Column]) -> Column:
+    """The error of the first check whose condition is true (null when none is)."""
+    F = _F()
+    return F.coalesce(*[F.when(cond, err) for cond, err in checks],
+                      F.lit(None).cast(_ERR_TYPE))
+
+
+def _vtype(v: Column) -> Column:
+    return _F().schema_of_variant(v)
+
+
+def _is_num_type(t: Column) -> Column:
+    return t.isin("BIGINT", "DOUBLE", "FLOAT") | t.startswith("DECIMAL")
+
+
+def _long_lit(value: int) -> Column:
+    """A bigint literal holding the unsigned 64-bit ``value`` in two's complement."""
+    return _lit(value - (1 << 64) if value >= 1 << 63 else value).cast("bigint")
+
+
+def _be8(label: Column) -> Column:
+    """8 bytes, big-endian, of a bigint (two's complement: the unsigned label's bytes)."""
+    F = _F()
+    return F.unhex(F.lpad(F.hex(label), 16, "0"))
+
+
+def _nn(name: str, empty: Any = "") -> Column:
+    """Column ``name`` made non-null for a non-nullable Avro field.
+
+    Rows that would hold a null there are dead letters, whose mapped value is never used.
+    """
+    F = _F()
+    return F.coalesce(F.col(name), F.lit(empty)).alias(name)
+
+
+def _header(name: str) -> Column:
+    return _lit(bytearray(SERDE.header(name)))
+
+
+def _schema_json(name: str) -> str:
+    return json.dumps(SERDE.schema(name))
+
+
+# -- exact float64 neighbours -----------------------------------------------------------------
+def _exponent(a: Column) -> Column:
+    """floor(log2(a)) for a finite a > 0, exact (log2 is only a first guess)."""
+    F = _F()
+    e0 = F.floor(F.log2(a))
+    e1 = F.when(F.pow(F.lit(2.0), e0) > a, e0 - 1).otherwise(e0)
+    return F.when(F.pow(F.lit(2.0), e1 + 1) <= a, e1 + 1).otherwise(e1)
+
+
+def _next_up(x: Column) -> Column:
+    """``math.nextafter(x, inf)`` of a finite double, bit for bit."""
+    F = _F()
+    a = F.abs(x)
+    e = _exponent(a)
+    ulp = F.pow(F.lit(2.0), F.greatest(e, F.lit(-1022)) - 52)
+    below = F.when((a == F.pow(F.lit(2.0), e)) & (e > -1022), ulp / 2.0).otherwise(ulp)
+    return (F.when(x == 0.0, F.lit(5e-324))
+            .when(x > 0.0, x + ulp)
+            .otherwise(x + below))
+
+
+def _next_down(x: Column) -> Column:
+    """``math.nextafter(x, -inf)`` of a finite double, bit for bit."""
+    return -_next_up(-x)
+
+
+# -- cells ------------------------------------------------------------------------------------
+def _cell(a: UniformAttribute | BreakpointAttribute, v: Column) -> Column:
+    """Cell index (bigint) of an in-domain double, as :meth:`UniformAttribute.cell` etc."""
+    F = _F()
+    if isinstance(a, UniformAttribute):
+        g = a.granules
+        span = a.high - a.low
+        raw = F.floor(((v - F.lit(a.low)) * F.lit(float(g))) / F.lit(span))
+        return F.least(F.lit(g - 1).cast("bigint"), raw.cast("bigint"))
+    bps = F.array(*[F.lit(float(b)) for b in a.breakpoints])
+    return F.size(F.filter(bps, lambda b: b <= v)).cast("bigint")
+
+
+def _discrete_index(a: DiscreteAttribute) -> Column:
+    F = _F()
+    return F.map_from_arrays(F.array(*[F.lit(v) for v in a.values]),
+                             F.array(*[F.lit(i).cast("bigint") for i in range(len(a.values))]))
+
+
+def _fmt_num(v: Column) -> Column:
+    return v.cast("string")
+
+
+# -- raw decoding -----------------------------------------------------------------------------
+def _with_source(raw: DataFrame) -> DataFrame:
+    F = _F()
+    cols = set(raw.columns)
+    headers = F.col("headers") if "headers" in cols else F.lit(None)
+    return raw.select(
+        F.col("value").alias("_value"),
+        F.coalesce(headers.cast(HEADERS_TYPE), F.array().cast(HEADERS_TYPE)).alias("_headers"),
+        F.format_string("%s[%s]@%s", F.col("topic"), F.col("partition").cast("string"),
+                        F.col("offset").cast("string")).alias("_source"),
+    )
+
+
+def _replace_err(df: DataFrame, *more: Column) -> DataFrame:
+    """``_err`` := the first non-null of ``_err`` and ``more`` (evaluated in one stage)."""
+    F = _F()
+    return df.withColumn("_err", F.coalesce(F.col("_err"), *more))
+
+
+def _decode(raw: DataFrame, kind: str) -> DataFrame:
+    """Raw records of one kind -> common columns, kind-specific ones and ``_err``.
+
+    Common: ``_value``, ``_headers``, ``_source``, ``_avro`` (bool), ``node``, ``client``,
+    ``id``. Event: ``attrs`` (map of Avro union structs, keys in the record's order),
+    ``payload``. Subscription: ``wtext`` (text form), ``wjson`` (variant array) and ``where``
+    (as written). Each stage is its own ``select`` so that no expression is copied into
+    another.
+    """
+    from pyspark.sql.avro.functions import from_avro
+
+    F = _F()
+    schema_name = _RAW_SCHEMAS[kind]
+    what = f"raw {kind}"
+    df = _with_source(raw)
+    value = F.col("_value")
+    is_avro = F.coalesce(F.substring(value, 1, 2) == F.lit(bytearray(b"\xc3\x01")),
+                         F.lit(False))
+    header_ok = F.coalesce(F.substring(value, 1, 10) == _header(schema_name), F.lit(False))
+    rec = from_avro(F.expr("substring(_value, 11)"), _schema_json(schema_name),
+                    {"mode": "PERMISSIVE"})
+    text = F.regexp_replace(value.cast("string"), "^\\x{FEFF}", "")
+    df = df.select("*", is_avro.alias("_avro"), header_ok.alias("_hdr_ok"))
+    df = df.select("*", F.when(F.col("_avro") & F.col("_hdr_ok"), rec).alias("_rec"),
+                   F.when(~F.col("_avro"), text).alias("_text"))
+    df = df.select("*", F.try_parse_json(F.col("_text")).alias("_v"))
+    df = df.select("*", F.try_variant_get(F.col("_v"), "$", "map<string,variant>").alias("_top"))
+    top = F.col("_top")
+
+    def jfield(name: str) -> Column:
+        return F.try_element_at(top, F.lit(name))
+
+    def jtype(name: str) -> Column:
+        return _vtype(jfield(name))
+
+    def jstr(name: str) -> Column:
+        return F.when(jtype(name) == "STRING", F.try_variant_get(jfield(name), "$", "string"))
+
+    fields = _RAW_FIELDS[kind]
+    allowed = (*fields, "payload") if kind == "event" else fields
+    unknown = F.try_element_at(
+        F.filter(F.map_keys(top), lambda k: ~k.isin(*allowed, "op")), F.lit(1))
+    missing = F.try_element_at(
+        F.filter(F.array(*[F.lit(f) for f in fields]),
+                 lambda f: ~F.array_contains(F.map_keys(top), f)), F.lit(1))
+    empty = F.coalesce(F.length(value) == 0, F.lit(True))
+    json_err = _first(
+        (empty, _err(f"{what}: empty message", "value", None)),
+        (~F.is_valid_utf8(value.cast("string")),
+         _err(f"{what}: neither Avro single-object (no C3 01 marker) nor UTF-8 JSON", "value",
+              F.hex(F.substring(value, 1, 64)))),
+        (F.col("_v").isNull(),
+         _err(f"{what}: neither Avro single-object (no C3 01 marker) nor JSON", "value",
+              F.substring(F.col("_text"), 1, 120))),
+        (top.isNull(),
+         _err(F.concat(F.lit(f"{what}: a JSON object is expected, got "),
+                       F.lower(_vtype(F.col("_v")))), "value",
+              F.substring(F.col("_text"), 1, 120))),
+        (jfield("op").isNotNull() & ~F.coalesce(jstr("op") == _RAW_OPS[kind], F.lit(False)),
+         _err(F.concat(F.lit(f"{what}: op must be '{_RAW_OPS[kind]}' (or absent), got "),
+                       F.to_json(jfield("op"))), "op", F.to_json(jfield("op")))),
+        (unknown.isNotNull(),
+         _err(F.concat(F.lit(f"{what}: unknown field "), _q(unknown),
+                       F.lit(f" (fields: {', '.join(allowed)})")), unknown,
+              F.to_json(F.try_element_at(top, unknown)))),
+        (missing.isNotNull(),
+         _err(F.concat(F.lit(f"{what}: missing field "), _q(missing)), missing, None)),
+    )
+    rec_c = F.col("_rec")
+    fp = F.lower(F.hex(F.substring(value, 3, 8)))
+    avro_err = _first(
+        (F.length(value) < 10,
+         _err(F.concat(F.lit(f"{what}: "), F.length(value).cast("string"),
+                       F.lit(" bytes are too short for Avro single-object")),
+              "value", F.hex(value))),
+        (~F.col("_hdr_ok"),
+         _err(F.concat(F.lit(f"{what}: an Avro message of another schema than {schema_name} "
+                             "(fingerprint "), fp, F.lit(")")), "fingerprint", fp)),
+        (rec_c.isNull() | rec_c["node"].isNull(),
+         _err(f"{what}: the {schema_name} body does not decode", "value",
+              F.hex(F.substring(value, 1, 64)))),
+    )
+    avro = F.col("_avro")
+    node = F.when(avro, rec_c["node"]).otherwise(jstr("node"))
+    client = F.when(avro, rec_c["client"]).otherwise(jstr("client"))
+    ident = F.when(avro, rec_c["id"]).otherwise(jstr("id"))
+    cols = [node.alias("node"), client.alias("client"), ident.alias("id"),
+            F.when(avro, avro_err).otherwise(json_err).alias("_err")]
+    if kind == "event":
+        cols += [F.try_variant_get(jfield("attrs"), "$", "map<string,variant>").alias("_am"),
+                 F.to_json(jfield("attrs")).alias("_attrs_json"),
+                 F.from_json(F.col("_text"), "struct<attrs:map<string,string>>")["attrs"]
+                 .alias("_tm"),
+                 jtype("payload").alias("_pt"), F.to_json(jfield("payload")).alias("_pj"),
+                 jstr("payload").alias("_ps")]
+    elif kind == "subscription":
+        cols += [jtype("where").alias("_wt"), jstr("where").alias("_ws"),
+                 F.to_json(jfield("where")).alias("_wj"), jfield("where").alias("_wv")]
+    df = df.select("*", *cols)
+
+    if kind == "event":
+        df = df.select("*", F.coalesce(F.array_distinct(F.map_keys(F.col("_tm"))),
+                                       F.map_keys(F.col("_am"))).alias("_keys"))
+        am, tm = F.col("_am"), F.col("_tm")
+
+        def member(k: Column) -> Column:
+            vk = F.try_element_at(am, k)
+            t = _vtype(vk)
+            last_text = F.try_element_at(
+                F.map_values(F.map_filter(tm, lambda kk, _v: kk == k)), F.lit(-1))
+            text_v = F.coalesce(last_text, vk.cast("string"))
+            return F.struct(
+                t.alias("t"),
+                F.when(t == "BIGINT", F.try_variant_get(vk, "$", "bigint")).alias("member0"),
+                F.when(_is_num_type(t) & (t != "BIGINT"), text_v.try_cast("double"))
+                .alias("member1"),
+                F.when(t == "STRING", F.try_variant_get(vk, "$", "string")).alias("member2"))
+
+        df = df.select("*", F.transform(F.col("_keys"), member).alias("_members"))
+        members = F.col("_members")
+        bad = F.try_element_at(F.filter(members, lambda m: ~_is_num_type(m["t"]) & (
+            m["t"] != "STRING")), F.lit(1))
+        bad_k = F.get(F.col("_keys"), F.array_position(members, bad) - 1)
+        bad_j = F.to_json(F.try_element_at(am, bad_k))
+        json_attrs = F.map_from_arrays(F.col("_keys"), F.transform(members, lambda m: F.struct(
+            m["member0"].alias("member0"), m["member1"].alias("member1"),
+            m["member2"].alias("member2"))))
+        kind_err = _first(
+            (~avro & am.isNull(),
+             _err(F.concat(F.lit("raw event: attrs must be an object, got "),
+                           F.col("_attrs_json")), "attrs", F.col("_attrs_json"))),
+            (~avro & bad.isNotNull(),
+             _err(F.concat(F.lit("raw event: attrs["), _q(bad_k),
+                           F.lit("] must be a number or a string, got "), bad_j),
+                  F.concat(F.lit("attrs."), bad_k), bad_j)),
+            (~avro & F.col("_pt").isNotNull() & (F.col("_pt") != "STRING"),
+             _err(F.concat(F.lit("raw event: payload must be a string, got "), F.col("_pj")),
+                  "payload", F.col("_pj"))),
+        )
+        df = df.select(
+            "*",
+            F.when(avro, rec_c["attrs"]).otherwise(json_attrs).alias("attrs"),
+            F.when(avro, rec_c["payload"])
+            .otherwise(F.coalesce(F.encode(F.col("_ps"), "UTF-8"), F.lit(bytearray())))
+            .alias("payload"),
+            kind_err.alias("_kerr"))
+    elif kind == "subscription":
+        wt = F.col("_wt")
+        avro_where = rec_c["where"]
+        df = df.select("*", F.coalesce(F.ltrim(avro_where).startswith("["), F.lit(False))
+                       .alias("_aj"), F.try_parse_json(avro_where).alias("_awv"))
+        aj = F.col("_aj")
+        kind_err = _first(
+            (~avro & (wt != "STRING") & ~wt.startswith("ARRAY"),
+             _err(F.concat(F.lit("raw subscription: where must be a string or a list of "
+                                 "predicates, got "), F.col("_wj")), "where", F.col("_wj"))),
+            (avro & aj & ~F.coalesce(_vtype(F.col("_awv")).startswith("ARRAY"), F.lit(False)),
+             _err("raw subscription: where starts with '[' but is not a JSON list", "where",
+                  avro_where)),
+        )
+        df = df.select(
+            "*",
+            F.when(avro, F.when(~aj, avro_where)).otherwise(F.col("_ws")).alias("wtext"),
+            F.when(avro, F.when(aj, F.col("_awv")))
+            .otherwise(F.when(wt.startswith("ARRAY"), F.col("_wv"))).alias("wjson"),
+            F.when(avro, avro_where).otherwise(F.coalesce(F.col("_ws"), F.col("_wj")))
+            .alias("where"),
+            kind_err.alias("_kerr"))
+    else:
+        df = df.select("*", F.lit(None).cast(_ERR_TYPE).alias("_kerr"))
+    names_err = _first(
+        *[(~F.coalesce(F.col(n).rlike(_NAME_RE), F.lit(False)),
+           _err(F.concat(F.lit(f"{what}: {n} must be a non-empty name of letters, digits, "
+                               "'_' and '-' (it is part of a topic name), got "),
+                         F.coalesce(_q(F.col(n)), F.lit("None"))), n, F.col(n)))
+          for n in ("node", "client")],
+        (F.coalesce(F.length(F.col("id")) == 0, F.lit(True)),
+         _err(F.concat(F.lit(f"{what}: id must be a non-empty string, got "),
+                       F.coalesce(_q(F.col("id")), F.lit("None"))), "id", F.col("id"))),
+    )
+    df = _replace_err(df, F.col("_kerr"), names_err)
+    keep = [c for c in df.columns if c in ("_value", "_headers", "_source", "_avro", "_err",
+                                           "node", "client", "id", "attrs", "payload",
+                                           "wtext", "wjson", "where")]
+    return df.select(*keep)
+
+
+def _node_topic(node: Column, topics: Topics, suffix: str) -> Column:
+    F = _F()
+    return F.concat(F.lit(f"{topics.prefix}.node."), node, F.lit(f".{suffix}"))
+
+
+def _topic_err(topic: Column) -> Column:
+    F = _F()
+    return _first((F.length(topic) > MAX_TOPIC_LENGTH,
+                   _err(F.concat(F.lit("node "), _q(F.col("node")),
+                                 F.lit(f" makes a topic name longer than Kafka's "
+                                       f"{MAX_TOPIC_LENGTH} characters")),
+                        "node", F.col("node"))))
+
+
+def _with_topic(df: DataFrame, topics: Topics, suffix: str) -> DataFrame:
+    F = _F()
+    df = df.withColumn("_topic", _node_topic(F.col("node"), topics, suffix))
+    return _replace_err(df, _topic_err(F.col("_topic")))
+
+
+def _finish(df: DataFrame, topics: Topics, topic: Column, value: Column,
+            headers: Column) -> DataFrame:
+    """One sink record per input row: the mapped record, or a DeadLetter when ``_err`` is set.
+
+    A projection, not a filter and a union: a filter on ``_err`` would be pushed down
+    through every stage by the optimizer, inlining each stage's expressions into the next.
+    """
+    from pyspark.sql.avro.functions import to_avro
+
+    F = _F()
+    hmap = F.map_from_entries(F.transform(F.col("_headers"), lambda h: F.struct(
+        h["key"].alias("key"), F.coalesce(h["value"], F.lit(bytearray())).alias("value"))))
+    body = to_avro(F.struct(
+        _nn("_source").alias("source"), F.coalesce(F.col("_err.reason"), F.lit(""))
+        .alias("reason"),
+        F.col("_err.field").alias("field"), F.col("_err.value").alias("value"),
+        F.coalesce(F.col("_value"), F.lit(bytearray())).alias("raw"),
+        F.coalesce(hmap, F.create_map().cast("map<string,binary>")).alias("headers")),
+        _schema_json("DeadLetter"))
+    dead_headers = F.array(
+        F.struct(F.lit(HEADER_DLQ_REASON).alias("key"),
+                 F.encode(F.col("_err.reason"), "UTF-8").alias("value")),
+        F.struct(F.lit(HEADER_DLQ_SOURCE).alias("key"),
+                 F.encode(F.col("_source"), "UTF-8").alias("value")))
+    ok = F.col("_err").isNull()
+    return df.select(
+        F.when(ok, topic).otherwise(F.lit(topics.deadletter)).alias("topic"),
+        F.lit(None).cast("binary").alias("key"),
+        F.when(ok, value).otherwise(F.concat(_header("DeadLetter"), body)).alias("value"),
+        F.when(ok, headers.cast(HEADERS_TYPE)).otherwise(dead_headers).alias("headers"))
+
+
+# -- events -----------------------------------------------------------------------------------
+def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
+    """Add ``_label`` (bigint) of ``attrs`` and its error to ``_err``, as ``event_label``."""
+    F = _F()
+    names = [a.name for a in space.attributes]
+    attrs = F.col("attrs")
+    df = df.select("*", F.try_element_at(F.filter(F.map_keys(attrs), lambda k: ~k.isin(*names)),
+                                         F.lit(1)).alias("_extra"),
+                   *[F.try_element_at(attrs, F.lit(a.name)).alias(f"_a{i}")
+                     for i, a in enumerate(space.attributes)])
+    vals = []
+    for i, a in enumerate(space.attributes):
+        e = F.col(f"_a{i}")
+        if isinstance(a, DiscreteAttribute):
+            vals.append(e["member2"].alias(f"_x{i}"))
+        else:
+            vals.append(F.coalesce(e["member0"].cast("double"), e["member1"]).alias(f"_x{i}"))
+    df = df.select("*", *vals)
+    extra = F.col("_extra")
+    checks: list[tuple[Column, Column]] = [
+        (extra.isNotNull(),
+         _err(F.concat(F.lit("unknown attribute "), _q(extra),
+                       F.lit(f" (the space has {names})")), extra, None)),
+    ]
+    cells = []
+    for i, a in enumerate(space.attributes):
+        e, x = F.col(f"_a{i}"), F.col(f"_x{i}")
+        name = repr(a.name)
+        checks.append((e.isNull(), _err(f"event lacks attribute {name}", a.name, None)))
+        shown = F.coalesce(e["member0"].cast("string"), e["member1"].cast("string"))
+        if isinstance(a, DiscreteAttribute):
+            cell = F.try_element_at(_discrete_index(a), x)
+            checks += [
+                (x.isNull(), _err(F.concat(F.lit(f"attribute {name} is discrete: value must be "
+                                                 "a string, got "), shown), a.name, shown)),
+                (cell.isNull(), _err(F.concat(F.lit(f"attribute {name}: unknown value "),
+                                              _q(x)), a.name, x)),
+            ]
+        else:
+            checks += [
+                (x.isNull(), _err(F.concat(F.lit(f"attribute {name}: value must be a number, "
+                                                 "got "), _q(e["member2"])),
+                                  a.name, e["member2"])),
+                (F.isnan(x), _err(f"attribute {name}: value is NaN", a.name, "NaN")),
+                ((x < a.low) | (x > a.high),
+                 _err(F.concat(F.lit(f"attribute {name}: value "), shown,
+                               F.lit(f" is outside the domain [{a.low}, {a.high}]")),
+                      a.name, shown)),
+            ]
+            cell = _cell(a, x)
+        cells.append(cell.alias(f"_c{i}"))
+    df = df.select("*", *cells)
+    label = _long_lit(space.app_prefix)
+    for i, shift in enumerate(space.shifts):
+        label = label.bitwiseOR(F.shiftleft(F.coalesce(F.col(f"_c{i}"), F.lit(0).cast("bigint")),
+                                            shift))
+    df = df.select("*", label.alias("_label"))
+    return _replace_err(df, _first(*checks))
+
+
+def _avro_attrs(attrs: Column) -> Column:
+    """Avro bytes of the ``attrs`` map (one block, keys in map order), as fastavro writes."""
+    from pyspark.sql.avro.functions import to_avro
+
+    F = _F()
+
+    def entry(k: Column, v: Column) -> Column:
+        branch = (F.when(v["member0"].isNotNull(), 0).when(v["member1"].isNotNull(), 1)
+                  .otherwise(2))
+        val = (F.when(v["member0"].isNotNull(), to_avro(F.coalesce(v["member0"], F.lit(0))))
+               .when(v["member1"].isNotNull(), to_avro(F.coalesce(v["member1"], F.lit(0.0))))
+               .otherwise(to_avro(F.coalesce(v["member2"], F.lit("")))))
+        return F.concat(to_avro(F.coalesce(k, F.lit(""))), to_avro(branch.cast("bigint")), val)
+
+    entries = F.transform(F.map_entries(attrs), lambda e: entry(e["key"], e["value"]))
+    body = F.aggregate(entries, F.lit(bytearray()), lambda acc, x: F.concat(acc, x))
+    n = F.coalesce(F.size(attrs), F.lit(0)).cast("bigint")
+    zero = F.lit(bytearray(b"\x00"))
+    return F.when(n == 0, zero).otherwise(F.concat(to_avro(n), body, zero))
+
+
+def map_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
+    """Raw events -> events on ``dls.node.N.publish`` (and dead letters).
+
+    The value is the SDK's RawEvent (``encode_raw_event``) of the input; the headers are
+    ``dls-label`` (8 bytes big-endian), ``dls-origin`` (``NODE/CLIENT``) and
+    ``dls-event-id``, as :meth:`connectors.client.Client.publish` writes them.
+    """
+    from pyspark.sql.avro.functions import to_avro
+
+    F = _F()
+    df = _with_topic(_with_event_label(space, _decode(raw, "event")), topics, "publish")
+    # The RawEvent body field by field: to_avro of a map goes through a Java HashMap and
+    # loses the order of the keys, which the SDK's bytes keep.
+    head = to_avro(F.struct(_nn("node"), _nn("client"), _nn("id")))
+    value = F.when(F.col("_avro"), F.col("_value")).otherwise(F.concat(
+        _header("RawEvent"), head, _avro_attrs(F.col("attrs")),
+        to_avro(_nn("payload", bytearray()))))
+    return _finish(
+        df, topics, F.col("_topic"), value,
+        F.array(
+            F.struct(F.lit(HEADER_LABEL).alias("key"), _be8(F.col("_label")).alias("value")),
+            F.struct(F.lit(HEADER_ORIGIN).alias("key"),
+                     F.encode(F.concat_ws("/", F.col("node"), F.col("client")), "UTF-8")
+                     .alias("value")),
+            F.struct(F.lit(HEADER_EVENT_ID).alias("key"),
+                     F.encode(F.col("id"), "UTF-8").alias("value"))))
+
+
+# -- subscriptions: predicates ----------------------------------------------------------------
+def _text_value(tok: Column) -> Column:
+    """A value token of the text form -> ``struct<k, n, s>`` (k: num, str, nan, inf, kw)."""
+    F = _F()
+    low = F.lower(tok)
+    is_num = tok.rlike(f"^{_NUM}$")
+    is_str = tok.startswith('"') | tok.startswith("'")
+    inner = F.regexp_replace(F.substring(tok, F.lit(2), F.length(tok) - 2), r"\\(.)", "$1")
+    k = (F.when(is_num, "num").when(is_str, "str")
+         .when(low.isin("nan"), "nan").when(low.isin("inf", "infinity"), "inf")
+         .when(low.isin("and", "between", "in"), "kw").otherwise("str"))
+    n = F.when(is_num, tok.try_cast("double"))
+    s = F.when(is_str, inner).otherwise(tok)
+    return F.struct(k.alias("k"), n.alias("n"), s.alias("s"))
+
+
+def _with_text_predicates(df: DataFrame) -> DataFrame:
+    """Add ``_tpreds`` (predicate structs) and ``_terr`` from ``wtext`` (the text form)."""
+    F = _F()
+    wtext = F.col("wtext")
+    groups = ("_t_attr", "_t_lo", "_t_hi", "_t_list", "_t_op", "_t_val")
+    df = df.select("*", wtext.rlike(_WHERE_FULL).alias("_t_ok"),
+                   *[F.regexp_extract_all(wtext, F.lit(_WHERE_EACH), F.lit(i + 1)).alias(g)
+                     for i, g in enumerate(groups)])
+
+    def pred(i: Column) -> Column:
+        lo, hi = F.get(F.col("_t_lo"), i), F.get(F.col("_t_hi"), i)
+        lst = F.get(F.col("_t_list"), i)
+        toks = (F.when(lo != "", F.array(lo, hi))
+                .when(lst != "", F.regexp_extract_all(lst, F.lit(_VAL_EACH), F.lit(1)))
+                .otherwise(F.array(F.get(F.col("_t_val"), i))))
+        opname = (F.when(lo != "", "between").when(lst != "", "in")
+                  .otherwise(F.get(F.col("_t_op"), i)))
+        return F.struct(F.get(F.col("_t_attr"), i).alias("attr"), opname.alias("op"),
+                        F.transform(toks, _text_value).alias("vals"))
+
+    n = F.size(F.col("_t_attr"))
+    preds = F.when(F.col("_t_ok") & (n > 0), F.transform(F.sequence(F.lit(0), n - 1), pred))
+    df = df.select("*", F.coalesce(preds, F.array().cast(f"array<{_PRED_TYPE}>"))
+                   .alias("_tpreds"))
+    kw = F.try_element_at(F.filter(F.flatten(F.transform(F.col("_tpreds"), lambda p: p["vals"])),
+                                   lambda v: v["k"] == "kw"), F.lit(1))
+    err = _first(
+        (~F.col("_t_ok"), _err(F.concat(F.lit("cannot read subscription text "), _q(wtext)),
+                               "where", wtext)),
+        (kw.isNotNull(), _err(F.concat(F.lit("expected a value, got keyword "), _q(kw["s"]),
+                                       F.lit(" in subscription text "), _q(wtext)),
+                              "where", wtext)),
+    )
+    return df.select("*", err.alias("_terr")).drop(*groups, "_t_ok")
+
+
+def _json_value(x: Column) -> Column:
+    F = _F()
+    t = _vtype(x)
+    k = F.when(_is_num_type(t), "num").when(t == "STRING", "str").otherwise("other")
+    n = F.when(_is_num_type(t), x.cast("string").try_cast("double"))
+    s = F.when(t == "STRING", F.try_variant_get(x, "$", "string")).otherwise(F.to_json(x))
+    return F.struct(k.alias("k"), n.alias("n"), s.alias("s"))
+
+
+def _with_json_predicates(df: DataFrame) -> DataFrame:
+    """Add ``_jpreds`` and ``_jerr`` from ``wjson`` (the JSON list form)."""
+    F = _F()
+    items = F.try_variant_get(F.col("wjson"), "$", "array<variant>")
+
+    def fields(p: Column) -> Column:
+        pm = F.try_variant_get(p, "$", "map<string,variant>")
+
+        def get(name: str) -> Column:
+            return F.try_element_at(pm, F.lit(name))
+
+        def text(name: str) -> Column:
+            return F.when(_vtype(get(name)) == "STRING",
+                          F.try_variant_get(get(name), "$", "string"))
+
+        return F.struct(
+            F.to_json(p).alias("shown"), pm.isNull().alias("not_obj"),
+            text("attr").alias("attr"), text("op").alias("op"),
+            F.to_json(get("attr")).alias("attr_j"), F.to_json(get("op")).alias("op_j"),
+            F.array_sort(F.array_except(F.coalesce(F.map_keys(pm), F.array()),
+                                        F.array(F.lit("attr"), F.lit("op")))).alias("keys"),
+            get("low").alias("low"), get("high").alias("high"), get("value").alias("value"),
+            F.try_variant_get(get("values"), "$", "array<variant>").alias("values"),
+            F.to_json(get("values")).alias("values_j"))
+
+    df = df.select("*", F.transform(items, fields).alias("_jf"))
+
+    def pred(x: Column) -> Column:
+        op = x["op"]
+        raw_vals = (F.when(op == "between", F.array(x["low"], x["high"]))
+                    .when(op == "in", x["values"]).otherwise(F.array(x["value"])))
+        return F.struct(x["attr"].alias("attr"), op.alias("op"),
+                        F.coalesce(F.transform(raw_vals, _json_value),
+                                   F.array().cast(f"array<{_VAL_TYPE}>")).alias("vals"))
+
+    def err(x: Column) -> Column:
+        attr, op = x["attr"], x["op"]
+        want = (F.when(op == "between", F.array(F.lit("high"), F.lit("low")))
+                .when(op == "in", F.array(F.lit("values"))).otherwise(F.array(F.lit("value"))))
+        return _first(
+            (x["not_obj"], _err(F.concat(F.lit("a predicate must be an object, got "),
+                                         x["shown"]), "where", x["shown"])),
+            (F.coalesce(F.length(attr) == 0, F.lit(True)),
+             _err(F.concat(F.lit("predicate attr must be a non-empty string, got "),
+                           F.coalesce(x["attr_j"], F.lit("None"))), "attr", x["attr_j"])),
+            (~F.coalesce(op.isin(*_OPS), F.lit(False)),
+             _err(F.concat(F.lit("attribute "), _q(attr), F.lit(": unknown op "),
+                           F.coalesce(x["op_j"], F.lit("None")),
+                           F.lit(f" (one of {list(_OPS)})")), attr, x["op_j"])),
+            (x["keys"] != want,
+             _err(F.concat(F.lit("attribute "), _q(attr), F.lit(": op "), _q(op),
+                           F.lit(" takes keys "), F.to_json(want), F.lit(", got "),
+                           F.to_json(x["keys"])), attr, x["shown"])),
+            ((op == "in") & F.coalesce(F.size(x["values"]) <= 0, F.lit(True)),
+             _err(F.concat(F.lit("attribute "), _q(attr),
+                           F.lit(": 'in' needs a non-empty list of values, got "),
+                           x["values_j"]), attr, x["values_j"])),
+        )
+
+    jerr = F.try_element_at(F.filter(F.transform(F.col("_jf"), err), lambda e: e.isNotNull()),
+                            F.lit(1))
+    df = df.select("*", jerr.alias("_jerr"))
+    preds = F.when(F.col("_jerr").isNull(), F.transform(F.col("_jf"), pred))
+    return df.select("*", preds.alias("_jpreds")).drop("_jf")
+
+
+# -- subscriptions: cells and labels ----------------------------------------------------------
+def _piece(p: Column) -> Column:
+    """One numeric predicate as an interval ``struct<lo, loc, hi, hic, vs>`` (vs: 'in')."""
+    F = _F()
+    inf = math.inf
+    op = p["op"]
+    v0 = F.get(p["vals"], 0)["n"]
+    v1 = F.get(p["vals"], 1)["n"]
+    lo = F.when(op.isin("between", "=", ">", ">="), v0).otherwise(F.lit(-inf))
+    hi = F.when(op == "between", v1).when(op.isin("=", "<", "<="), v0).otherwise(F.lit(inf))
+    vs = F.when(op == "in", F.transform(p["vals"], lambda v: v["n"]))
+    return F.struct(lo.alias("lo"), (op != ">").alias("loc"), hi.alias("hi"),
+                    (op != "<").alias("hic"), vs.alias("vs"))
+
+
+def _merge(acc: Column, b: Column) -> Column:
+    """Intersection of two intervals, as ``dls.predicates._intersect``."""
+    F = _F()
+    lo = (F.when(acc["lo"] > b["lo"], acc["lo"]).when(b["lo"] > acc["lo"], b["lo"])
+          .otherwise(acc["lo"]))
+    loc = (F.when(acc["lo"] > b["lo"], acc["loc"]).when(b["lo"] > acc["lo"], b["loc"])
+           .otherwise(acc["loc"] & b["loc"]))
+    hi = (F.when(acc["hi"] < b["hi"], acc["hi"]).when(b["hi"] < acc["hi"], b["hi"])
+          .otherwise(acc["hi"]))
+    hic = (F.when(acc["hi"] < b["hi"], acc["hic"]).when(b["hi"] < acc["hi"], b["hic"])
+           .otherwise(acc["hic"] & b["hic"]))
+    vs = (F.when(acc["vs"].isNull(), b["vs"]).when(b["vs"].isNull(), acc["vs"])
+          .otherwise(F.array_intersect(acc["vs"], b["vs"])))
+    return F.struct(lo.alias("lo"), loc.alias("loc"), hi.alias("hi"), hic.alias("hic"),
+                    vs.alias("vs"))
+
+
+def _with_cells(space: ContentSpace, df: DataFrame) -> DataFrame:
+    """Add ``_cells{i}`` (sorted cell indexes per attribute) and ``_e{i}`` (errors)."""
+    F = _F()
+    preds = F.col("_preds")
+    stage1 = []
+    for i, a in enumerate(space.attributes):
+        stage1.append(F.filter(preds, _attr_is(a.name)).alias(f"_m{i}"))
+    df = df.select("*", *stage1)
+    stage2, stage3, stage4 = [], [], []
+    for i, a in enumerate(space.attributes):
+        mine = F.col(f"_m{i}")
+        name = repr(a.name)
+        vals = F.flatten(F.transform(mine, lambda p: p["vals"]))
+        if isinstance(a, DiscreteAttribute):
+            bad_op = F.try_element_at(F.filter(mine, lambda p: ~p["op"].isin("=", "in")),
+                                      F.lit(1))
+            not_str = F.try_element_at(F.filter(vals, lambda v: v["k"] != "str"), F.lit(1))
+            unknown = F.try_element_at(F.filter(vals, _value_not_in(a.values)), F.lit(1))
+            allowed = F.aggregate(mine, F.array(*[F.lit(v) for v in a.values]),
+                                  lambda acc, p: F.array_intersect(
+                                      acc, F.transform(p["vals"], lambda x: x["s"])))
+            stage2.append(allowed.alias(f"_d{i}"))
+            shown = F.coalesce(not_str["s"], _fmt_num(not_str["n"]))
+            stage3.append(_first(
+                (bad_op.isNotNull(),
+                 _err(F.concat(F.lit(f"attribute {name} is discrete: only '=' and 'in' apply, "
+                                     "got "), _q(bad_op["op"])), a.name, bad_op["op"])),
+                (not_str.isNotNull(),
+                 _err(F.concat(F.lit(f"attribute {name} is discrete: values must be strings, "
+                                     "got "), shown), a.name, shown)),
+                (unknown.isNotNull(),
+                 _err(F.concat(F.lit(f"attribute {name}: unknown value "), _q(unknown["s"])),
+                      a.name, unknown["s"])),
+                (F.size(F.col(f"_d{i}")) == 0,
+                 _err(f"attribute {name}: the predicates can match nothing inside the domain",
+                      a.name, None)),
+            ).alias(f"_e{i}"))
+            idx = _discrete_index(a)
+            stage4.append(F.array_sort(F.transform(F.col(f"_d{i}"), _lookup(idx)))
+                          .alias(f"_cells{i}"))
+            continue
+        start = F.struct(F.lit(a.low).alias("lo"), F.lit(True).alias("loc"),
+                         F.lit(a.high).alias("hi"), F.lit(True).alias("hic"),
+                         F.lit(None).cast("array<double>").alias("vs"))
+        stage2.append(F.aggregate(F.transform(mine, _piece), start, _merge).alias(f"_k{i}"))
+        c = F.col(f"_k{i}")
+        bad = F.try_element_at(F.filter(vals, lambda v: v["k"].isin("str", "other", "kw")),
+                               F.lit(1))
+        nan = F.exists(vals, lambda v: (v["k"] == "nan") | F.isnan(v["n"]))
+        infinite = F.try_element_at(F.filter(vals, lambda v: (v["k"] == "inf") | (
+            (v["k"] == "num") & v["n"].isin(math.inf, -math.inf))), F.lit(1))
+        inverted = F.try_element_at(F.filter(mine, lambda p: (p["op"] == "between") & (
+            F.get(p["vals"], 0)["n"] > F.get(p["vals"], 1)["n"])), F.lit(1))
+        kept = F.filter(c["vs"], _inside(c))
+        eff_lo = F.when(c["loc"], c["lo"]).otherwise(_next_up(c["lo"]))
+        eff_hi = F.when(c["hic"], c["hi"]).otherwise(_next_down(c["hi"]))
+        stage3 += [kept.alias(f"_v{i}"), eff_lo.alias(f"_lo{i}"), eff_hi.alias(f"_hi{i}")]
+        shown_inf = F.coalesce(infinite["s"], _fmt_num(infinite["n"]))
+        empty = ((F.col(f"_lo{i}") > F.col(f"_hi{i}"))
+                 | (c["vs"].isNotNull() & (F.size(F.col(f"_v{i}")) == 0)))
+        stage4.append(_first(
+            (bad.isNotNull(),
+             _err(F.concat(F.lit(f"attribute {name}: values must be numbers, got "),
+                           F.coalesce(_q(bad["s"]), F.lit("?"))), a.name, bad["s"])),
+            (nan, _err(f"attribute {name}: a value is NaN", a.name, "NaN")),
+            (infinite.isNotNull(),
+             _err(F.concat(F.lit(f"attribute {name}: values must be finite, got "), shown_inf),
+                  a.name, shown_inf)),
+            (inverted.isNotNull(),
+             _err(F.concat(F.lit(f"attribute {name}: inverted range, low "),
+                           _fmt_num(F.get(inverted["vals"], 0)["n"]), F.lit(" > high "),
+                           _fmt_num(F.get(inverted["vals"], 1)["n"])), a.name, None)),
+            (empty, _err(f"attribute {name}: the predicates can match nothing inside the domain",
+                         a.name, None)),
+        ).alias(f"_e{i}"))
+    df = df.select("*", *stage2)
+    df = df.select("*", *stage3)
+    df = df.select("*", *stage4)
+    last = []
+    for i, a in enumerate(space.attributes):
+        if isinstance(a, DiscreteAttribute):
+            continue
+        ok = F.col(f"_e{i}").isNull()
+        in_set = F.array_sort(F.array_distinct(F.transform(F.col(f"_v{i}"), _cell_of(a))))
+        rng = F.sequence(_cell(a, F.col(f"_lo{i}")), _cell(a, F.col(f"_hi{i}")))
+        last.append(F.when(ok, F.when(F.col(f"_k{i}")["vs"].isNotNull(), in_set)
+                           .otherwise(rng)).alias(f"_cells{i}"))
+    return df.select("*", *last)
+
+
+def _attr_is(name: str) -> Any:
+    return lambda p: p["attr"] == name
+
+
+def _value_not_in(values: tuple[str, ...]) -> Any:
+    return lambda v: ~v["s"].isin(*values)
+
+
+def _lookup(index: Column) -> Any:
+    return lambda v: _F().try_element_at(index, v)
+
+
+def _cell_of(a: UniformAttribute | BreakpointAttribute) -> Any:
+    return lambda v: _cell(a, v)
+
+
+def _inside(c: Column) -> Any:
+    F = _F()
+    return lambda v: (F.when(c["loc"], v >= c["lo"]).otherwise(v > c["lo"])
+                      & F.when(c["hic"], v <= c["hi"]).otherwise(v < c["hi"]))
+
+
+def _extend(cells: Column, shift: int) -> Any:
+    F = _F()
+    return lambda lab: F.transform(
+        cells, lambda c: lab.bitwiseOR(F.shiftleft(c.cast("bigint"), shift)))
+
+
+def _with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
+    """Add ``_labels`` (sorted bigint labels) of ``_preds`` and its error to ``_err``."""
+    F = _F()
+    names = [a.name for a in space.attributes]
+    df = _with_cells(space, df)
+    unknown = F.try_element_at(F.filter(F.col("_preds"), lambda p: ~p["attr"].isin(*names)),
+                               F.lit(1))
+    total = F.lit(1).cast("bigint")
+    for i in range(len(names)):
+        total = total * F.size(F.col(f"_cells{i}")).cast("bigint")
+    df = df.select("*", total.alias("_total"))
+    budget = space.filters.label_budget
+    err = _first(
+        (unknown.isNotNull(),
+         _err(F.concat(F.lit("unknown attribute "), _q(unknown["attr"]),
+                       F.lit(f" (the space has {names})")), unknown["attr"], unknown["attr"])),
+        *[(F.col(f"_e{i}").isNotNull(), F.col(f"_e{i}")) for i in range(len(names))],
+        (F.col("_total") > budget,
+         _err(F.concat(F.lit("subscription expands to "), F.col("_total").cast("string"),
+                       F.lit(f" labels, over the budget of {budget}")), "labels",
+              F.col("_total"))),
+    )
+    df = _replace_err(df, err)
+    labels = F.array(_long_lit(space.app_prefix))
+    for i, shift in enumerate(space.shifts):
+        labels = F.flatten(F.transform(labels, _extend(F.col(f"_cells{i}"), shift)))
+    df = df.select("*", F.when(F.col("_err").isNull(), labels).alias("_labels"))
+    scratch = [c for c in df.columns if c.startswith(("_m", "_d", "_k", "_v", "_lo", "_hi",
+                                                      "_e", "_cells")) and c[-1].isdigit()]
+    return df.drop(*scratch, "_total")
+
+
+def _labels_bytes(labels: Column) -> Column:
+    """Concatenated 8-byte big-endian labels (``connectors.topics.encode_labels``)."""
+    F = _F()
+    return F.unhex(F.array_join(F.transform(labels, lambda lab: F.lpad(F.hex(lab), 16, "0")),
+                                ""))
+
+
+def map_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
+    """Raw subscriptions -> ``LabelSubscription`` records on ``dls.node.N.subscribe``.
+
+    The labels are those of :meth:`dls.predicates.Subscription.labels` (sorted, 8 bytes
+    big-endian each); ``where`` is the subscription as it came.
+    """
+    from pyspark.sql.avro.functions import to_avro
+
+    F = _F()
+    df = _with_topic(_decode(raw, "subscription"), topics, "subscribe")
+    df = _with_json_predicates(_with_text_predicates(df))
+    use_json = F.col("wjson").isNotNull()
+    df = df.select("*", F.when(use_json, F.col("_jpreds")).otherwise(F.col("_tpreds"))
+                   .alias("_preds"))
+    df = _replace_err(df, F.when(use_json, F.col("_jerr")).otherwise(F.col("_terr")))
+    df = _with_labels(space, df.withColumn(
+        "_preds", F.when(F.col("_err").isNull(), F.col("_preds"))
+        .otherwise(F.array().cast(f"array<{_PRED_TYPE}>"))))
+    body = to_avro(F.struct(_nn("client"), _nn("id"),
+                            F.coalesce(_labels_bytes(F.col("_labels")), F.lit(bytearray()))
+                            .alias("labels"), F.col("where")),
+                   _schema_json("LabelSubscription"))
+    return _finish(df, topics, F.col("_topic"), F.concat(_header("LabelSubscription"), body),
+                   F.array().cast(HEADERS_TYPE))
+
+
+def map_unsubscriptions(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
+    """Raw unsubscriptions -> ``LabelUnsubscription`` records on ``dls.node.N.unsubscribe``.
+
+    ``space`` is not needed to map an unsubscription; it is taken for a uniform signature.
+    """
+    from pyspark.sql.avro.functions import to_avro
+
+    F = _F()
+    del space
+    df = _with_topic(_decode(raw, "unsubscription"), topics, "unsubscribe")
+    body = to_avro(F.struct(_nn("client"), _nn("id")), _schema_json("LabelUnsubscription"))
+    return _finish(df, topics, F.col("_topic"), F.concat(_header("LabelUnsubscription"), body),
+                   F.array().cast(HEADERS_TYPE))

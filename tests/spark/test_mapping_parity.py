@@ -1,0 +1,358 @@
+"""The Spark mapping gives the Python mapping's labels and bytes, bit for bit.
+
+Seeded random inputs over several content spaces (uniform cells with awkward bounds,
+breakpoints, discrete values, app ids up to the 64th label bit): values sit on cell edges,
+breakpoints, domain bounds and their float64 neighbours as often as anywhere else. Every
+record goes through ``spark.mapping`` (as JSON and as Avro) and through ``dls`` +
+``connectors.serde``; a record Python refuses must come out as a dead letter naming its
+source, and every other one must give the same label(s), headers and value bytes.
+
+Cost: one SparkSession (shared) and about 20 s of Spark jobs on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from connectors.serde import (
+    SERDE,
+    decode_dead_letter,
+    decode_label_subscription,
+    decode_label_unsubscription,
+    encode_raw_event,
+    encode_raw_subscription,
+    encode_raw_unsubscription,
+)
+from connectors.topics import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_SOURCE,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    Topics,
+    encode_label,
+)
+from dls.exceptions import DLSError
+from dls.mapping import event_label
+from dls.predicates import Predicate, Subscription
+from dls.space import BreakpointAttribute, ContentSpace, DiscreteAttribute, UniformAttribute
+from spark.mapping import map_events, map_subscriptions, map_unsubscriptions
+
+TOPICS = Topics("p")
+SOURCE_SCHEMA = ("value binary, topic string, partition int, offset long, "
+                 "headers array<struct<key:string,value:binary>>")
+
+SPACES = [
+    {"attributes": [
+        {"name": "sym", "type": "discrete", "values": ["AAPL", "IBM", "MSFT", "x y", "é"]},
+        {"name": "price", "type": "numeric", "low": -3.7, "high": 12.1, "granules": 37},
+        {"name": "temp", "type": "numeric", "low": 30, "high": 45,
+         "breakpoints": [35, 36.5, 37.5, 38.5, 40]}],
+     "app_id": 7},
+    {"attributes": [
+        {"name": "a", "type": "numeric", "low": 0, "high": 1, "granules": 10},
+        {"name": "b", "type": "numeric", "low": -1e6, "high": 1e6, "granules": 1000},
+        {"name": "c", "type": "numeric", "low": 0, "high": 0.3, "breakpoints": [0.1, 0.2]}],
+     "filters": {"label_budget": 5000}},
+    # 16 app-id bits + 48 cell bits: labels use the 64th bit (negative as Spark's bigint).
+    {"attributes": [
+        {"name": "x", "type": "numeric", "low": -1, "high": 1, "granules": 1 << 20},
+        {"name": "y", "type": "numeric", "low": 0, "high": 65536, "granules": 1 << 20},
+        {"name": "k", "type": "discrete", "values": [f"v{i}" for i in range(200)]}],
+     "app_id": 65535},
+]
+
+
+def _source(spark: Any, values: list[bytes | None], topic: str) -> Any:
+    rows = [(None if v is None else bytearray(v), topic, 0, i,
+             [("h1", bytearray(b"\x00\x01")), ("h2", None)]) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, SOURCE_SCHEMA)
+
+
+def _edges(a: UniformAttribute | BreakpointAttribute) -> list[float]:
+    if isinstance(a, UniformAttribute):
+        g = a.granules
+        step = (a.high - a.low) / g
+        ks = range(g + 1) if g <= 64 else [0, 1, 2, g // 3, g // 2, g - 1, g]
+        return [a.low + k * step for k in ks] + [a.low, a.high]
+    return [a.low, *a.breakpoints, a.high]
+
+
+def _number(rng: np.random.Generator, a: UniformAttribute | BreakpointAttribute) -> Any:
+    r = rng.random()
+    if r < 0.45:
+        v = float(rng.choice(_edges(a)))
+        w = rng.integers(0, 3)
+        v = v if w == 0 else math.nextafter(v, math.inf if w == 1 else -math.inf)
+    elif r < 0.55:
+        v = float(rng.integers(math.ceil(a.low), math.floor(a.high) + 1))
+        return int(v) if rng.random() < 0.7 else v
+    else:
+        v = float(rng.uniform(a.low, a.high))
+    if rng.random() < 0.3:  # a short decimal, as people write them
+        v = float(f"{v:.{int(rng.integers(0, 4))}f}")
+    return v
+
+
+def _value(rng: np.random.Generator, a: Any) -> Any:
+    if isinstance(a, DiscreteAttribute):
+        return str(a.values[int(rng.integers(0, len(a.values)))])
+    return _number(rng, a)
+
+
+def _event(rng: np.random.Generator, space: ContentSpace, i: int) -> dict[str, Any]:
+    attrs = {a.name: _value(rng, a) for a in space.attributes}
+    r = rng.random()
+    if r < 0.04:
+        attrs.pop(space.names[int(rng.integers(0, len(space.names)))])
+    elif r < 0.08:
+        attrs["nope"] = 1
+    elif r < 0.14:
+        a = space.attributes[int(rng.integers(0, len(space.attributes)))]
+        attrs[a.name] = ("zzz" if isinstance(a, DiscreteAttribute) else
+                         [a.high + 1, a.low - 0.5, "12", True, None][int(rng.integers(0, 5))])
+    names = list(attrs)
+    rng.shuffle(names)  # key order must be kept in the value bytes
+    return {"node": f"N{i % 3}", "client": f"c{i % 5}", "id": f"e{i}",
+            "attrs": {k: attrs[k] for k in names}}
+
+
+def _predicates(rng: np.random.Generator, space: ContentSpace) -> list[Predicate]:
+    preds: list[Predicate] = []
+    for a in space.attributes:
+        r = rng.random()
+        if r < 0.35:
+            continue
+        if isinstance(a, DiscreteAttribute):
+            k = int(rng.integers(1, 4))
+            vals = tuple(str(v) for v in rng.choice(a.values, size=k))
+            if rng.random() < 0.03:
+                vals = ("unknown",)
+            preds.append(Predicate(a.name, "=", vals) if k == 1 else Predicate(a.name, "in", vals))
+            continue
+        op = ["between", "<", "<=", ">", ">=", "=", "in"][int(rng.integers(0, 7))]
+        x, y = _number(rng, a), _number(rng, a)
+        if op == "between":
+            lo, hi = (x, y) if (x <= y or rng.random() < 0.05) else (y, x)
+            preds.append(Predicate(a.name, "between", (lo, hi)))
+        elif op == "in":
+            preds.append(Predicate(a.name, "in", tuple(_number(rng, a) for _ in range(3))))
+        else:
+            preds.append(Predicate(a.name, op, (x,)))
+        if a.n_cells > 1000 and rng.random() < 0.8:  # narrow, or over the label budget
+            w = (a.high - a.low) * 1e-4 * rng.random()
+            preds[-1] = Predicate(a.name, "between", (x, min(a.high, x + w)))
+        if rng.random() < 0.15:  # a second predicate on the same attribute intersects
+            op2 = [">", "<=", "between"][int(rng.integers(0, 3))]
+            preds.append(Predicate(a.name, op2, (min(x, y), max(x, y)) if op2 == "between"
+                                   else (y,)))
+    if rng.random() < 0.03:
+        preds.append(Predicate("ghost", "=", (1,)))
+    return preds
+
+
+def _python_labels(space: ContentSpace, where: Any) -> np.ndarray | None:
+    try:
+        return Subscription(space, where).labels()
+    except DLSError:
+        return None
+
+
+def _headers(row: Any) -> dict[str, bytes]:
+    return {h.key: bytes(h.value) for h in row.headers}
+
+
+def _check_dead(row: Any, topic: str, offset: int, raw: bytes) -> None:
+    h = _headers(row)
+    assert h[HEADER_DLQ_SOURCE].decode() == f"{topic}[0]@{offset}"
+    dl = decode_dead_letter(bytes(row.value))
+    assert dl.source == f"{topic}[0]@{offset}"
+    assert dl.reason == h[HEADER_DLQ_REASON].decode() and dl.reason
+    assert dl.raw == raw
+    assert dl.headers == {"h1": b"\x00\x01", "h2": b""}
+
+
+@pytest.mark.parametrize("n", range(len(SPACES)))
+def test_events_match_python(spark: Any, n: int) -> None:
+    space = ContentSpace.from_spec(SPACES[n])
+    rng = np.random.default_rng(1000 + n)
+    events = [_event(rng, space, i) for i in range(300)]
+    values: list[bytes] = []
+    for i, e in enumerate(events):
+        if i % 4 == 3:  # Avro RawEvent input, when the SDK could encode it at all
+            try:
+                values.append(encode_raw_event(e["node"], e["client"], e["id"], e["attrs"],
+                                               b"pay"))
+                continue
+            except DLSError:
+                pass
+        values.append(json.dumps(e | ({"payload": "pé"} if i % 2 else {})).encode())
+    out = map_events(space, _source(spark, values, TOPICS.raw_events), TOPICS).collect()
+    assert len(out) == len(values)
+    good = {_headers(r)[HEADER_EVENT_ID].decode(): r for r in out if r.topic != TOPICS.deadletter}
+    dead = {int(_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit("@", 1)[1]): r
+            for r in out if r.topic == TOPICS.deadletter}
+    assert len(good) + len(dead) == len(values)
+    n_good = 0
+    for i, (e, raw) in enumerate(zip(events, values, strict=True)):
+        if raw[:2] == b"\xc3\x01":
+            payload = b"pay"
+        else:
+            e = json.loads(raw)  # the types exactly as a JSON reader sees them
+            payload = e.get("payload", "").encode()
+        try:
+            label = event_label(space, e["attrs"])
+            expected = encode_raw_event(e["node"], e["client"], e["id"], e["attrs"], payload)
+        except DLSError:
+            assert i in dead, f"{e} should be refused"
+            _check_dead(dead[i], TOPICS.raw_events, i, raw)
+            continue
+        assert e["id"] in good, f"{e} refused: {_headers(dead[i])[HEADER_DLQ_REASON]!r}"
+        row = good[e["id"]]
+        n_good += 1
+        assert row.topic == TOPICS.node_publish(e["node"])
+        h = _headers(row)
+        assert h[HEADER_LABEL] == encode_label(label), e
+        assert h[HEADER_ORIGIN] == f"{e['node']}/{e['client']}".encode()
+        assert [x.key for x in row.headers] == [HEADER_LABEL, HEADER_ORIGIN, HEADER_EVENT_ID]
+        assert bytes(row.value) == expected, e
+    assert n_good > 150 and len(dead) > 10
+
+
+def _where_forms(rng: np.random.Generator, preds: list[Predicate]) -> Any:
+    r = rng.random()
+    if r < 0.5:
+        return " and ".join(p.to_text() for p in preds)
+    if r < 0.6:  # the same text, spelt loosely
+        return "  AND ".join(p.to_text().replace(" between ", " BETWEEN ").replace(", ", ",")
+                             for p in preds) + " "
+    return [p.to_json() for p in preds]
+
+
+@pytest.mark.parametrize("n", range(len(SPACES)))
+def test_subscriptions_match_python(spark: Any, n: int) -> None:
+    space = ContentSpace.from_spec(SPACES[n])
+    rng = np.random.default_rng(2000 + n)
+    subs = []
+    for i in range(250):
+        where = _where_forms(rng, _predicates(rng, space))
+        subs.append({"node": f"N{i % 2}", "client": f"c{i % 7}", "id": f"s{i}", "where": where})
+    values = [encode_raw_subscription(s["node"], s["client"], s["id"], s["where"]) if i % 3 == 2
+              else json.dumps(s).encode() for i, s in enumerate(subs)]
+    out = map_subscriptions(space, _source(spark, values, TOPICS.raw_subscriptions),
+                            TOPICS).collect()
+    assert len(out) == len(values)
+    good = {}
+    for r in out:
+        if r.topic != TOPICS.deadletter:
+            m = decode_label_subscription(bytes(r.value))
+            good[m.id] = (r.topic, m)
+    dead = {int(_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit("@", 1)[1]): r
+            for r in out if r.topic == TOPICS.deadletter}
+    n_good = 0
+    for i, s in enumerate(subs):
+        labels = _python_labels(space, s["where"])
+        if labels is None:
+            assert i in dead, f"{s['where']!r} should be refused"
+            _check_dead(dead[i], TOPICS.raw_subscriptions, i, values[i])
+            continue
+        assert s["id"] in good, (f"{s['where']!r} refused: "
+                                 f"{_headers(dead[i])[HEADER_DLQ_REASON]!r}")
+        topic, m = good[s["id"]]
+        n_good += 1
+        assert topic == TOPICS.node_subscribe(s["node"])
+        assert m.client == s["client"]
+        assert np.array_equal(m.labels, labels), s["where"]
+    assert n_good >= (100 if n < 2 else 20) and len(dead) > 5
+
+
+def test_text_form_edge_cases(spark: Any) -> None:
+    space = ContentSpace.from_spec(SPACES[0])
+    wheres = [
+        "", "   ", "price < 0", "price<=-3.7", "price > 12.1", "price >= 12.1",
+        "price between 1 and 1", "price between 2 and 1", "price = 1e-3", "price in (1, 2.5, 99)",
+        "price < nan", "price < inf", "price < 1e999", "sym = IBM", "sym = 'x y'",
+        'sym in ("x y", \'IBM\', "\\u00e9")', "sym in (é)", "sym = 5", "sym > IBM",
+        "sym = and", "price between 1 and", "price between1 and 2", "price < 5 and",
+        "and price < 5", "price < 5 and temp >= 36.5 and temp < 38.5", "temp = 40",
+        "temp in (35, 36.49999, 45)", "Price < 3", "price < 5 temp > 3", "price < +5.",
+        "price < .5e1", "price < 5 AND sym IN (IBM)", "price = -0.0", "temp between 30 and 30",
+        "price < 3 and price > 2 and price <= 2.5", "price in (1) and price in (2)",
+        "price between -1e300 and 1e300", "sym = \"IBM\"and price < 3", "price<3and sym=IBM",
+    ]
+    subs = [{"node": "A", "client": "c", "id": f"s{i}", "where": w} for i, w in enumerate(wheres)]
+    values = [json.dumps(s).encode() for s in subs]
+    out = map_subscriptions(space, _source(spark, values, TOPICS.raw_subscriptions),
+                            TOPICS).collect()
+    got: dict[str, Any] = {}
+    for r in out:
+        if r.topic == TOPICS.deadletter:
+            got[f"s{_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit('@', 1)[1]}"] = None
+        else:
+            m = decode_label_subscription(bytes(r.value))
+            got[m.id] = m.labels
+    for s in subs:
+        want = _python_labels(space, s["where"])
+        have = got[s["id"]]
+        if want is None:
+            assert have is None, f"{s['where']!r} should be refused"
+        else:
+            assert have is not None, f"{s['where']!r} was refused"
+            assert np.array_equal(have, want), s["where"]
+
+
+def test_bad_raw_records_are_dead_letters(spark: Any) -> None:
+    space = ContentSpace.from_spec(SPACES[0])
+    ok = {"node": "A", "client": "c", "id": "e1",
+          "attrs": {"sym": "IBM", "price": 1, "temp": 36}}
+    bad = [
+        b"", b"\xff\xfe", b"[1, 2]", b"{not json", json.dumps(ok | {"op": "subscribe"}).encode(),
+        json.dumps(ok | {"extra": 1}).encode(), json.dumps({**ok, "node": "a.b"}).encode(),
+        json.dumps({**ok, "client": 5}).encode(), json.dumps({**ok, "id": ""}).encode(),
+        json.dumps({k: v for k, v in ok.items() if k != "attrs"}).encode(),
+        json.dumps({**ok, "attrs": [1]}).encode(), json.dumps({**ok, "payload": 3}).encode(),
+        json.dumps({**ok, "attrs": {**ok["attrs"], "price": {"x": 1}}}).encode(),
+        SERDE.header("RawSubscription") + b"\x00", b"\xc3\x01abc",
+        encode_raw_event("A", "c", "e9", {"sym": "IBM", "price": float("nan"), "temp": 36}),
+        encode_raw_event("A", "c", "e9", {"sym": 3, "price": 1, "temp": 36}),
+        encode_raw_event("A", "c", "", {"sym": "IBM", "price": 1, "temp": 36}),
+        encode_raw_event("A", "c", "e9", {"sym": "IBM", "price": 1, "temp": 36})[:-3],
+        json.dumps({**ok, "node": "N" * 240}).encode(),
+    ]
+    values = [json.dumps(ok | {"op": "publish"}).encode(), *bad, None]
+    out = map_events(space, _source(spark, values, TOPICS.raw_events), TOPICS).collect()
+    assert [r.topic for r in out].count(TOPICS.node_publish("A")) == 1
+    dead = sorted((r for r in out if r.topic == TOPICS.deadletter),
+                  key=lambda r: int(_headers(r)[HEADER_DLQ_SOURCE].rsplit(b"@", 1)[1]))
+    assert len(dead) == len(bad) + 1
+    for row, i in zip(dead, range(1, len(values)), strict=True):
+        _check_dead(row, TOPICS.raw_events, i, values[i] or b"")
+    reasons = [decode_dead_letter(bytes(r.value)) for r in dead]
+    assert reasons[0].reason == "raw event: empty message"
+    assert reasons[5].field == "extra" and "unknown field 'extra'" in reasons[5].reason
+    assert reasons[6].field == "node" and "'a.b'" in reasons[6].reason
+    assert reasons[15].field == "price" and "NaN" in reasons[15].reason
+    assert reasons[16].field == "sym"
+
+
+def test_unsubscriptions(spark: Any) -> None:
+    space = ContentSpace.from_spec(SPACES[0])
+    values = [json.dumps({"node": "A", "client": "c", "id": "s1"}).encode(),
+              encode_raw_unsubscription("B", "d", "s2"),
+              json.dumps({"node": "A", "client": "c"}).encode(),
+              json.dumps({"node": "A", "client": "c", "id": "s1", "where": "x"}).encode()]
+    out = map_unsubscriptions(space, _source(spark, values, TOPICS.raw_unsubscriptions),
+                              TOPICS).collect()
+    good = [(r.topic, decode_label_unsubscription(bytes(r.value))) for r in out
+            if r.topic != TOPICS.deadletter]
+    assert sorted(good, key=lambda g: g[0]) == [
+        (TOPICS.node_unsubscribe("A"), decode_label_unsubscription(
+            SERDE.encode("LabelUnsubscription", {"client": "c", "id": "s1"}))),
+        (TOPICS.node_unsubscribe("B"), decode_label_unsubscription(
+            SERDE.encode("LabelUnsubscription", {"client": "d", "id": "s2"})))]
+    assert sum(r.topic == TOPICS.deadletter for r in out) == 2
