@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import mmh3
 import numpy as np
 
 from dls.exceptions import FilterParamsError, IncompatibleFiltersError
@@ -33,7 +34,6 @@ from dls.hashing import (
     check_m,
     check_seed,
     positions,
-    positions_scalar,
 )
 
 __all__ = [
@@ -312,12 +312,6 @@ class CountingBloomFilter:
             )
         return out
 
-    def _positions_one(self, label: Any) -> np.ndarray:
-        value = check_label(label)
-        if self._position_fn is None:
-            return np.array(positions_scalar(value, self._m, self._k, self._seed), np.int64)
-        return self.positions(np.array([value], dtype=np.uint64))[0]
-
     # ------------------------------------------------------------------ updates
     def _apply_add(self, pos: np.ndarray) -> None:
         uniq, inc = count_keys(pos, self._m)
@@ -335,9 +329,24 @@ class CountingBloomFilter:
         cur = self._counters[uniq].astype(np.int64)
         self._counters[uniq] = np.where(cur == self._max, cur, cur - dec)
 
+    # One label at a time, the numpy batch machinery costs more than the work: the scalar
+    # operations hash with mmh3 and touch the k counters as Python ints.
+    def _scalar_positions(self, label: Any) -> list[int]:
+        value = check_label(label)
+        if self._position_fn is None:
+            h1, h2 = mmh3.hash64(value.to_bytes(8, "big"), self._seed, signed=False)
+            m = self._m
+            a, b = h1 % m, h2 % m
+            return [(a + i * b) % m for i in range(self._k)]
+        return [int(p) for p in self.positions(np.array([value], dtype=np.uint64))[0]]
+
     def add(self, label: int) -> None:
         """Insert one label."""
-        self._apply_add(self._positions_one(label))
+        counters, top = self._counters, self._max
+        for p in self._scalar_positions(label):  # a repeated position counts twice
+            c = int(counters[p])
+            if c < top:
+                counters[p] = c + 1
         self._n += 1
 
     def remove(self, label: int) -> None:
@@ -346,12 +355,17 @@ class CountingBloomFilter:
         Raises:
             KeyError: If the filter definitely does not contain ``label`` (nothing changes).
         """
-        value = check_label(label)
-        pos = self._positions_one(value)
-        uniq, dec, bad = self._check_remove(pos)
-        if bad.any():
-            raise KeyError(f"label {value} is not in the filter")
-        self._commit_remove(uniq, dec)
+        pos = self._scalar_positions(label)
+        counters, top = self._counters, self._max
+        dec: dict[int, int] = {}
+        for p in pos:
+            dec[p] = dec.get(p, 0) + 1
+        cur = {p: int(counters[p]) for p in dec}
+        if any(cur[p] < top and d > cur[p] for p, d in dec.items()):
+            raise KeyError(f"label {check_label(label)} is not in the filter")
+        for p, d in dec.items():
+            if cur[p] != top:  # a saturated counter stays saturated
+                counters[p] = cur[p] - d
         self._n -= 1
 
     def discard(self, label: int) -> None:
@@ -395,7 +409,8 @@ class CountingBloomFilter:
     # ------------------------------------------------------------------ queries
     def count(self, label: int) -> int:
         """Return the minimum counter over the label's positions (0 = definitely absent)."""
-        return int(self._counters[self._positions_one(label)].min())
+        counters = self._counters
+        return min(int(counters[p]) for p in self._scalar_positions(label))
 
     def __contains__(self, label: object) -> bool:
         return self.count(label) > 0  # type: ignore[arg-type]

@@ -447,3 +447,24 @@ def test_count_keys_paths_agree() -> None:
     for u, c in ((u1, c1), (u2, c2), (u3, c3)):
         assert np.array_equal(u, ref_u) and np.array_equal(c, ref_c)
         assert u.dtype == np.int64
+
+
+@settings(max_examples=80, deadline=None)
+@given(added=labels_st, bits=st.sampled_from([4, 8]), m=st.integers(1, 64), k=st.integers(1, 6),
+       data=st.data())
+def test_scalar_ops_equal_batched_ops(added: list[int], bits: int, m: int, k: int,
+                                      data: st.DataObject) -> None:
+    """The scalar fast path (mmh3, Python ints) and the numpy batch path agree exactly."""
+    f = CountingBloomFilter.with_params(m, k, counter_bits=bits, seed=3)
+    g = CountingBloomFilter.with_params(m, k, counter_bits=bits, seed=3)
+    for lab in added:
+        f.add(lab)
+    g.add_many(np.array(added, dtype=np.uint64))
+    assert f == g
+    gone = data.draw(st.lists(st.sampled_from(added), unique=True)) if added else []
+    for lab in gone:
+        f.remove(lab)
+    g.remove_many(np.array(gone, dtype=np.uint64))
+    assert f == g
+    probe = added + [x ^ 1 for x in added]
+    assert [f.count(x) for x in probe] == g.count_many(np.array(probe, dtype=np.uint64)).tolist()
