@@ -33,6 +33,7 @@ from dls.hashing import (
     check_label,
     check_m,
     check_seed,
+    hash_params_of,
     positions,
 )
 
@@ -144,7 +145,8 @@ class CountingBloomFilter:
         FilterParamsError: If a parameter is invalid.
     """
 
-    __slots__ = ("_bits", "_counters", "_k", "_m", "_max", "_n", "_position_fn", "_seed")
+    __slots__ = ("_bits", "_counters", "_k", "_m", "_max", "_n", "_position_fn", "_scalar_hash",
+                 "_seed")
 
     def __init__(
         self,
@@ -188,6 +190,10 @@ class CountingBloomFilter:
                 value=position_fn,
             )
         self._position_fn = position_fn
+        # One label at a time, hashing with mmh3 beats a table lookup through numpy; both
+        # give the same positions when the function is one of dls.hashing's own.
+        self._scalar_hash = position_fn is None or hash_params_of(position_fn) == (
+            self._m, self._k, self._seed)
         self._max = counter_max(self._bits)
         self._counters = np.zeros(self._m, dtype=np.uint8)
         self._n = 0
@@ -333,7 +339,7 @@ class CountingBloomFilter:
     # operations hash with mmh3 and touch the k counters as Python ints.
     def _scalar_positions(self, label: Any) -> list[int]:
         value = check_label(label)
-        if self._position_fn is None:
+        if self._scalar_hash:
             h1, h2 = mmh3.hash64(value.to_bytes(8, "big"), self._seed, signed=False)
             m = self._m
             a, b = h1 % m, h2 % m

@@ -40,6 +40,7 @@ __all__ = [
     "check_m",
     "check_k",
     "check_seed",
+    "hash_params_of",
     "label_hash128",
     "make_position_fn",
     "positions",
@@ -409,4 +410,19 @@ def make_position_fn(
     def hashed(labels: np.ndarray) -> np.ndarray:
         return positions(labels, m, k, seed)
 
+    hashed.hash_params = (m, k, seed)  # type: ignore[attr-defined]
     return hashed
+
+
+def hash_params_of(position_fn: Any) -> tuple[int, int, int] | None:
+    """``(m, k, seed)`` if ``position_fn`` is plain hashing with them (made here), else None.
+
+    A filter may then compute one label's positions with :func:`positions_scalar`
+    instead of calling ``position_fn`` on a one-element array.
+    """
+    owner = getattr(position_fn, "__self__", None)
+    if isinstance(owner, PositionTable) and getattr(position_fn, "__func__", None) is \
+            PositionTable.lookup:
+        return owner.m, owner.k, owner.seed
+    params = getattr(position_fn, "hash_params", None)
+    return params if isinstance(params, tuple) and len(params) == 3 else None

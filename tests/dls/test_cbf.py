@@ -322,6 +322,27 @@ def test_position_table_injection_identical() -> None:
     assert f.copy() == g
 
 
+def test_scalar_ops_use_a_foreign_position_fn() -> None:
+    """Only dls.hashing's own functions are replaced by mmh3 on the scalar path."""
+    from dls.hashing import make_position_fn
+
+    own = make_position_fn(4099, 5, 3, label_space_size=10_000)
+    assert CountingBloomFilter.with_params(4099, 5, seed=3, position_fn=own)._scalar_hash
+    other_seed = CountingBloomFilter.with_params(4099, 5, seed=4, position_fn=own)
+    assert not other_seed._scalar_hash
+
+    def shifted(labels: np.ndarray) -> np.ndarray:  # not hashing at all
+        return (labels.astype(np.int64)[:, None] + np.arange(5)) % 4099
+
+    f = CountingBloomFilter.with_params(4099, 5, seed=3, position_fn=shifted)
+    assert not f._scalar_hash
+    f.add(10)
+    assert np.flatnonzero(f.counters).tolist() == [10, 11, 12, 13, 14]
+    assert f.count(10) == 1 and f.count(9) == 0
+    f.remove(10)
+    assert not f.counters.any()
+
+
 def test_position_fn_bad_shape() -> None:
     def bad(labels: np.ndarray) -> np.ndarray:
         return np.zeros((labels.shape[0], 2), dtype=np.int64)
