@@ -1,14 +1,90 @@
-"""Subcommands of the ``dlsroute`` command for the Spark streaming mapping job (spark-map)."""
+"""Subcommands of the ``dlsroute`` command for the Spark streaming mapping job (spark-map).
+
+pyspark is imported inside the command, so ``dlsroute --help`` stays fast.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
+import sys
+import time
 from typing import Any
 
 __all__ = ["register"]
 
 
+def _cmd_spark_map(args: argparse.Namespace) -> int:
+    from connectors.topics import Topics, check_name
+    from dls.space import ContentSpace
+
+    space = ContentSpace.from_json(args.space)  # bad input fails before Spark starts
+    topics = Topics(args.topic_prefix)
+    nodes = [check_name(n, "--nodes") for n in args.nodes.split(",") if n] if args.nodes else []
+    if args.max_offsets is not None and args.max_offsets < 1:
+        print(f"dlsroute spark-map: --max-offsets must be at least 1, got {args.max_offsets}",
+              file=sys.stderr)
+        return 2
+
+    from spark.session import spark_session
+    from spark.stream import input_rows, prepare_topics, start_query
+
+    prepare_topics(args.bootstrap, topics, nodes)
+    spark = spark_session("dlsroute-spark-map", master=args.master)
+    started = time.monotonic()
+    query = start_query(spark, space, args.bootstrap, topics=topics,
+                        checkpoint=args.checkpoint, once=args.once,
+                        trigger_seconds=args.trigger_seconds,
+                        starting_offsets=args.starting_offsets,
+                        max_offsets_per_trigger=args.max_offsets, query_name="dls-spark-map")
+
+    def stop(signum: int, frame: Any) -> None:
+        del signum, frame
+        query.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    finally:
+        rows = input_rows(query)
+        error = query.exception()
+        spark.stop()
+    print(json.dumps({"raw_records": rows, "seconds": round(time.monotonic() - started, 1),
+                      "once": args.once}))
+    if error is not None:
+        print(f"dlsroute spark-map: the query failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add this module's subcommands to the ``dlsroute`` subparsers ``sub``."""
-    del sub
-    _ = argparse
+    s = sub.add_parser(
+        "spark-map",
+        help="Spark streaming job: raw subscriptions/unsubscriptions/events -> node topics",
+        description="Read dls.raw.{subscriptions,unsubscriptions,events} (Avro or JSON), map "
+                    "them to DLS labels in Spark SQL and write label-set (un)subscriptions "
+                    "and labelled events to the nodes' topics; bad records go to "
+                    "dls.deadletter.")
+    s.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, HOST:PORT")
+    s.add_argument("--space", required=True, help="content space spec (JSON file)")
+    s.add_argument("--checkpoint", default=None,
+                   help="checkpoint folder: a restart resumes where the last run stopped "
+                        "(default: a temporary folder, no resuming)")
+    s.add_argument("--once", action="store_true",
+                   help="process what is in the raw topics now, then stop (availableNow)")
+    s.add_argument("--topic-prefix", default="dls", help="topic name prefix (default dls)")
+    s.add_argument("--nodes", default=None,
+                   help="comma-separated nodes whose input topics to create first (control "
+                        "topics with unlimited retention, as the nodes make them)")
+    s.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    s.add_argument("--trigger-seconds", type=float, default=1.0,
+                   help="micro-batch interval without --once (default 1)")
+    s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
+                   help="where a run without a checkpoint starts (default earliest)")
+    s.add_argument("--max-offsets", type=int, default=None,
+                   help="at most this many raw records per micro-batch")
+    s.set_defaults(func=_cmd_spark_map)

@@ -1,0 +1,130 @@
+"""The streaming mapping job: raw topics in, node topics and dead letters out.
+
+One Structured Streaming query reads ``dls.raw.subscriptions``, ``dls.raw.unsubscriptions``
+and ``dls.raw.events`` with one Kafka source, maps each topic's records with
+:mod:`spark.mapping` and writes the union to the Kafka sink (the topic of every record is a
+column). With a checkpoint location a restarted query resumes where the last one stopped.
+
+Spark's Kafka sink is at-least-once: after a crash between a write and the checkpoint's
+commit, a micro-batch is written again. Nodes take a repeated subscription (same id, client
+and labels) as a no-op and drop an event whose origin and id they have already routed, so
+repeats are harmless there (see the architecture notes for what a repeated unsubscription
+does).
+
+``--once`` (``trigger(availableNow=True)``) processes what is in the raw topics when the
+query starts and stops: for batch use and tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from connectors.kafka import ensure_topics
+from connectors.topics import Topics
+from dls.space import ContentSpace
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = ["CONTROL_RETENTION", "input_rows", "map_raw", "prepare_topics", "start_query"]
+
+log = logging.getLogger(__name__)
+
+CONTROL_RETENTION = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""Settings of the node control topics (the nodes rebuild their state from them)."""
+
+
+def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = ()) -> None:
+    """Create the raw topics, the dead-letter topic and the given nodes' input topics.
+
+    A node's subscribe and unsubscribe topics get unlimited retention, as the node itself
+    creates them; otherwise the first record the job writes for a node that has not started
+    yet would create them with the broker's default retention.
+    """
+    ensure_topics(bootstrap, [topics.raw_subscriptions, topics.raw_unsubscriptions,
+                              topics.raw_events, topics.deadletter])
+    nodes = list(nodes)
+    if nodes:
+        ensure_topics(bootstrap, [t for n in nodes for t in (topics.node_subscribe(n),
+                                                             topics.node_unsubscribe(n))],
+                      config=CONTROL_RETENTION)
+        ensure_topics(bootstrap, [topics.node_publish(n) for n in nodes])
+
+
+def map_raw(space: ContentSpace, source: DataFrame, topics: Topics) -> DataFrame:
+    """The three mappings of one DataFrame holding records of all three raw topics."""
+    from pyspark.sql import functions as F
+
+    from spark.mapping import map_events, map_subscriptions, map_unsubscriptions
+
+    def of(name: str) -> DataFrame:
+        return source.where(F.col("topic") == name)
+
+    return (map_subscriptions(space, of(topics.raw_subscriptions), topics)
+            .unionByName(map_unsubscriptions(space, of(topics.raw_unsubscriptions), topics))
+            .unionByName(map_events(space, of(topics.raw_events), topics)))
+
+
+def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
+                topics: Topics | None = None, checkpoint: str | Path | None = None,
+                once: bool = False, trigger_seconds: float = 1.0,
+                starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
+                kafka_options: Mapping[str, str] | None = None,
+                query_name: str | None = None) -> StreamingQuery:
+    """Start the mapping query and return it (running; ``awaitTermination`` to wait).
+
+    Args:
+        spark: The session (see :func:`spark.session.spark_session`).
+        space: The content space of the nodes.
+        bootstrap: Kafka bootstrap servers.
+        topics: Topic names (default prefix ``dls``).
+        checkpoint: Checkpoint folder; a restarted query with the same folder resumes where
+            the last one stopped. None: a fresh temporary folder (no resuming).
+        once: Process what is there, then stop (``availableNow``).
+        trigger_seconds: Micro-batch interval when not ``once``.
+        starting_offsets: Where a query without a checkpoint starts (``earliest``/``latest``).
+        max_offsets_per_trigger: Cap on raw records per micro-batch (None: no cap).
+        kafka_options: More ``kafka.*`` options for the source and the sink (security).
+        query_name: Name of the streaming query.
+    """
+    topics = topics or Topics()
+    extra = {k if k.startswith("kafka.") else f"kafka.{k}": v
+             for k, v in (kafka_options or {}).items()}
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", ",".join([topics.raw_subscriptions,
+                                             topics.raw_unsubscriptions, topics.raw_events]))
+              .option("startingOffsets", starting_offsets)
+              .option("includeHeaders", "true"))
+    if max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    for k, v in extra.items():
+        reader = reader.option(k, v)
+    out = map_raw(space, reader.load(), topics)
+    if checkpoint is None:
+        checkpoint = tempfile.mkdtemp(prefix="dls-spark-map-")
+        log.warning("no checkpoint location given: using %s, a restart will not resume",
+                    checkpoint)
+    writer = (out.writeStream.format("kafka")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("checkpointLocation", str(checkpoint))
+              .outputMode("append"))
+    for k, v in extra.items():
+        writer = writer.option(k, v)
+    if query_name:
+        writer = writer.queryName(query_name)
+    if once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    return writer.start()
+
+
+def input_rows(query: Any) -> int:
+    """Raw records the query has read so far (from its recent progress reports)."""
+    return sum(int(p.get("numInputRows", 0)) for p in query.recentProgress)
