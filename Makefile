@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-fast lint bench bench-paper demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
+.PHONY: help setup spark-fetch test test-fast lint bench bench-paper demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
 
 KAFKA_SH := bash docker/kafka/kafka.sh
 
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv and install dlsroute (editable) with its dev tools
+	@$(PY) -m spark.jars >/dev/null  # Spark-Kafka/Avro connector jars into .cache/spark-libs (once)
+
+spark-fetch: setup ## Fetch the Spark connector jars again (force) and list them
+	$(PY) -m spark.jars --force
 
 test: setup ## Run every test
 	$(PY) -m pytest $(PYTEST_ARGS)
