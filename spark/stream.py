@@ -1,7 +1,7 @@
 """The streaming mapping job: raw topics in, node topics and dead letters out.
 
 One Structured Streaming query reads ``dls.raw.subscriptions``, ``dls.raw.unsubscriptions``
-and ``dls.raw.events`` with one Kafka source, maps each topic's records with
+and ``dls.raw.events`` (one Kafka source each), maps each topic's records with
 :mod:`spark.mapping` and writes the union to the Kafka sink (the topic of every record is a
 column). With a checkpoint location a restarted query resumes where the last one stopped.
 
@@ -56,18 +56,14 @@ def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = ()) ->
         ensure_topics(bootstrap, [topics.node_publish(n) for n in nodes])
 
 
-def map_raw(space: ContentSpace, source: DataFrame, topics: Topics) -> DataFrame:
-    """The three mappings of one DataFrame holding records of all three raw topics."""
-    from pyspark.sql import functions as F
-
+def map_raw(space: ContentSpace, sources: Mapping[str, DataFrame], topics: Topics) -> DataFrame:
+    """The union of the three mappings; ``sources`` maps each raw topic to its DataFrame."""
     from spark.mapping import map_events, map_subscriptions, map_unsubscriptions
 
-    def of(name: str) -> DataFrame:
-        return source.where(F.col("topic") == name)
-
-    return (map_subscriptions(space, of(topics.raw_subscriptions), topics)
-            .unionByName(map_unsubscriptions(space, of(topics.raw_unsubscriptions), topics))
-            .unionByName(map_events(space, of(topics.raw_events), topics)))
+    return (map_subscriptions(space, sources[topics.raw_subscriptions], topics)
+            .unionByName(map_unsubscriptions(space, sources[topics.raw_unsubscriptions],
+                                             topics))
+            .unionByName(map_events(space, sources[topics.raw_events], topics)))
 
 
 def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
@@ -88,24 +84,30 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
         once: Process what is there, then stop (``availableNow``).
         trigger_seconds: Micro-batch interval when not ``once``.
         starting_offsets: Where a query without a checkpoint starts (``earliest``/``latest``).
-        max_offsets_per_trigger: Cap on raw records per micro-batch (None: no cap).
+        max_offsets_per_trigger: Cap on records per micro-batch and raw topic (None: none).
         kafka_options: More ``kafka.*`` options for the source and the sink (security).
         query_name: Name of the streaming query.
     """
     topics = topics or Topics()
     extra = {k if k.startswith("kafka.") else f"kafka.{k}": v
              for k, v in (kafka_options or {}).items()}
-    reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", ",".join([topics.raw_subscriptions,
-                                             topics.raw_unsubscriptions, topics.raw_events]))
-              .option("startingOffsets", starting_offsets)
-              .option("includeHeaders", "true"))
-    if max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    for k, v in extra.items():
-        reader = reader.option(k, v)
-    out = map_raw(space, reader.load(), topics)
+
+    def source(topic: str) -> DataFrame:
+        # One source per raw topic: a single source feeding three filtered branches would be
+        # scanned three times per micro-batch.
+        reader = (spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic)
+                  .option("startingOffsets", starting_offsets)
+                  .option("includeHeaders", "true"))
+        if max_offsets_per_trigger is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+        for k, v in extra.items():
+            reader = reader.option(k, v)
+        return reader.load()
+
+    raw = (topics.raw_subscriptions, topics.raw_unsubscriptions, topics.raw_events)
+    out = map_raw(space, {t: source(t) for t in raw}, topics)
     if checkpoint is None:
         checkpoint = tempfile.mkdtemp(prefix="dls-spark-map-")
         log.warning("no checkpoint location given: using %s, a restart will not resume",

@@ -181,7 +181,7 @@ def _check_dead(row: Any, topic: str, offset: int, raw: bytes) -> None:
 def test_events_match_python(spark: Any, n: int) -> None:
     space = ContentSpace.from_spec(SPACES[n])
     rng = np.random.default_rng(1000 + n)
-    events = [_event(rng, space, i) for i in range(300)]
+    events = [_event(rng, space, i) for i in range(200)]
     values: list[bytes] = []
     for i, e in enumerate(events):
         if i % 4 == 3:  # Avro RawEvent input, when the SDK could encode it at all
@@ -221,7 +221,7 @@ def test_events_match_python(spark: Any, n: int) -> None:
         assert h[HEADER_ORIGIN] == f"{e['node']}/{e['client']}".encode()
         assert [x.key for x in row.headers] == [HEADER_LABEL, HEADER_ORIGIN, HEADER_EVENT_ID]
         assert bytes(row.value) == expected, e
-    assert n_good > 150 and len(dead) > 10
+    assert n_good > 100 and len(dead) > 5
 
 
 def _where_forms(rng: np.random.Generator, preds: list[Predicate]) -> Any:
@@ -239,7 +239,7 @@ def test_subscriptions_match_python(spark: Any, n: int) -> None:
     space = ContentSpace.from_spec(SPACES[n])
     rng = np.random.default_rng(2000 + n)
     subs = []
-    for i in range(250):
+    for i in range(160):
         where = _where_forms(rng, _predicates(rng, space))
         subs.append({"node": f"N{i % 2}", "client": f"c{i % 7}", "id": f"s{i}", "where": where})
     values = [encode_raw_subscription(s["node"], s["client"], s["id"], s["where"]) if i % 3 == 2
@@ -268,7 +268,7 @@ def test_subscriptions_match_python(spark: Any, n: int) -> None:
         assert topic == TOPICS.node_subscribe(s["node"])
         assert m.client == s["client"]
         assert np.array_equal(m.labels, labels), s["where"]
-    assert n_good >= (100 if n < 2 else 20) and len(dead) > 5
+    assert n_good >= (60 if n < 2 else 12) and len(dead) > 3
 
 
 def test_text_form_edge_cases(spark: Any) -> None:
