@@ -681,6 +681,41 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "—" if a is None or b is None or b == 0 else f"{a / b:,.1f}×"
 
 
+def _paper_mode_note(res: Results) -> str:
+    ins = sorted((r["params"]["n_subs"], r["value"], r["params"]["d"])
+                 for r in res.values("insert_time", experiment="scaling",
+                                     distribution="uniform") if r["system"] == "dls-paper")
+    probes = [r for r in res.values("insert_time_probe", experiment="scaling")
+              if r["system"] == "dls-paper"]
+    cut = [r for r in res.values("stopped_at", experiment="scaling")
+           if r["system"] == "dls-paper"]
+    if not ins and not probes:
+        return ""
+    txt = ("Paper mode applies the paper's query-then-add rule label by label through "
+           "scalar CBF calls (`broker_node.state._paper_add`), so it is much slower than the "
+           "default: ")
+    if ins:
+        txt += ", ".join(f"{_fmt(v)} µs/sub (uniform d = {d}, {_k(n_)})" for n_, v, d in ins[:3])
+    elif probes:
+        txt += ", ".join(f"{_fmt(r['value'])} µs/sub (probe, {r['params'].get('distribution')}"
+                         f" d = {r['params'].get('d')})" for r in probes[:3])
+    if cut:
+        txt += (f"; the time budget stopped it in {len(cut)} of the scaling configurations "
+                "(notes under Table 6)")
+    return txt + "."
+
+
+def _delete_cut_note(res: Results) -> str:
+    cut = sorted({(LABEL.get(r["system"], r["system"]), r["params"].get("distribution"),
+                   r["params"].get("d")) for r in res.values("delete_stopped_at",
+                                                               experiment="scaling")})
+    if not cut:
+        return "Every system deleted every subscription within its budget."
+    return ("These ran out of the delete budget, so their delete rows are measured on the "
+            "subscriptions deleted by then: " + ", ".join(f"{s_} ({d_}, d = {dd})"
+                                                          for s_, d_, dd in cut) + ".")
+
+
 def discussion(res: Results) -> list[str]:
     """A plain paragraph per experiment; every number comes from this run's records."""
     n = max(res.sizes("scaling") or [0])
@@ -703,8 +738,9 @@ def discussion(res: Results) -> list[str]:
         "(the paper: 0.516 / 0.594 / 0.813) and MICS at "
         + " / ".join(_fmt(v) for v in mics_ins) + " (the paper: 2.804 / 2.762 / 3.626). "
         "Absolute times are an order of magnitude above the paper's, for three reasons: "
-        "this machine is two cores shared with other engineers' test runs (load average "
-        "7–11 during the run, so steps of the same configuration differ by up to "
+        "this machine is two cores shared with other engineers' test runs (load averages "
+        "of 5–11 were common while we worked, so steps of the same configuration differ "
+        "by up to "
         f"{_fmt(swing, 1)}× — read the tables for their order of magnitude, not their "
         "trend); our insert is the whole path from raw boxes (input checks, cells, label "
         "expansion, exact aggregation counts, the registry, and k counters per label in "
@@ -712,11 +748,7 @@ def discussion(res: Results) -> list[str]:
         "and it is Python driving numpy, not Java. What agrees with the paper is the "
         "shape: DLS's cost per subscription does not grow with the number of "
         "subscriptions, and it grows with labels per subscription (d = 4 is the most "
-        "expensive). Paper mode could not be measured at these sizes: the paper's "
-        "query-then-add rule runs label by label through scalar CBF calls "
-        "(`broker_node.state._paper_add`, about 150 µs per label and neighbour here), so "
-        "100K subscriptions would take minutes; its measured rate is in the notes under "
-        "Table 6.", ""]
+        "expensive). " + _paper_mode_note(res), ""]
     # -- traffic ----------------------------------------------------------------------
     fu = [sc("dls", "forwarded", "uniform", d, g) for d, g in DIMS]
     fz = [sc("dls", "forwarded", "zipf", d, g) for d, g in DIMS]
@@ -748,10 +780,9 @@ def discussion(res: Results) -> list[str]:
         + "; the paper: 1.000 / 1.409 / 1.282): a deletion mirrors an insertion (exact "
         "counts, then the client bank), so it costs about the same, as in the paper, and "
         "withdraws exactly the labels it advertised (every DLS run checks that withdrawn "
-        "= forwarded). The paper's MICS has no deletion. Ours does, but it rebuilds its "
-        "sorted index per delete batch, whatever the batch size, and the R-tree deletes "
-        "entry by entry; both ran out of the delete budget (notes under Tables 5 and 6), "
-        "so their delete rows are measured on the first subscriptions deleted.", ""]
+        "= forwarded). The paper's MICS has no deletion; ours does (it rebuilds its sorted "
+        "index once per delete batch), as do the R-tree (one delete per entry) and brute "
+        "force (compaction). " + _delete_cut_note(res), ""]
     # -- matching ---------------------------------------------------------------------
     mt = {s_: sc(s_, "matching_time") for s_ in res.systems}
     speed = _speedup_line(res, "scaling", distribution="uniform", d=3, g=32, n_subs=n)
