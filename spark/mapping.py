@@ -53,6 +53,7 @@ from dls.space import (
     DiscreteAttribute,
     UniformAttribute,
 )
+from spark.session import SESSION_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -256,6 +257,9 @@ def _decode(raw: DataFrame, kind: str) -> DataFrame:
     from pyspark.sql.avro.functions import from_avro
 
     F = _F()
+    # The JSON rules of Python's json module: a repeated key keeps its last value.
+    for key in ("spark.sql.mapKeyDedupPolicy", "spark.sql.variant.allowDuplicateKeys"):
+        raw.sparkSession.conf.set(key, SESSION_CONF[key])
     schema_name = _RAW_SCHEMAS[kind]
     what = f"raw {kind}"
     df = _with_source(raw)
@@ -876,9 +880,11 @@ def _with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
     df = _with_cells(space, df)
     unknown = F.try_element_at(F.filter(F.col("_preds"), lambda p: ~p["attr"].isin(*names)),
                                F.lit(1))
-    total = F.lit(1).cast("bigint")
+    # Decimal: a product of cell counts can pass 2**63 (a bigint would overflow), and it
+    # never passes 2**64 (labels have 64 bits), well inside 38 digits.
+    total = F.lit(1).cast("decimal(10,0)")
     for i in range(len(names)):
-        total = total * F.size(F.col(f"_cells{i}")).cast("bigint")
+        total = total * F.size(F.col(f"_cells{i}")).cast("decimal(10,0)")
     df = df.select("*", total.alias("_total"))
     budget = space.filters.label_budget
     err = _first(
@@ -887,9 +893,9 @@ def _with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
                        F.lit(f" (the space has {names})")), unknown["attr"], unknown["attr"])),
         *[(F.col(f"_e{i}").isNotNull(), F.col(f"_e{i}")) for i in range(len(names))],
         (F.col("_total") > budget,
-         _err(F.concat(F.lit("subscription expands to "), F.col("_total").cast("string"),
+         _err(F.concat(F.lit("subscription expands to "), _count(F.col("_total")),
                        F.lit(f" labels, over the budget of {budget}")), "labels",
-              F.col("_total"))),
+              _count(F.col("_total")))),
     )
     df = _replace_err(df, err)
     labels = F.array(_long_lit(space.app_prefix))
@@ -899,6 +905,11 @@ def _with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
     scratch = [c for c in df.columns if c.startswith(("_m", "_d", "_k", "_v", "_lo", "_hi",
                                                       "_e", "_cells")) and c[-1].isdigit()]
     return df.drop(*scratch, "_total")
+
+
+def _count(total: Column) -> Column:
+    """A whole-number decimal as digits."""
+    return total.cast("decimal(38,0)").cast("string")
 
 
 def _labels_bytes(labels: Column) -> Column:

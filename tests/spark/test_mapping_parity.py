@@ -356,3 +356,30 @@ def test_unsubscriptions(spark: Any) -> None:
         (TOPICS.node_unsubscribe("B"), decode_label_unsubscription(
             SERDE.encode("LabelUnsubscription", {"client": "d", "id": "s2"})))]
     assert sum(r.topic == TOPICS.deadletter for r in out) == 2
+
+
+def test_repeated_json_keys_and_huge_label_counts(spark: Any) -> None:
+    """A repeated key keeps its last value and first place (Python's json); a subscription
+    of 2**64 cells is refused as over the budget, not an overflow that stops the query."""
+    space = ContentSpace.from_spec(SPACES[0])
+    raw = (b'{"node": "A", "client": "c", "id": "e1", "attrs": {"price": 1, "sym": "IBM", '
+           b'"temp": 36, "price": 2.5}}')
+    e = json.loads(raw)
+    (row,) = map_events(space, _source(spark, [raw], TOPICS.raw_events), TOPICS).collect()
+    assert row.topic == TOPICS.node_publish("A")
+    assert bytes(row.value) == encode_raw_event("A", "c", "e1", e["attrs"], b"")
+    assert _headers(row)[HEADER_LABEL] == encode_label(event_label(space, e["attrs"]))
+    huge = ContentSpace.from_spec({"attributes": [
+        {"name": f"a{i}", "type": "numeric", "low": 0, "high": 1, "granules": 1 << 16}
+        for i in range(4)]})
+    subs = [{"node": "A", "client": "c", "id": "s1", "where": ""},
+            {"node": "A", "client": "c", "id": "s2",
+             "where": "a0 = 0.5 and a1 = 0.5 and a2 = 0.25 and a3 between 0 and 0.001"}]
+    out = map_subscriptions(huge, _source(spark, [json.dumps(s).encode() for s in subs],
+                                          TOPICS.raw_subscriptions), TOPICS).collect()
+    by_topic = {r.topic: r for r in out}
+    dl = decode_dead_letter(bytes(by_topic[TOPICS.deadletter].value))
+    assert dl.reason == ("subscription expands to 18446744073709551616 labels, over the "
+                         "budget of 65536") and dl.field == "labels"
+    m = decode_label_subscription(bytes(by_topic[TOPICS.node_subscribe("A")].value))
+    assert np.array_equal(m.labels, Subscription(huge, subs[1]["where"]).labels())
