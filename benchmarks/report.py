@@ -794,7 +794,8 @@ def discussion(res: Results) -> list[str]:
             "withdraws exactly the labels it advertised (withdrawn = forwarded in every "
             "DLS run that deleted everything). " if not res.values("withdrawn_mismatch") else
             "in some runs withdrawn and forwarded labels differ (see the "
-            "`withdrawn_mismatch` records). ") + "The paper's MICS has no deletion; ours does (it rebuilds its sorted "
+            "`withdrawn_mismatch` records). ")
+        + "The paper's MICS has no deletion; ours does (it rebuilds its sorted "
         "index once per delete batch), as do the R-tree (one delete per entry) and brute "
         "force (compaction). " + _delete_cut_note(res), ""]
     # -- matching ---------------------------------------------------------------------
