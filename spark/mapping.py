@@ -338,10 +338,9 @@ def _decode(raw: DataFrame, kind: str) -> DataFrame:
             F.when(avro, avro_err).otherwise(json_err).alias("_err")]
     if kind == "event":
         cols += [F.try_variant_get(jfield("attrs"), "$", "map<string,variant>").alias("_am"),
-                 F.to_json(jfield("attrs")).alias("_attrs_json"),
                  F.from_json(F.col("_text"), "struct<attrs:map<string,string>>")["attrs"]
                  .alias("_tm"),
-                 jtype("payload").alias("_pt"), F.to_json(jfield("payload")).alias("_pj"),
+                 jtype("payload").alias("_pt"),
                  jstr("payload").alias("_ps")]
     elif kind == "subscription":
         cols += [jtype("where").alias("_wt"), jstr("where").alias("_ws"),
@@ -378,14 +377,15 @@ def _decode(raw: DataFrame, kind: str) -> DataFrame:
         kind_err = _first(
             (~avro & am.isNull(),
              _err(F.concat(F.lit("raw event: attrs must be an object, got "),
-                           F.col("_attrs_json")), "attrs", F.col("_attrs_json"))),
+                           F.to_json(jfield("attrs"))), "attrs", F.to_json(jfield("attrs")))),
             (~avro & bad.isNotNull(),
              _err(F.concat(F.lit("raw event: attrs["), _q(bad_k),
                            F.lit("] must be a number or a string, got "), bad_j),
                   F.concat(F.lit("attrs."), bad_k), bad_j)),
             (~avro & F.col("_pt").isNotNull() & (F.col("_pt") != "STRING"),
-             _err(F.concat(F.lit("raw event: payload must be a string, got "), F.col("_pj")),
-                  "payload", F.col("_pj"))),
+             _err(F.concat(F.lit("raw event: payload must be a string, got "),
+                           F.to_json(jfield("payload"))), "payload",
+                  F.to_json(jfield("payload")))),
         )
         df = df.select(
             "*",
@@ -547,25 +547,21 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
     return _replace_err(df, _first(*checks))
 
 
-def _avro_attrs(attrs: Column) -> Column:
-    """Avro bytes of the ``attrs`` map (one block, keys in map order), as fastavro writes."""
-    from pyspark.sql.avro.functions import to_avro
+def _raw_event_wire_schema() -> str:
+    """The RawEvent schema with ``attrs`` as an array of ``{key, value}`` records.
 
-    F = _F()
-
-    def entry(k: Column, v: Column) -> Column:
-        branch = (F.when(v["member0"].isNotNull(), 0).when(v["member1"].isNotNull(), 1)
-                  .otherwise(2))
-        val = (F.when(v["member0"].isNotNull(), to_avro(F.coalesce(v["member0"], F.lit(0))))
-               .when(v["member1"].isNotNull(), to_avro(F.coalesce(v["member1"], F.lit(0.0))))
-               .otherwise(to_avro(F.coalesce(v["member2"], F.lit("")))))
-        return F.concat(to_avro(F.coalesce(k, F.lit(""))), to_avro(branch.cast("bigint")), val)
-
-    entries = F.transform(F.map_entries(attrs), lambda e: entry(e["key"], e["value"]))
-    body = F.aggregate(entries, F.lit(bytearray()), lambda acc, x: F.concat(acc, x))
-    n = F.coalesce(F.size(attrs), F.lit(0)).cast("bigint")
-    zero = F.lit(bytearray(b"\x00"))
-    return F.when(n == 0, zero).otherwise(F.concat(to_avro(n), body, zero))
+    Avro writes a map as blocks of ``key value`` pairs and an array of such records as
+    blocks of the same bytes, so both encode alike; an array keeps the keys' order, which
+    ``to_avro`` of a map (a Java ``HashMap`` inside) does not.
+    """
+    schema = json.loads(_schema_json("RawEvent"))
+    for f in schema["fields"]:
+        if f["name"] == "attrs":
+            f["type"] = {"type": "array", "items": {
+                "type": "record", "name": "AttrEntry", "fields": [
+                    {"name": "key", "type": "string"},
+                    {"name": "value", "type": f["type"]["values"]}]}}
+    return json.dumps(schema)
 
 
 def map_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
@@ -579,12 +575,14 @@ def map_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame
 
     F = _F()
     df = _with_topic(_with_event_label(space, _decode(raw, "event")), topics, "publish")
-    # The RawEvent body field by field: to_avro of a map goes through a Java HashMap and
-    # loses the order of the keys, which the SDK's bytes keep.
-    head = to_avro(F.struct(_nn("node"), _nn("client"), _nn("id")))
-    value = F.when(F.col("_avro"), F.col("_value")).otherwise(F.concat(
-        _header("RawEvent"), head, _avro_attrs(F.col("attrs")),
-        to_avro(_nn("payload", bytearray()))))
+    entries = F.transform(F.coalesce(F.map_entries(F.col("attrs")),
+                                     F.array().cast(f"array<struct<key:string,value:"
+                                                    f"{_ATTR_TYPE}>>")),
+                          lambda e: F.struct(e["key"].alias("key"), e["value"].alias("value")))
+    body = to_avro(F.struct(_nn("node"), _nn("client"), _nn("id"), entries.alias("attrs"),
+                            _nn("payload", bytearray())), _raw_event_wire_schema())
+    value = F.when(F.col("_avro"), F.col("_value")).otherwise(
+        F.concat(_header("RawEvent"), body))
     return _finish(
         df, topics, F.col("_topic"), value,
         F.array(
