@@ -51,6 +51,7 @@ from connectors.kafka import (
 )
 from connectors.serde import SERDE, encode_dead_letter, encode_link
 from connectors.topics import (
+    CONTROL_TOPIC_CONFIG,
     HEADER_DLQ_REASON,
     HEADER_DLQ_SOURCE,
     HEADER_EVENT_ID,
@@ -67,7 +68,7 @@ __all__ = ["Metrics", "NodeService"]
 
 log = logging.getLogger("dlsroute.node")
 
-FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+FOREVER = dict(CONTROL_TOPIC_CONFIG)
 ROUTED_MEMORY = 100_000
 
 
@@ -171,6 +172,9 @@ class NodeService:
         # at-least-once writer upstream, such as Spark's Kafka sink, may send one twice).
         self._seen: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._batch_seen: dict[tuple[str, bytes], None] = {}
+        # (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
+        # no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
+        self._removed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._delivery_error: str | None = None
         # At least once: consumed positions whose outputs may not all be acknowledged yet.
         self._uncommitted: list[TopicPartition] = []
@@ -468,7 +472,8 @@ class NodeService:
                 name, rec = SERDE.decode(msg.value() or b"")
             except DLSError:
                 return False
-            if name != "LabelSubscription" or rec["id"] in self._pending:
+            if name != "LabelSubscription" or rec["id"] in self._pending \
+                    or (rec["client"], rec["id"]) in self._removed:
                 return False
             try:
                 parts.append(decode_labels(rec["labels"]))
@@ -522,10 +527,14 @@ class NodeService:
 
     def _subscribe(self, msg: Message, rec: dict[str, Any], replay: bool) -> None:
         client, sid = rec["client"], rec["id"]
+        if (client, sid) in self._removed:
+            raise _Skip(f"subscription id {sid!r} of client {client!r} was cancelled; ids "
+                        f"are not reused (a repeat from an at-least-once writer?)", "id", sid)
         pending = self._pending.get(sid)
         if pending is not None and pending.client == client \
                 and _timestamp(msg) <= pending.timestamp:
             del self._pending[sid]  # subscribed and cancelled before we saw it: no-op
+            self._removed[(client, sid)] = None
             return
         labels = decode_labels(rec["labels"])
         if not replay and self.topics.deliver(client) not in self._delivery_topics:
@@ -537,9 +546,16 @@ class NodeService:
         try:
             self._emit_links(self.state.unsubscribe(client, sid), replay)
         except UnknownSubscriptionError:
+            if (client, sid) in self._removed:  # cancelled already: a repeat
+                self.metrics.duplicates += 0 if replay else 1
+                return
             self._pending[sid] = _PendingUnsub(
                 sid, client, _timestamp(msg), time.monotonic() + self.settings.unsubscribe_grace_s,
                 source_of(msg), msg.value() or b"", _headers(msg))
+        else:
+            self._removed[(client, sid)] = None
+            while len(self._removed) > ROUTED_MEMORY:
+                self._removed.popitem(last=False)
 
     def _expired_unsubs(self) -> list[_PendingUnsub]:
         if not self._pending:

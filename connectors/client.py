@@ -30,6 +30,7 @@ from connectors.serde import (
     encode_raw_event,
 )
 from connectors.topics import (
+    CONTROL_TOPIC_CONFIG,
     HEADER_EVENT_ID,
     HEADER_LABEL,
     HEADER_ORIGIN,
@@ -80,6 +81,7 @@ class Client:
         self.delivered = 0
         self.false_positives = 0
         self.duplicates = 0
+        self._control_ready: set[str] = set()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     # -- control -----------------------------------------------------------------------------
@@ -128,6 +130,9 @@ class Client:
                                  field="flush", value=left)
 
     def _send(self, topic: str, value: bytes) -> None:
+        if topic not in self._control_ready:  # before the node does, if it has not run yet
+            ensure_topics(self.bootstrap, [topic], config=CONTROL_TOPIC_CONFIG)
+            self._control_ready.add(topic)
         self._producer.produce(topic, value)
         self.flush()
 

@@ -24,6 +24,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ import numpy as np
 from connectors.exceptions import SerdeError, TopicNameError
 
 __all__ = [
+    "CONTROL_TOPIC_CONFIG",
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_SOURCE",
     "HEADER_EVENT_ID",
@@ -48,6 +50,15 @@ __all__ = [
     "headers_dict",
     "source_of",
 ]
+
+CONTROL_TOPIC_CONFIG: Mapping[str, str] = MappingProxyType(
+    {"retention.ms": "-1", "retention.bytes": "-1"})
+"""Settings of a node's control topics (subscribe, unsubscribe, inbound links).
+
+A node rebuilds its state by re-reading them from the start, so they keep everything.
+Whoever writes to one first creates it with these settings (Kafka would otherwise
+auto-create it with the broker's default retention, and old subscriptions would vanish).
+"""
 
 HEADER_LABEL = "dls-label"
 """Header with the event's label: an unsigned 64-bit integer, 8 bytes big-endian."""

@@ -323,3 +323,30 @@ def test_a_batch_larger_than_the_producer_queue_waits_for_room(
         c.close()
     with pytest.raises(StopIteration):
         next(gen)
+
+
+def test_repeated_unsubscription_and_reused_id(net: Net) -> None:
+    """What an at-least-once writer upstream (the Spark job) may repeat changes nothing."""
+    from confluent_kafka import Producer
+
+    from connectors.kafka import producer_config
+    from connectors.serde import encode_label_subscription, encode_label_unsubscription
+
+    alice = net.client("A", "alice")
+    sid = alice.subscribe("sym = IBM")
+    wait_for(settled(net, "A", 1), what="subscription")
+    labels = alice.subscriptions[sid].labels()
+    alice.unsubscribe(sid)
+    wait_for(settled(net, "A", 0), what="unsubscription")
+    t = Topics(net.prefix)
+    p = Producer(producer_config(net.bootstrap))
+    p.produce(t.node_unsubscribe("A"), encode_label_unsubscription("alice", sid))  # repeat
+    p.flush(10)
+    wait_for(lambda: net.nodes["A"].metrics.duplicates >= 1, what="repeat counted")
+    p.produce(t.node_subscribe("A"), encode_label_subscription("alice", sid, labels, None))
+    p.flush(10)
+    letters = read_dead_letters(net, 1)
+    assert len(letters) == 1 and "was cancelled; ids are not reused" in letters[0][1], letters
+    assert len(net.nodes["A"].state) == 0
+    assert net.nodes["A"].metrics.dead_letters == 1  # the repeated unsubscription was none
+    alice.close()
