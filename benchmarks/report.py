@@ -971,10 +971,12 @@ def discussion(res: Results) -> list[str]:
                 parts.append(f"{LABEL[s_]} {_fmt(pts[0][1])} → {_fmt(pts[-1][1])} µs/event "
                              f"({pts[0][0]:,} → {pts[-1][0]:,} clients)")
         top = gcl[-1]
-        at_top = {s_: res.get(s_, "matching_time", experiment="growth_clients", n_clients=top)
-                  for s_ in res.systems}
-        slower = [LABEL[s_] for s_, v in at_top.items() if s_ != "dls" and v is not None
-                  and at_top.get("dls") is not None and v < at_top["dls"]]
+        at_top = {s_: v for s_ in res.systems
+                  if (v := res.get(s_, "matching_time", experiment="growth_clients",
+                                   n_clients=top)) is not None}
+        dls_top = at_top.get("dls")
+        slower = ([LABEL[s_] for s_, v in at_top.items() if s_ != "dls" and v < dls_top]
+                  if dls_top is not None else [])
         out += ["**Growth in clients (beyond the paper).** " + "; ".join(parts)
                 + ". DLS's matching cost grows with clients: each bank row is a bitset "
                 "over clients (clients/64 words), and with many clients each event has "
