@@ -58,3 +58,29 @@ def test_paper_mode_loses_a_live_subscription():
 
 def test_exact_mode_delivers_it():
     assert run("exact") == [("N1", "carol")]
+
+
+def busy_label_traffic(mode: str, holders: int) -> tuple[int, int]:
+    """Labels advertised and withdrawn after ``holders`` subscribe to one cell, then leave."""
+    from broker_node.state import BrokerState
+
+    state = BrokerState.for_space("N1", ["N2"], SPACE, mode=mode)
+    advertised = withdrawn = 0
+    for i in range(holders):
+        for m in state.subscribe(f"c{i}", f"s{i}", SPACE_CELL):
+            advertised += len(m.labels)
+    for i in range(holders):
+        for m in state.unsubscribe(f"c{i}", f"s{i}"):
+            withdrawn += len(m.labels)
+    return advertised, withdrawn
+
+
+SPACE_CELL = [5]  # one label
+
+
+def test_paper_mode_never_withdraws_a_label_held_past_the_counter_limit():
+    """4-bit SFF counters stick once they reach 15: after 15 holders, never withdrawn."""
+    assert busy_label_traffic("paper", 14) == (1, 1)
+    assert busy_label_traffic("paper", 15) == (1, 0)  # events keep coming to N1 for nobody
+    assert busy_label_traffic("exact", 15) == (1, 1)
+    assert busy_label_traffic("exact", 40) == (1, 1)
