@@ -687,6 +687,105 @@ def profile_shares(stats: pstats.Stats, total: float) -> dict[str, float]:
 
 
 # -- the run ------------------------------------------------------------------------------
+@dataclass
+class _Latency:
+    """The latency measurements of one run: a node or a passthrough under paced load."""
+
+    bootstrap: str
+    rec: Recorder
+    p: Prepared
+    s: RunSettings
+    groups: list[str]
+    facts: dict[str, Any]
+
+    def node(self, service: NodeService, settings: NodeSettings, system: str, publish: str,
+             watched: list[str], runs: Sequence[tuple[int, float, float, float]],
+             params: dict[str, Any], group_stem: str, tag: str) -> None:
+        """Run ``service`` on a thread; one paced run per ``(batch, poll, rate, fraction)``.
+
+        The node's settings object is swapped between runs (``run`` reads it at every
+        batch); the service is closed at the end.
+        """
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def loop() -> None:
+            try:
+                while not stop.is_set():
+                    service.run(max_seconds=0.1)
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        def node_counts() -> tuple[int, int, int]:
+            m = service.metrics
+            return m.events_in, m.deliveries, m.batches
+
+        node_thread = threading.Thread(target=loop, name=f"node-{system}", daemon=True)
+        node_thread.start()
+        try:
+            for k, (batch, poll_s, rate, frac) in enumerate(runs):
+                service.settings = settings.model_copy(update={"batch_size": batch,
+                                                               "poll_timeout_s": poll_s})
+                time.sleep(0.5)
+                group = f"{group_stem}-{k}"
+                self.groups.append(group)
+                r = measure_latency(self.bootstrap, publish, watched, group, node_counts,
+                                    self.p, self.s, rate, f"{tag}{k}")
+                if errors:
+                    raise errors[0]
+                latency_records(self.rec, system, {
+                    **params, "batch_size": batch, "poll_timeout_s": poll_s,
+                    "rate_events_s": rate, "rate_fraction_of_max": frac}, r, self.facts)
+        finally:
+            stop.set()
+            node_thread.join(60)
+            service.close()
+        if errors:
+            raise errors[0]
+
+    def passthrough(self, system: str, lat_in: str, out_topic: str, rate: float,
+                    transactional: bool, params: dict[str, Any], group_stem: str,
+                    tag: str) -> None:
+        """The same paced load through a passthrough, once per ``latency_configs`` entry."""
+        for k, (batch, poll_s) in enumerate(self.s.latency_configs):
+            group = f"{group_stem}-{k}"
+            self.groups.extend([group, f"{group}-recv"])
+            pt_stop = threading.Event()
+            pt_samples: list[tuple[float, int, int]] = []
+            pt_errors: list[BaseException] = []
+
+            def pt_loop(group: str = group, batch: int = batch, poll_s: float = poll_s,
+                        pt_stop: threading.Event = pt_stop,
+                        pt_samples: list[tuple[float, int, int]] = pt_samples,
+                        pt_errors: list[BaseException] = pt_errors) -> None:
+                try:
+                    passthrough(self.bootstrap, lat_in, group, None, batch, poll_s,
+                                transactional=transactional, out_topic=out_topic,
+                                stop=pt_stop, samples=pt_samples,
+                                timeout=self.s.phase_timeout_s)
+                except BaseException as exc:  # surfaced below
+                    pt_errors.append(exc)
+
+            def pt_counts(pt_samples: list[tuple[float, int, int]] = pt_samples
+                          ) -> tuple[int, int, int]:
+                last = pt_samples[-1] if pt_samples else (0.0, 0, 0)
+                return last[1], last[2], max(0, len(pt_samples) - 1)
+
+            th = threading.Thread(target=pt_loop, name=system, daemon=True)
+            th.start()
+            time.sleep(1.0)  # group join
+            try:
+                r = measure_latency(self.bootstrap, lat_in, [out_topic], f"{group}-recv",
+                                    pt_counts, self.p, self.s, rate, f"{tag}{k}")
+            finally:
+                pt_stop.set()
+                th.join(60)
+            if pt_errors:
+                raise pt_errors[0]
+            latency_records(self.rec, system, {**params, "batch_size": batch,
+                                               "poll_timeout_s": poll_s}, r, self.facts)
+
+
 def _summary(name: str, win: Window) -> str:
     return (f"{name:>20}: {win.rate:10.0f} events/s {win.message_rate:11.0f} msgs/s  "
             f"({win.events} events, {win.messages} msgs in {win.seconds:.2f} s, "
@@ -951,90 +1050,19 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                              f"{PRODUCER_DEFAULTS['linger.ms']}), paced every 1 ms",
                 "receiver": "read_committed consumer, default fetch settings"}
     watched = [topics.deliver(c) for c in service.state.clients[:s.latency_clients]]
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop() -> None:
-        try:
-            while not stop.is_set():
-                service.run(max_seconds=0.1)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    def node_counts() -> tuple[int, int, int]:
-        m = service.metrics
-        return m.events_in, m.deliveries, m.batches
-
-    node_thread = threading.Thread(target=loop, name="node-A", daemon=True)
-    node_thread.start()
-    try:
-        # Each setting at half the maximum rate, then the last one at fixed low rates.
-        runs = [(batch, poll_s, rate, s.latency_rate_fraction)
-                for batch, poll_s in s.latency_configs]
-        if s.latency_configs:
-            runs += [(*s.latency_configs[-1], low, low / dls.rate)
-                     for low in s.latency_low_rates]
-        for k, (batch, poll_s, r_k, frac) in enumerate(runs):
-            service.settings = settings.model_copy(update={"batch_size": batch,
-                                                           "poll_timeout_s": poll_s})
-            time.sleep(0.5)
-            group = f"{topics.prefix}-lat-{k}"
-            groups.append(group)
-            r = measure_latency(bootstrap, publish, watched, group, node_counts, p, s, r_k,
-                                f"L{k}")
-            if errors:
-                raise errors[0]
-            latency_records(rec, "dls", {**lat_base, "batch_size": batch, "poll_timeout_s": poll_s,
-                                         "rate_events_s": r_k,
-                                         "rate_fraction_of_max": frac,
-                                         "watched_clients": len(watched)}, r, facts)
-    finally:
-        stop.set()
-        node_thread.join(60)
-        service.close()
-    if errors:
-        raise errors[0]
-
+    # Each setting at half the maximum rate, then the last one at fixed low rates.
+    runs = [(batch, poll_s, rate, s.latency_rate_fraction)
+            for batch, poll_s in s.latency_configs]
+    if s.latency_configs:
+        runs += [(*s.latency_configs[-1], low, low / dls.rate) for low in s.latency_low_rates]
+    lat = _Latency(bootstrap, rec, p, s, groups, facts)
+    lat.node(service, settings, "dls", publish, watched, runs,
+             {**lat_base, "watched_clients": len(watched)}, f"{topics.prefix}-lat", "L")
     # The same paced load through the transactional passthrough (one output topic).
     lat_in = f"{topics.prefix}.bench.latency-in"
     ensure_topics(bootstrap, [lat_in])
-    for k, (batch, poll_s) in enumerate(s.latency_configs):
-        group = f"{topics.prefix}-ptlat-{k}"
-        groups.extend([group, f"{group}-recv"])
-        pt_stop = threading.Event()
-        pt_samples: list[tuple[float, int, int]] = []
-        pt_errors: list[BaseException] = []
-
-        def pt_loop(group: str = group, batch: int = batch, poll_s: float = poll_s,
-                    pt_stop: threading.Event = pt_stop,
-                    pt_samples: list[tuple[float, int, int]] = pt_samples,
-                    pt_errors: list[BaseException] = pt_errors) -> None:
-            try:
-                passthrough(bootstrap, lat_in, group, None, batch, poll_s, transactional=True,
-                            out_topic=out_topic, stop=pt_stop, samples=pt_samples,
-                            timeout=s.phase_timeout_s)
-            except BaseException as exc:  # surfaced below
-                pt_errors.append(exc)
-
-        def pt_counts(pt_samples: list[tuple[float, int, int]] = pt_samples
-                      ) -> tuple[int, int, int]:
-            last = pt_samples[-1] if pt_samples else (0.0, 0, 0)
-            return last[1], last[2], max(0, len(pt_samples) - 1)
-
-        th = threading.Thread(target=pt_loop, name="passthrough", daemon=True)
-        th.start()
-        time.sleep(1.0)  # group join
-        try:
-            r = measure_latency(bootstrap, lat_in, [out_topic], f"{group}-recv", pt_counts, p,
-                                s, rate, f"P{k}")
-        finally:
-            pt_stop.set()
-            th.join(60)
-        if pt_errors:
-            raise pt_errors[0]
-        latency_records(rec, "passthrough", {**lat_base, "batch_size": batch,
-                                             "poll_timeout_s": poll_s, "watched_topics": 1},
-                        r, facts)
+    lat.passthrough("passthrough", lat_in, out_topic, rate, True,
+                    {**lat_base, "watched_topics": 1}, f"{topics.prefix}-ptlat", "P")
     p99s = [r["value"] for r in rec.records
             if r["metric"] == "latency_p99" and r["system"] == "dls"
             and r["params"]["rate_fraction_of_max"] == s.latency_rate_fraction]
@@ -1114,84 +1142,17 @@ def _at_least_once_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepa
 
     rate = s.latency_rate_fraction * win.rate
     watched = [topics.deliver(c) for c in service.state.clients[:s.latency_clients]]
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop() -> None:
-        try:
-            while not stop.is_set():
-                service.run(max_seconds=0.1)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    def node_counts() -> tuple[int, int, int]:
-        m = service.metrics
-        return m.events_in, m.deliveries, m.batches
-
-    node_thread = threading.Thread(target=loop, name="node-B", daemon=True)
-    node_thread.start()
-    lat = {**lat_base, "delivery": "at_least_once", "rate_events_s": rate,
-           "rate_fraction_of_max": s.latency_rate_fraction,
-           "watched_clients": len(watched)}
-    try:
-        for k, (batch, poll_s) in enumerate(s.latency_configs):
-            service.settings = alo.model_copy(update={"batch_size": batch,
-                                                      "poll_timeout_s": poll_s})
-            time.sleep(0.5)
-            group = f"{topics.prefix}-alolat-{k}"
-            groups.append(group)
-            r = measure_latency(bootstrap, publish, watched, group, node_counts, p, s, rate,
-                                f"A{k}")
-            if errors:
-                raise errors[0]
-            latency_records(rec, "dls-alo", {**lat, "batch_size": batch,
-                                             "poll_timeout_s": poll_s}, r, facts)
-    finally:
-        stop.set()
-        node_thread.join(60)
-        service.close()
-    if errors:
-        raise errors[0]
-
+    base_lat = {**lat_base, "delivery": "at_least_once", "rate_events_s": rate,
+                "rate_fraction_of_max": s.latency_rate_fraction}
+    runs = [(batch, poll_s, rate, s.latency_rate_fraction)
+            for batch, poll_s in s.latency_configs]
+    lat = _Latency(bootstrap, rec, p, s, groups, facts)
+    lat.node(service, alo, "dls-alo", publish, watched, runs,
+             {**base_lat, "watched_clients": len(watched)}, f"{topics.prefix}-alolat", "A")
     lat_in = f"{topics.prefix}.bench.latency-in-nontx"
     ensure_topics(bootstrap, [lat_in])
-    for k, (batch, poll_s) in enumerate(s.latency_configs):
-        group = f"{topics.prefix}-ntlat-{k}"
-        groups.extend([group, f"{group}-recv"])
-        pt_stop = threading.Event()
-        pt_samples: list[tuple[float, int, int]] = []
-        pt_errors: list[BaseException] = []
-
-        def pt_loop(group: str = group, batch: int = batch, poll_s: float = poll_s,
-                    pt_stop: threading.Event = pt_stop,
-                    pt_samples: list[tuple[float, int, int]] = pt_samples,
-                    pt_errors: list[BaseException] = pt_errors) -> None:
-            try:
-                passthrough(bootstrap, lat_in, group, None, batch, poll_s, transactional=False,
-                            out_topic=out_topic, stop=pt_stop, samples=pt_samples,
-                            timeout=s.phase_timeout_s)
-            except BaseException as exc:  # surfaced below
-                pt_errors.append(exc)
-
-        def pt_counts(pt_samples: list[tuple[float, int, int]] = pt_samples
-                      ) -> tuple[int, int, int]:
-            last = pt_samples[-1] if pt_samples else (0.0, 0, 0)
-            return last[1], last[2], max(0, len(pt_samples) - 1)
-
-        th = threading.Thread(target=pt_loop, name="passthrough-nontx", daemon=True)
-        th.start()
-        time.sleep(1.0)  # group join
-        try:
-            r = measure_latency(bootstrap, lat_in, [out_topic], f"{group}-recv", pt_counts, p,
-                                s, rate, f"N{k}")
-        finally:
-            pt_stop.set()
-            th.join(60)
-        if pt_errors:
-            raise pt_errors[0]
-        latency_records(rec, "passthrough-nontx", {**lat, "batch_size": batch,
-                                                   "poll_timeout_s": poll_s,
-                                                   "watched_topics": 1}, r, facts)
+    lat.passthrough("passthrough-nontx", lat_in, out_topic, rate, False,
+                    {**base_lat, "watched_topics": 1}, f"{topics.prefix}-ntlat", "N")
     p99s = [r["value"] for r in rec.records
             if r["metric"] == "latency_p99" and r["system"] == "dls-alo"]
     if p99s:
