@@ -557,7 +557,40 @@ class BrokerState:
         return out
 
     def _paper_add(self, labels: np.ndarray, source: str | None) -> list[LinkMessage]:
-        """Paper Algorithm 2 on every SFF_j (j != source), label by label."""
+        """Paper Algorithm 2 on every SFF_j (j != source): forward a label found absent.
+
+        Label by label, "absent" means one of its counters is still zero when its turn
+        comes: zero before the batch and not touched by an earlier label of the batch. That
+        is decided for the whole batch at once (the first label to touch each counter), and
+        the counters are then added in one batched, saturating update, which equals adding
+        them one by one.
+        """
+        out: list[LinkMessage] = []
+        labels = np.asarray(labels, dtype=np.uint64)
+        if labels.size == 0:
+            return out
+        pos = None
+        for n, sff in self._sff.items():
+            if n == source:
+                continue
+            if pos is None:  # every SFF has the same m, k and seed
+                pos = sff.positions(labels)
+                flat = pos.ravel()
+                uniq, first = np.unique(flat, return_index=True)
+                first_label = np.empty(sff.m, dtype=np.int64)
+                first_label[uniq] = first // pos.shape[1]
+                own = first_label[pos] == np.arange(len(labels))[:, None]
+            fwd = labels[((sff.counters[pos] == 0) & own).any(axis=1)]
+            sff.add_many(labels)
+            if fwd.size:
+                out.append(LinkMessage(n, ADVERTISE, fwd))
+                self._count(n, ADVERTISE, len(fwd))
+        self._total.add(*unique_counts(labels))
+        return out
+
+    def _paper_add_one_by_one(self, labels: np.ndarray, source: str | None
+                              ) -> list[LinkMessage]:
+        """Algorithm 2 literally, label by label (the reference the tests compare with)."""
         out: list[LinkMessage] = []
         for n, sff in self._sff.items():
             if n == source:
@@ -574,10 +607,48 @@ class BrokerState:
         return out
 
     def _paper_remove(self, labels: np.ndarray, source: str | None) -> list[LinkMessage]:
-        """Paper Algorithm 3 on every SFF_j (j != source), label by label."""
+        """Paper Algorithm 3 on every SFF_j (j != source): withdraw a label whose count is 1.
+
+        Label by label, a label's count is the minimum of its counters after the earlier
+        labels of the batch were removed (a saturated counter never moves). That is
+        computed for the whole batch at once, assuming every label is found present (count
+        not 0) and so removed; if one is not, that SFF is done one label at a time.
+        """
         out: list[LinkMessage] = []
+        labels = np.asarray(labels, dtype=np.uint64)
+        if labels.size == 0:
+            return out
+        pos = earlier = None
         for n, sff in self._sff.items():
             if n == source:
+                continue
+            if pos is None:  # every SFF has the same m, k and seed
+                pos = sff.positions(labels)
+                earlier = _earlier_label_counts(pos)
+            c0 = sff.counters[pos].astype(np.int64)
+            now = np.where(c0 == sff.max_count, c0, c0 - earlier)
+            q = now.min(axis=1)
+            if (q <= 0).any():
+                out += self._paper_remove_one_by_one(labels, n)
+                continue
+            wd = labels[q == 1]
+            sff.remove_many(labels)
+            if wd.size:
+                out.append(LinkMessage(n, WITHDRAW, wd))
+                self._count(n, WITHDRAW, len(wd))
+        u, c = unique_counts(labels)
+        self._total.add(u, -c)
+        return out
+
+    def _paper_remove_one_by_one(self, labels: np.ndarray, only: str | None = None,
+                                 source: str | None = None) -> list[LinkMessage]:
+        """Algorithm 3 literally on SFF ``only`` (every SFF but ``source`` when None).
+
+        Changes no exact count (the caller or the tests do).
+        """
+        out: list[LinkMessage] = []
+        for n, sff in self._sff.items():
+            if n == source or (only is not None and n != only):
                 continue
             wd = []
             for label in labels.tolist():
@@ -589,8 +660,6 @@ class BrokerState:
             if wd:
                 out.append(LinkMessage(n, WITHDRAW, np.asarray(wd, dtype=np.uint64)))
                 self._count(n, WITHDRAW, len(wd))
-        u, c = unique_counts(labels)
-        self._total.add(u, -c)
         return out
 
     def _count(self, n: str, kind: str, k: int) -> None:
@@ -684,3 +753,17 @@ class BrokerState:
             "ert_fill": {n: f.fill_ratio() for n, f in self._ert.items()},
             "ert_estimated_fpr": {n: f.estimated_fpr() for n, f in self._ert.items()},
         }
+
+
+def _earlier_label_counts(pos: np.ndarray) -> np.ndarray:
+    """For each entry ``pos[i, t]``: how often that position occurs in rows before ``i``."""
+    n, k = pos.shape
+    flat = pos.ravel()
+    order = np.argsort(flat, kind="stable")
+    sorted_pos = flat[order]
+    starts = np.flatnonzero(np.r_[True, sorted_pos[1:] != sorted_pos[:-1]])
+    group_start = np.repeat(starts, np.diff(np.r_[starts, flat.size]))
+    rank = np.empty(flat.size, dtype=np.int64)
+    rank[order] = np.arange(flat.size) - group_start  # earlier entries with that position
+    same_row_before = (pos[:, :, None] == pos[:, None, :]) & np.tri(k, k, -1, dtype=bool)
+    return rank.reshape(n, k) - same_row_before.sum(axis=2)
