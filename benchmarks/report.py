@@ -700,8 +700,9 @@ def _withdraw_note(res: Results) -> str:
            "`withdrawn_mismatch` records). ")
     paper = [r for r in bad if r["system"] == "dls-paper"]
     if paper:
-        where = ", ".join(f"{r['params']['distribution']} d = {r['params']['d']}: "
-                          f"{int(r['value']):,} labels" for r in paper)
+        where = ", ".join(dict.fromkeys(  # one entry per run, not per repeated record
+            f"{r['params'].get('experiment', '')} {r['params']['distribution']} "
+            f"d = {r['params']['d']}: {int(r['value']):,} labels".strip() for r in paper))
         txt += ("Paper mode, after every subscription was deleted, still had labels "
                 f"advertised that it never withdrew ({where}): its SFF counters are 4-bit "
                 "and saturate at 15 when a label is held by more than 15 subscriptions; a "
