@@ -441,6 +441,27 @@ def machine_info() -> dict[str, Any]:
                                         "broker_node").splitlines()}
 
 
+def write_results(out: Path, records: list[dict[str, Any]], *, benchmark: str, module: str,
+                  argv: Sequence[str] | None, started: str, wall: float,
+                  **meta: Any) -> Path:
+    """Write ``records`` to ``out`` and the run's facts to ``<out>.meta.json``.
+
+    The meta file always holds the benchmark, the command, the start time, the wall time,
+    the record count and :func:`machine_info`; ``meta`` adds the benchmark's own facts
+    (settings, mode, load averages...). Returns the meta file's path.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    facts = {"benchmark": benchmark,
+             "command": [sys.executable, "-m", module,
+                         *(argv if argv is not None else sys.argv[1:])],
+             "started_utc": started, "wall_time_s": round(wall, 2),
+             "n_records": len(records), "machine": machine_info(), **meta}
+    meta_path = out.with_name(out.stem + ".meta.json")
+    meta_path.write_text(json.dumps(facts, indent=1) + "\n")
+    return meta_path
+
+
 def plot(records: list[dict[str, Any]], path: Path) -> bool:
     """Matching time per event vs subscriptions, DLS vs brute force, log y (one panel per
     distribution). Returns False when matplotlib is missing."""
@@ -501,15 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = run(settings)
     wall = time.perf_counter() - t0
     out: Path = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=1) + "\n")
-    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.core",
-                                                *(argv if argv is not None else sys.argv[1:])],
-            "quick": args.quick, "started_utc": started, "wall_time_s": round(wall, 2),
-            "n_records": len(records), "machine": machine_info(),
-            "settings": asdict(settings)}
-    meta_path = out.with_name(out.stem + ".meta.json")
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    meta_path = write_results(out, records, benchmark=BENCHMARK, module="benchmarks.core",
+                              argv=argv, started=started, wall=wall, quick=args.quick,
+                              settings=asdict(settings))
     print(f"wrote {len(records)} records to {out} and {meta_path} in {wall:.1f} s")
     if not args.no_plot:
         png = out.with_name(PLOT_NAME)

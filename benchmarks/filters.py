@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -53,7 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from benchmarks.baselines.cbf_peer import PeerCountingBloomFilter
-from benchmarks.core import machine_info
+from benchmarks.core import write_results
 from dls.cbf import CountingBloomFilter
 
 BENCHMARK = "filters"
@@ -246,16 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = run(settings)
     wall = time.perf_counter() - t0
     out: Path = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=1) + "\n")
-    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.filters",
-                                                *(argv if argv is not None else sys.argv[1:])],
-            "quick": args.quick, "started_utc": started, "wall_time_s": round(wall, 2),
-            "n_records": len(records), "machine": machine_info(),
-            "load_average_1_5_15": list(os.getloadavg()),
-            "settings": asdict(settings)}
-    meta_path = out.with_name(out.stem + ".meta.json")
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    meta_path = write_results(out, records, benchmark=BENCHMARK, module="benchmarks.filters",
+                              argv=argv, started=started, wall=wall, quick=args.quick,
+                              load_average_1_5_15=list(os.getloadavg()),
+                              settings=asdict(settings))
     print(f"wrote {len(records)} records to {out} and {meta_path} in {wall:.1f} s")
     return 0
 

@@ -96,7 +96,6 @@ import multiprocessing as mp
 import os
 import pstats
 import struct
-import sys
 import tempfile
 import threading
 import time
@@ -116,8 +115,8 @@ from benchmarks.core import (
     ROUTING_FILTER,
     distinct_labels_per_client,
     event_columns,
-    machine_info,
     map_boxes,
+    write_results,
 )
 from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
 from broker_node.config import NodeSettings
@@ -1246,16 +1245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts = run(settings, args.bootstrap, rec, profile=not args.no_profile,
                 keep_topics=args.keep_topics, out_dir=out.parent)
     wall = time.perf_counter() - t0
-    out.write_text(json.dumps(rec.records, indent=1) + "\n")
-    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.kafka",
-                                                *(argv if argv is not None else sys.argv[1:])],
-            "quick": args.quick, "bootstrap": args.bootstrap, "started_utc": started,
-            "wall_time_s": round(wall, 2), "n_records": len(rec.records),
-            "machine": machine_info(), "settings": asdict(settings),
-            "loadavg_1min_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
-            **{k: v for k, v in facts.items() if k != "latency"}}
-    meta_path = out.with_name(out.stem + ".meta.json")
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    meta_path = write_results(
+        out, rec.records, benchmark=BENCHMARK, module="benchmarks.kafka", argv=argv,
+        started=started, wall=wall, quick=args.quick, bootstrap=args.bootstrap,
+        settings=asdict(settings),
+        loadavg_1min_start_end=[round(load_start[0], 2), round(os.getloadavg()[0], 2)],
+        **{k: v for k, v in facts.items() if k != "latency"})
     rec.log(f"wrote {len(rec.records)} records to {out} and {meta_path} in {wall:.1f} s")
     if not args.no_plot:
         png = out.with_name(out.stem + ".png")

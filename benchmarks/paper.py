@@ -755,20 +755,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     records, ran, failures = run(s, require_all=args.require_all, checkpoint=save_partial)
     wall = time.perf_counter() - t0
-    out.write_text(json.dumps(records, indent=1) + "\n")
-    partial_path.unlink(missing_ok=True)
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
-    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.paper",
-                                                *(argv if argv is not None else sys.argv[1:])],
-            "mode": mode, "started_utc": started, "wall_time_s": round(wall, 2),
-            "n_records": len(records), "machine": core.machine_info(),
-            "systems": ran, "systems_skipped": [x.name for x in SYSTEMS if x.name not in ran
-                                                and (s.systems is None
-                                                     or x.name in s.systems)],
-            "failures": failures,
-            "settings": asdict(s)}
-    meta_path = out.with_name(out.stem + ".meta.json")
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    skipped = [x.name for x in SYSTEMS
+               if x.name not in ran and (s.systems is None or x.name in s.systems)]
+    meta_path = core.write_results(
+        out, records, benchmark=BENCHMARK, module="benchmarks.paper", argv=argv,
+        started=started, wall=wall, mode=mode, systems=ran, systems_skipped=skipped,
+        failures=failures, settings=asdict(s))
+    partial_path.unlink(missing_ok=True)
     print(f"wrote {len(records)} records to {out} and {meta_path} in {wall:.1f} s")
     if failures:
         print(f"{len(failures)} system runs failed: see 'failures' in {meta_path}")

@@ -44,9 +44,7 @@ wall time, settings) and ``spark.png`` (throughput bars), unless ``--no-plot``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -56,7 +54,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.core import machine_info
+from benchmarks.core import write_results
 from connectors.kafka import ensure_topics
 from connectors.topics import Topics
 from dls.space import ContentSpace
@@ -367,15 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts = run(s, args.bootstrap, rec, keep_topics=args.keep_topics)
     wall = time.perf_counter() - t0
     out: Path = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rec.records, indent=1) + "\n")
-    meta = {"benchmark": BENCHMARK, "command": [sys.executable, "-m", "benchmarks.spark",
-                                                *(argv if argv is not None else sys.argv[1:])],
-            "quick": args.quick, "started_utc": started, "wall_time_s": round(wall, 2),
-            "n_records": len(rec.records), "machine": machine_info(),
-            "settings": asdict(s), **facts}
-    meta_path = out.with_name(out.stem + ".meta.json")
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    meta_path = write_results(out, rec.records, benchmark=BENCHMARK, module="benchmarks.spark",
+                              argv=argv, started=started, wall=wall, quick=args.quick,
+                              settings=asdict(s), **facts)
     rec.log(f"wrote {len(rec.records)} records to {out} and {meta_path} in {wall:.1f} s")
     if not args.no_plot:
         png = out.with_name(PLOT_NAME)
