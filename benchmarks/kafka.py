@@ -698,13 +698,19 @@ class _Latency:
     facts: dict[str, Any]
 
     def node(self, service: NodeService, settings: NodeSettings, system: str, publish: str,
-             watched: list[str], runs: Sequence[tuple[int, float, float, float]],
+             watched: list[str], max_rate: float, low_rates: Sequence[float],
              params: dict[str, Any], group_stem: str, tag: str) -> None:
-        """Run ``service`` on a thread; one paced run per ``(batch, poll, rate, fraction)``.
+        """Run ``service`` on a thread and measure it under paced load.
 
-        The node's settings object is swapped between runs (``run`` reads it at every
-        batch); the service is closed at the end.
+        Each of ``latency_configs`` at ``latency_rate_fraction`` of ``max_rate``, then the
+        last one at each of ``low_rates``. The node's settings object is swapped between
+        runs (``run`` reads it at every batch); the service is closed at the end.
         """
+        s = self.s
+        runs = [(batch, poll_s, s.latency_rate_fraction * max_rate, s.latency_rate_fraction)
+                for batch, poll_s in s.latency_configs]
+        if s.latency_configs:
+            runs += [(*s.latency_configs[-1], low, low / max_rate) for low in low_rates]
         stop = threading.Event()
         errors: list[BaseException] = []
 
@@ -783,6 +789,17 @@ class _Latency:
                 raise pt_errors[0]
             latency_records(self.rec, system, {**params, "batch_size": batch,
                                                "poll_timeout_s": poll_s}, r, self.facts)
+
+    def log_best_p99(self, system: str) -> None:
+        """Log the best p99 at ``latency_rate_fraction`` of the maximum rate against the bar."""
+        frac = self.s.latency_rate_fraction
+        p99s = [r["value"] for r in self.rec.records
+                if r["metric"] == "latency_p99" and r["system"] == system
+                and r["params"]["rate_fraction_of_max"] == frac]
+        if p99s:
+            best = min(p99s)
+            self.rec.log(f"best {system} p99 at {frac:.0%} of its maximum rate: {best:.1f} ms "
+                         f"(bar {BAR_P99_MS:g} ms: {'met' if best < BAR_P99_MS else 'NOT met'})")
 
 
 def _summary(name: str, win: Window) -> str:
@@ -1049,27 +1066,15 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                              f"{PRODUCER_DEFAULTS['linger.ms']}), paced every 1 ms",
                 "receiver": "read_committed consumer, default fetch settings"}
     watched = [topics.deliver(c) for c in service.state.clients[:s.latency_clients]]
-    # Each setting at half the maximum rate, then the last one at fixed low rates.
-    runs = [(batch, poll_s, rate, s.latency_rate_fraction)
-            for batch, poll_s in s.latency_configs]
-    if s.latency_configs:
-        runs += [(*s.latency_configs[-1], low, low / dls.rate) for low in s.latency_low_rates]
     lat = _Latency(bootstrap, rec, p, s, groups, facts)
-    lat.node(service, settings, "dls", publish, watched, runs,
+    lat.node(service, settings, "dls", publish, watched, dls.rate, s.latency_low_rates,
              {**lat_base, "watched_clients": len(watched)}, f"{topics.prefix}-lat", "L")
     # The same paced load through the transactional passthrough (one output topic).
     lat_in = f"{topics.prefix}.bench.latency-in"
     ensure_topics(bootstrap, [lat_in])
     lat.passthrough("passthrough", lat_in, out_topic, rate, True,
                     {**lat_base, "watched_topics": 1}, f"{topics.prefix}-ptlat", "P")
-    p99s = [r["value"] for r in rec.records
-            if r["metric"] == "latency_p99" and r["system"] == "dls"
-            and r["params"]["rate_fraction_of_max"] == s.latency_rate_fraction]
-    if p99s:
-        best = min(p99s)
-        rec.log(f"best dls p99 at {s.latency_rate_fraction:.0%} of the node's maximum rate: "
-                f"{best:.1f} ms (bar {BAR_P99_MS:g} ms: "
-                f"{'met' if best < BAR_P99_MS else 'NOT met'})")
+    lat.log_best_p99("dls")
 
     if s.at_least_once:
         _at_least_once_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
@@ -1143,22 +1148,14 @@ def _at_least_once_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepa
     watched = [topics.deliver(c) for c in service.state.clients[:s.latency_clients]]
     base_lat = {**lat_base, "delivery": "at_least_once", "rate_events_s": rate,
                 "rate_fraction_of_max": s.latency_rate_fraction}
-    runs = [(batch, poll_s, rate, s.latency_rate_fraction)
-            for batch, poll_s in s.latency_configs]
     lat = _Latency(bootstrap, rec, p, s, groups, facts)
-    lat.node(service, alo, "dls-alo", publish, watched, runs,
+    lat.node(service, alo, "dls-alo", publish, watched, win.rate, (),
              {**base_lat, "watched_clients": len(watched)}, f"{topics.prefix}-alolat", "A")
     lat_in = f"{topics.prefix}.bench.latency-in-nontx"
     ensure_topics(bootstrap, [lat_in])
     lat.passthrough("passthrough-nontx", lat_in, out_topic, rate, False,
                     {**base_lat, "watched_topics": 1}, f"{topics.prefix}-ntlat", "N")
-    p99s = [r["value"] for r in rec.records
-            if r["metric"] == "latency_p99" and r["system"] == "dls-alo"]
-    if p99s:
-        best = min(p99s)
-        rec.log(f"best dls-alo p99 at {s.latency_rate_fraction:.0%} of its maximum rate: "
-                f"{best:.1f} ms (bar {BAR_P99_MS:g} ms: "
-                f"{'met' if best < BAR_P99_MS else 'NOT met'})")
+    lat.log_best_p99("dls-alo")
 
 
 # -- plot ---------------------------------------------------------------------------------

@@ -63,9 +63,9 @@ class AttachedNetwork:
         del overlay
         return self.quiet()
 
-    def routed(self, event_id: str, nodes: list[str]) -> bool:
+    def routed(self, origin: str, event_id: str, nodes: list[str]) -> bool:
         """Whether the network has settled after the event was published."""
-        del event_id, nodes
+        del origin, event_id, nodes
         return self.quiet()
 
     def stop(self) -> None:

@@ -74,9 +74,9 @@ class LocalNetwork:
                     return False
         return True
 
-    def routed(self, event_id: str, nodes: list[str]) -> bool:
+    def routed(self, origin: str, event_id: str, nodes: list[str]) -> bool:
         """Whether every one of ``nodes`` has routed (and committed) the event."""
-        return all(event_id in self.services[n].routed for n in nodes)
+        return all((origin, event_id) in self.services[n].routed for n in nodes)
 
     def stop(self) -> None:
         """Stop every node (each finishes its batch and commits) and wait for the threads."""

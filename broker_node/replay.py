@@ -92,7 +92,8 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
                     # overlay routed it through has routed it too (or the wait times out
                     # and the output shows the difference).
                     clients[(op["node"], op["client"])].flush()
-                    _wait_routed(nodes, overlay.last_visited, op["id"], settle_timeout_s)
+                    _wait_routed(nodes, overlay.last_visited, f"{op['node']}/{op['client']}",
+                                 op["id"], settle_timeout_s)
                 if op["op"] in ("subscribe", "unsubscribe"):
                     deadline = time.monotonic() + settle_timeout_s
                     while not nodes.settled(overlay):
@@ -134,12 +135,12 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
     return summary
 
 
-def _wait_routed(nodes: LocalNetwork | AttachedNetwork, visited: list[str], event_id: str,
-                 timeout: float) -> None:
+def _wait_routed(nodes: LocalNetwork | AttachedNetwork, visited: list[str], origin: str,
+                 event_id: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         nodes.check()
-        if nodes.routed(event_id, visited):
+        if nodes.routed(origin, event_id, visited):
             return
         time.sleep(0.01)
     log.warning("event %s was not routed through %s within %s s", event_id, visited, timeout)

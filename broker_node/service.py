@@ -164,14 +164,12 @@ class NodeService:
                 self._stat("ert_estimated_fpr", n)
         self._stop = threading.Event()
         self._pending: dict[str, _PendingUnsub] = {}
-        # Event ids routed in committed transactions (most recent ROUTED_MEMORY), so that a
-        # driver such as ``dlsroute replay`` can tell when an event has passed this node.
-        self.routed: OrderedDict[str, None] = OrderedDict()
-        self._batch_ids: list[str] = []
-        # (origin, event id) of the events routed recently, to skip repeats (an
-        # at-least-once writer upstream, such as Spark's Kafka sink, may send one twice).
-        self._seen: OrderedDict[tuple[str, bytes], None] = OrderedDict()
-        self._batch_seen: dict[tuple[str, bytes], None] = {}
+        # (origin, event id) of the events routed in committed batches (the most recent
+        # ROUTED_MEMORY): a repeat is skipped (an at-least-once writer upstream, such as
+        # Spark's Kafka sink, may send one twice), and a driver such as ``dlsroute replay``
+        # can tell when an event has passed this node.
+        self.routed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._batch_routed: dict[tuple[str, str], None] = {}
         # (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         # no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self._removed: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -292,8 +290,7 @@ class NodeService:
             # which rebuilds it from what was committed.
             log.error("node %s: batch failed (%r); aborting the transaction and stopping",
                       self.settings.node, exc)
-            self._batch_ids.clear()
-            self._batch_seen.clear()
+            self._batch_routed.clear()
             try:
                 producer.abort_transaction()
             finally:
@@ -358,15 +355,10 @@ class NodeService:
                 self._producer.poll(0.05)  # serve delivery reports until there is room
 
     def _remember_routed(self) -> None:
-        for eid in self._batch_ids:
-            self.routed[eid] = None
-        self._batch_ids.clear()
+        self.routed.update(self._batch_routed)
+        self._batch_routed.clear()
         while len(self.routed) > ROUTED_MEMORY:
             self.routed.popitem(last=False)
-        self._seen.update(self._batch_seen)
-        self._batch_seen.clear()
-        while len(self._seen) > ROUTED_MEMORY:
-            self._seen.popitem(last=False)
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -609,14 +601,13 @@ class NodeService:
             came_from = self._link_source.get(_topic(msg))
             eid = headers.get(HEADER_EVENT_ID)
             if eid is not None:
-                key = (origin, eid)
-                if key in self._seen or key in self._batch_seen:
+                key = (origin, eid.decode("utf-8", "replace"))
+                if key in self.routed or key in self._batch_routed:
                     self.metrics.duplicates += 1
                     log.debug("node %s: %s repeats event %r of %s: skipped", node,
-                              source_of(msg), eid, origin)
+                              source_of(msg), key[1], origin)
                     continue
-                self._batch_seen[key] = None
-                self._batch_ids.append(eid.decode("utf-8", "replace"))
+                self._batch_routed[key] = None
             o_node, _, o_client = origin.partition("/")
             good.append(msg)
             labels.append(label)

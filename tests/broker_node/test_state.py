@@ -195,16 +195,20 @@ def test_app_id_space_uses_offset_tables(config):
     assert node.route_one(3) == ([], [])
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_paper_add_batched_equals_label_by_label(seed):
-    """The batched Algorithm 2 forwards what the literal loop forwards, counters included."""
-    rng = np.random.default_rng(seed)
+def paper_twins(rng):
+    """Two identical paper-mode states with a small random routing filter (collisions)."""
     m, k = int(rng.integers(8, 64)), int(rng.integers(1, 5))
     space = ContentSpace.from_spec({
         "attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 64, "granules": 64}],
         "filters": {"routing": {"m": m, "k": k}}})
-    fast = BrokerState.for_space("B", ["A", "C"], space, mode="paper")
-    slow = BrokerState.for_space("B", ["A", "C"], space, mode="paper")
+    return tuple(BrokerState.for_space("B", ["A", "C"], space, mode="paper") for _ in range(2))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_paper_add_batched_equals_label_by_label(seed):
+    """The batched Algorithm 2 forwards what the literal loop forwards, counters included."""
+    rng = np.random.default_rng(seed)
+    fast, slow = paper_twins(rng)
     for _ in range(8):
         batch = rng.integers(0, 64, int(rng.integers(1, 30))).astype(np.uint64)
         source = [None, "A"][int(rng.integers(0, 2))]
@@ -224,12 +228,7 @@ def test_paper_remove_batched_equals_label_by_label(seed):
     from broker_node.state import _earlier_label_counts
 
     rng = np.random.default_rng(100 + seed)
-    m, k = int(rng.integers(8, 64)), int(rng.integers(1, 5))
-    space = ContentSpace.from_spec({
-        "attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 64, "granules": 64}],
-        "filters": {"routing": {"m": m, "k": k}}})
-    fast = BrokerState.for_space("B", ["A", "C"], space, mode="paper")
-    slow = BrokerState.for_space("B", ["A", "C"], space, mode="paper")
+    fast, slow = paper_twins(rng)
     added = rng.integers(0, 64, 60).astype(np.uint64)
     fast._paper_add(added, None)
     slow._paper_add(added, None)

@@ -235,10 +235,12 @@ def test_kcat_sees_what_the_sdk_sees(net: Net) -> None:
     prices = range(0, 600, 20)
     sent = [bob.publish({"sym": "AAPL", "price": float(p)}) for p in prices]
     bob.flush()
-    wait_for(lambda: all(e in net.nodes["B"].routed for e in sent), what="routing at B")
+    wait_for(lambda: all(("B/bob", e) in net.nodes["B"].routed for e in sent),
+             what="routing at B")
     # Cell 19 of price is [296.875, 312.5): the event at 300 reaches A as a false positive.
     to_a = [e for e, p in zip(sent, prices, strict=True) if p <= 300]
-    wait_for(lambda: all(e in net.nodes["A"].routed for e in to_a), what="routing at A")
+    wait_for(lambda: all(("B/bob", e) in net.nodes["A"].routed for e in to_a),
+             what="routing at A")
     sdk = sorted(d.event_id for d in alice.drain(include_false_positives=True))
     out = subprocess.run(  # noqa: S603 - fixed argv, kcat found on PATH above
         [shutil.which("kcat") or "kcat", "-b", net.bootstrap, "-C",

@@ -32,13 +32,19 @@ OPS = [
 ]
 
 
-def test_replay_matches_simulate(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path):
+def write_inputs(tmp_path: Path) -> tuple[dict[str, Path], Path]:
+    """The space, topology and trace files of these tests."""
     paths = {}
     for name, content in (("space.json", SPACE), ("topo.json", TOPO)):
         paths[name] = tmp_path / name
         paths[name].write_text(json.dumps(content))
     ops = tmp_path / "ops.jsonl"
     ops.write_text("\n".join(json.dumps(o) for o in OPS) + "\n")
+    return paths, ops
+
+
+def test_replay_matches_simulate(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path):
+    paths, ops = write_inputs(tmp_path)
     sim_out, real_out = tmp_path / "sim.jsonl", tmp_path / "real.jsonl"
     simulate_files(paths["space.json"], paths["topo.json"], ops, sim_out)
     replay_files(kafka_bootstrap, paths["space.json"], paths["topo.json"], ops, real_out,
@@ -58,12 +64,7 @@ def test_replay_attached_to_running_nodes(kafka_bootstrap: str, topic_prefix: st
     from broker_node.overlay import Topology
     from dls.space import ContentSpace
 
-    paths = {}
-    for name, content in (("space.json", SPACE), ("topo.json", TOPO)):
-        paths[name] = tmp_path / name
-        paths[name].write_text(json.dumps(content))
-    ops = tmp_path / "ops.jsonl"
-    ops.write_text("\n".join(json.dumps(o) for o in OPS) + "\n")
+    paths, ops = write_inputs(tmp_path)
     running = LocalNetwork(kafka_bootstrap, topic_prefix, paths["space.json"],
                            ContentSpace.from_spec(SPACE), Topology.from_spec(TOPO),
                            delivery="at_least_once")
