@@ -640,15 +640,15 @@ class BrokerState:
         self._total.add(u, -c)
         return out
 
-    def _paper_remove_one_by_one(self, labels: np.ndarray, only: str | None = None,
-                                 source: str | None = None) -> list[LinkMessage]:
-        """Algorithm 3 literally on SFF ``only`` (every SFF but ``source`` when None).
+    def _paper_remove_one_by_one(self, labels: np.ndarray, only: str | None = None
+                                 ) -> list[LinkMessage]:
+        """Algorithm 3 literally on SFF ``only`` (on every SFF when None).
 
         Changes no exact count (the caller or the tests do).
         """
         out: list[LinkMessage] = []
         for n, sff in self._sff.items():
-            if n == source or (only is not None and n != only):
+            if only is not None and n != only:
                 continue
             wd = []
             for label in labels.tolist():
