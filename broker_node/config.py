@@ -55,6 +55,12 @@ class NodeSettings(BaseSettings):
     commit_interval_s: float = Field(
         default=0.5, gt=0, le=60,
         description="at_least_once: longest time between commits under steady load")
+    shared_delivery_partitions: int = Field(
+        default=0, ge=0, le=4096,
+        description="0: one delivery topic per client (<prefix>.deliver.<client>); N > 0: "
+                    "all deliveries go to <prefix>.deliver with N partitions, one message "
+                    "per event and partition listing its clients in the dls-clients "
+                    "header (clients must be told the same N)")
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
     producer_queue_messages: int = Field(
         default=1_000_000, ge=1, le=10_000_000,

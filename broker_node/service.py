@@ -42,9 +42,11 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError, UnknownSubscriptionError
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
+from connectors.exceptions import ConnectorError
 from connectors.kafka import (
     consume_batch,
     consumer_config,
+    ensure_partitioned_topic,
     ensure_topics,
     producer_config,
     source_of,
@@ -52,6 +54,7 @@ from connectors.kafka import (
 from connectors.serde import SERDE, encode_dead_letter, encode_link
 from connectors.topics import (
     CONTROL_TOPIC_CONFIG,
+    HEADER_CLIENTS,
     HEADER_DLQ_REASON,
     HEADER_DLQ_SOURCE,
     HEADER_EVENT_ID,
@@ -60,6 +63,8 @@ from connectors.topics import (
     Topics,
     decode_label,
     decode_labels,
+    delivery_partition,
+    encode_clients,
 )
 from dls.exceptions import DLSError
 from dls.space import ContentSpace
@@ -78,6 +83,7 @@ class Metrics:
 
     events_in: int = 0
     deliveries: int = 0
+    delivery_messages: int = 0
     events_forwarded: int = 0
     control_in: int = 0
     labels_advertised: int = 0
@@ -178,6 +184,7 @@ class NodeService:
         self._delivery_topics: set[str] = set()
         self._new_topics: set[str] = set()
         self._deliver_topics: list[str] = []  # by client index
+        self._client_partition = np.zeros(0, dtype=np.int64)  # shared delivery, by client
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -208,6 +215,13 @@ class NodeService:
         ensure_topics(s.bootstrap, self.control_topics, config=FOREVER)
         ensure_topics(s.bootstrap, [t.node_publish(s.node), t.deadletter]
                       + [t.link(s.node, n) for n in s.neighbours])
+        if s.shared_delivery_partitions:
+            try:
+                ensure_partitioned_topic(s.bootstrap, t.shared_deliver,
+                                         s.shared_delivery_partitions)
+            except ConnectorError as exc:
+                raise BrokerError(f"node {s.node}: {exc}", field="shared_delivery_partitions",
+                                  value=s.shared_delivery_partitions) from exc
         # Static membership: a restarted node takes its partitions back at once instead of
         # waiting for the dead member's session to time out.
         self._consumer = Consumer(consumer_config(
@@ -341,12 +355,13 @@ class NodeService:
             self._delivery_error = (f"delivery to {msg.topic()}[{msg.partition()}] failed: "
                                     f"{err}")
 
-    def _produce(self, topic: str, value: bytes | None, headers: Any = None) -> None:
+    def _produce(self, topic: str, value: bytes | None, headers: Any = None,
+                 partition: int = -1) -> None:
         """Produce, waiting for room when librdkafka's local queue is full."""
         assert self._producer is not None  # noqa: S101
         while True:
             try:
-                self._producer.produce(topic, value, headers=headers)
+                self._producer.produce(topic, value, headers=headers, partition=partition)
                 return
             except BufferError:
                 self.metrics.queue_full_waits += 1
@@ -556,7 +571,9 @@ class NodeService:
 
     def _create_new_topics(self) -> None:
         """Create the delivery topics of clients first seen in this batch, in one call."""
-        if self._new_topics:
+        if self.settings.shared_delivery_partitions:
+            self._new_topics.clear()  # one topic for all, made at start
+        elif self._new_topics:
             ensure_topics(self.settings.bootstrap, sorted(self._new_topics))
             self._delivery_topics |= self._new_topics
             self._new_topics.clear()
@@ -619,23 +636,67 @@ class NodeService:
         routes = self.state.route(np.array(labels, dtype=np.uint64), origin_clients,
                                   origin_nodes)
         produce = self._produce
-        names = self.state.clients
-        while len(self._deliver_topics) < len(names):  # topic names, once per client
-            self._deliver_topics.append(self.topics.deliver(names[len(self._deliver_topics)]))
-        deliver = self._deliver_topics
         links = [self.topics.link(node, n) for n in self.state.neighbours]
-        offsets = routes.offsets.tolist()
-        clients = routes.clients.tolist()
         hits = routes.neighbours
+        self.metrics.deliveries += len(routes.clients)
+        shared = self._shared_deliveries(routes.offsets, routes.clients) \
+            if self.settings.shared_delivery_partitions else None
+        if shared is None:
+            names = self.state.clients
+            while len(self._deliver_topics) < len(names):  # topic names, once per client
+                self._deliver_topics.append(
+                    self.topics.deliver(names[len(self._deliver_topics)]))
+            deliver = self._deliver_topics
+            offsets = routes.offsets.tolist()
+            clients = routes.clients.tolist()
+            self.metrics.delivery_messages += len(clients)
+        topic = self.topics.shared_deliver
         for e, msg in enumerate(good):
             value, carried = msg.value(), msg.headers()
-            for c in clients[offsets[e]:offsets[e + 1]]:
-                produce(deliver[c], value, carried)
-            self.metrics.deliveries += offsets[e + 1] - offsets[e]
+            if shared is None:
+                for c in clients[offsets[e]:offsets[e + 1]]:
+                    produce(deliver[c], value, carried)
+            else:  # a clients header from upstream is not passed on
+                kept = [h for h in carried or () if h[0] != HEADER_CLIENTS]
+                for part, extra in shared[e]:
+                    produce(topic, value, [*kept, extra], part)
+                self.metrics.delivery_messages += len(shared[e])
             if links:
                 for j in np.flatnonzero(hits[e]).tolist():
                     produce(links[j], value, carried)
                     self.metrics.events_forwarded += 1
+
+    def _shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
+                           ) -> list[list[tuple[int, tuple[str, bytes]]]]:
+        """Per event: one ``(partition, clients header)`` per partition it reaches.
+
+        Deliveries of an event are grouped by the partition of each client
+        (``delivery_partition``), so an event reaching 30 clients in 8 partitions is
+        written 8 times, each copy naming the clients of its partition.
+        """
+        names = self.state.clients
+        n_parts = self.settings.shared_delivery_partitions
+        have = len(self._client_partition)
+        if have < len(names):  # the partition of each client, computed once
+            self._client_partition = np.concatenate([
+                self._client_partition,
+                np.array([delivery_partition(c, n_parts) for c in names[have:]],
+                         dtype=np.int64)])
+        n_events = len(offsets) - 1
+        out: list[list[tuple[int, tuple[str, bytes]]]] = [[] for _ in range(n_events)]
+        if len(clients) == 0:
+            return out
+        event_of = np.repeat(np.arange(n_events, dtype=np.int64), np.diff(offsets))
+        key = event_of * n_parts + self._client_partition[clients]
+        order = np.argsort(key, kind="stable")
+        key, grouped = key[order], clients[order].tolist()
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        bounds = np.r_[starts, len(key)].tolist()
+        for g, k in enumerate(key[starts].tolist()):
+            e, part = divmod(k, n_parts)
+            header = encode_clients(names[c] for c in grouped[bounds[g]:bounds[g + 1]])
+            out[e].append((part, (HEADER_CLIENTS, header)))
+        return out
 
     def _dead_letter(self, source: str, raw: bytes, headers: list[tuple[str, bytes]],
                      skip: _Skip) -> None:

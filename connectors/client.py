@@ -22,7 +22,13 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.exceptions import ConnectorError
-from connectors.kafka import consume_batch, consumer_config, ensure_topics, producer_config
+from connectors.kafka import (
+    consume_batch,
+    consumer_config,
+    ensure_partitioned_topic,
+    ensure_topics,
+    producer_config,
+)
 from connectors.serde import (
     SERDE,
     encode_label_subscription,
@@ -31,11 +37,14 @@ from connectors.serde import (
 )
 from connectors.topics import (
     CONTROL_TOPIC_CONFIG,
+    HEADER_CLIENTS,
     HEADER_EVENT_ID,
     HEADER_LABEL,
     HEADER_ORIGIN,
     Topics,
+    decode_clients,
     decode_label,
+    delivery_partition,
     encode_label,
     source_of,
 )
@@ -66,9 +75,20 @@ class Client:
 
     def __init__(self, bootstrap: str, node: str, client_id: str,
                  space: ContentSpace | str | Path, *, topic_prefix: str = "dls",
-                 group_id: str | None = None, **kafka: Any):
-        """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space."""
+                 group_id: str | None = None, shared_delivery_partitions: int = 0,
+                 **kafka: Any):
+        """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space.
+
+        ``shared_delivery_partitions`` must equal the nodes' setting of that name: 0 reads
+        this client's own delivery topic, N > 0 its partition of the shared one.
+        """
+        if not isinstance(shared_delivery_partitions, int) or shared_delivery_partitions < 0:
+            raise ConnectorError(f"shared_delivery_partitions must be an integer >= 0, got "
+                                 f"{shared_delivery_partitions!r}",
+                                 field="shared_delivery_partitions",
+                                 value=shared_delivery_partitions)
         self.bootstrap, self.node, self.client_id = bootstrap, node, client_id
+        self.shared_partitions = shared_delivery_partitions
         self.space = space if isinstance(space, ContentSpace) else ContentSpace.from_json(space)
         self.topics = Topics(topic_prefix)
         self.topics.deliver(client_id)  # validates the name
@@ -137,13 +157,26 @@ class Client:
         self.flush()
 
     # -- receiving ---------------------------------------------------------------------------
+    def _delivery_partition(self) -> TopicPartition:
+        """Where this client's deliveries are (the topic created if absent)."""
+        if self.shared_partitions:
+            topic = self.topics.shared_deliver
+            ensure_partitioned_topic(self.bootstrap, topic, self.shared_partitions)
+            return TopicPartition(topic, delivery_partition(self.client_id,
+                                                            self.shared_partitions))
+        topic = self.topics.deliver(self.client_id)
+        ensure_topics(self.bootstrap, [topic])
+        return TopicPartition(topic, 0)
+
     def _open_consumer(self) -> Consumer:
         if self._consumer is None:
-            topic = self.topics.deliver(self.client_id)
-            ensure_topics(self.bootstrap, [topic])
+            where = self._delivery_partition()
             self._consumer = Consumer(consumer_config(self.bootstrap, self._group,
                                                       **self._kafka))
-            self._consumer.subscribe([topic])
+            if self.shared_partitions:  # one partition of many: no group assignment
+                self._consumer.assign([where])
+            else:
+                self._consumer.subscribe([where.topic])
         return self._consumer
 
     def deliveries(self, timeout: float = 1.0, max_idle: float | None = None, *,
@@ -174,13 +207,13 @@ class Client:
         Stops when the end offset is reached, or after ``quiet_s`` without a message (the
         end offset counts transaction markers, which are never delivered).
         """
-        topic = self.topics.deliver(self.client_id)
-        ensure_topics(self.bootstrap, [topic])
+        where = self._delivery_partition()
+        topic, partition = where.topic, where.partition
         reader = Consumer(consumer_config(self.bootstrap, f"{self._group}-drain",
                                           **self._kafka))
         try:
-            _, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-            reader.assign([TopicPartition(topic, 0, 0)])
+            _, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            reader.assign([TopicPartition(topic, partition, 0)])
             out: list[Delivery] = []
             deadline = time.monotonic() + timeout
             quiet_since = time.monotonic()
@@ -193,7 +226,7 @@ class Client:
                     d = self._take(msg, seen)
                     if d is not None and (d.subscriptions or include_false_positives):
                         out.append(d)
-                pos = reader.position([TopicPartition(topic, 0)])[0].offset
+                pos = reader.position([TopicPartition(topic, partition)])[0].offset
                 if pos >= high or time.monotonic() - quiet_since >= quiet_s:
                     break
             return out
@@ -201,7 +234,13 @@ class Client:
             reader.close()
 
     def _take(self, msg: Any, seen: OrderedDict[tuple[str, str], None]) -> Delivery | None:
-        """Check one delivered message; None (counted) for a repeat of an event seen."""
+        """Check one delivered message; None if it is not one to yield.
+
+        That is a repeat of an event seen (counted in ``duplicates``) or, on the shared
+        delivery topic, a message for other clients of the same partition (not counted).
+        """
+        if self.shared_partitions and not self._for_me(msg):
+            return None
         d = self._check(msg)
         key = (d.origin, d.event_id)
         if key in seen:
@@ -214,6 +253,12 @@ class Client:
         if not d.subscriptions:
             self.false_positives += 1
         return d
+
+    def _for_me(self, msg: Any) -> bool:
+        for key, value in msg.headers() or ():
+            if key == HEADER_CLIENTS:
+                return self.client_id in decode_clients(value)
+        return False
 
     def _check(self, msg: Any) -> Delivery:
         name, rec = SERDE.decode(msg.value() or b"")

@@ -38,6 +38,7 @@ __all__ = [
     "check_message",
     "consume_batch",
     "consumer_config",
+    "ensure_partitioned_topic",
     "ensure_topics",
     "is_fatal",
     "producer_config",
@@ -254,6 +255,31 @@ def ensure_topics(
                 value=pending[0],
             )
         time.sleep(_POLL_S)
+
+
+def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
+                             timeout: float = 30.0) -> None:
+    """Create ``name`` with ``partitions`` partitions if absent; check the count if present.
+
+    For topics whose readers and writers pick partitions by a hash of a name (the shared
+    delivery topic): a different count would send a client's messages where it does not
+    read, so it is refused rather than used.
+
+    Raises:
+        ConnectorError: The topic exists with another partition count (``field`` is
+            ``"partitions"``, ``value`` the count found), or could not be created.
+    """
+    ensure_topics(bootstrap, [name], partitions=partitions, timeout=timeout)
+    try:
+        meta = admin(bootstrap).list_topics(name, timeout=timeout).topics.get(name)
+    except KafkaException as exc:
+        raise ConnectorError(f"cannot read topic metadata from {bootstrap}: {exc}") from exc
+    found = len(meta.partitions) if meta is not None else 0
+    if found != partitions:
+        raise ConnectorError(
+            f"topic {name!r} has {found} partitions, this network is configured for "
+            f"{partitions}; the partition of each client would differ between writers and "
+            f"readers", field="partitions", value=found)
 
 
 def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> None:

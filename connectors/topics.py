@@ -5,7 +5,10 @@ Every topic name starts with a configurable prefix (default ``dls``)::
     dls.raw.subscriptions    dls.raw.unsubscriptions    dls.raw.events   (mapping job input)
     dls.node.N.subscribe     dls.node.N.unsubscribe     dls.node.N.publish
     dls.link.N.M             what node N sends to node M (link control and events)
-    dls.deliver.CLIENT       what client CLIENT receives
+    dls.deliver.CLIENT       what client CLIENT receives (one topic per client), or
+    dls.deliver              every client's deliveries in one topic of N partitions, when
+                             the network runs with shared delivery (client C reads
+                             partition ``delivery_partition(C, N)``)
     dls.deadletter           what could not be used, with the reason
 
 Node and client names are topic name parts: non-empty, ``[A-Za-z0-9_-]`` (no dots, which
@@ -13,7 +16,9 @@ separate the parts). A whole topic name is at most 249 characters (Kafka's limit
 
 Events carry their routing data in headers, never in the value: :data:`HEADER_LABEL` (the
 label, 8 bytes big-endian), :data:`HEADER_ORIGIN` (``"NODE/CLIENT"`` of the publisher) and
-:data:`HEADER_EVENT_ID`. Dead letters carry :data:`HEADER_DLQ_REASON` and
+:data:`HEADER_EVENT_ID`. On the shared delivery topic a message carries one event for
+every client of its partition the event goes to, listed in :data:`HEADER_CLIENTS`
+(comma-separated). Dead letters carry :data:`HEADER_DLQ_REASON` and
 :data:`HEADER_DLQ_SOURCE` (``"topic[partition]@offset"``).
 """
 
@@ -27,12 +32,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import mmh3
 import numpy as np
 
 from connectors.exceptions import SerdeError, TopicNameError
 
 __all__ = [
     "CONTROL_TOPIC_CONFIG",
+    "HEADER_CLIENTS",
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_SOURCE",
     "HEADER_EVENT_ID",
@@ -43,8 +50,11 @@ __all__ = [
     "Headers",
     "Topics",
     "check_name",
+    "decode_clients",
     "decode_label",
     "decode_labels",
+    "delivery_partition",
+    "encode_clients",
     "encode_label",
     "encode_labels",
     "headers_dict",
@@ -66,6 +76,8 @@ HEADER_ORIGIN = "dls-origin"
 """Header with the original publisher, UTF-8 ``"NODE/CLIENT"``."""
 HEADER_EVENT_ID = "dls-event-id"
 """Header with the publisher's event id, UTF-8."""
+HEADER_CLIENTS = "dls-clients"
+"""Header of a message on the shared delivery topic: its clients, UTF-8, comma-separated."""
 HEADER_DLQ_REASON = "dls-dlq-reason"
 """Header of a dead letter: why the message was rejected, UTF-8."""
 HEADER_DLQ_SOURCE = "dls-dlq-source"
@@ -169,9 +181,14 @@ class Topics:
         return _fit(f"{self.prefix}.link.{src}.{dst}", field, value)
 
     def deliver(self, client: str) -> str:
-        """What client ``client`` receives."""
+        """What client ``client`` receives (one topic per client)."""
         check_name(client, "client")
         return _fit(f"{self.prefix}.deliver.{client}", "client", client)
+
+    @property
+    def shared_deliver(self) -> str:
+        """Every client's deliveries, when the network runs with shared delivery."""
+        return f"{self.prefix}.deliver"
 
     def node_inputs(self, node: str, neighbours: Iterable[str]) -> list[str]:
         """Every topic ``node`` consumes, in a fixed order.
@@ -273,6 +290,35 @@ def decode_labels(b: bytes) -> np.ndarray:
         raise SerdeError(f"labels must be a multiple of 8 bytes long, got {len(b)} bytes",
                          field="labels", value=len(b))
     return np.frombuffer(b, dtype=_BE_U64).astype(np.uint64)
+
+
+def delivery_partition(client: str, partitions: int) -> int:
+    """The partition of the shared delivery topic that ``client`` reads.
+
+    A stable hash (MurmurHash3 x86 32-bit, seed 0, of the UTF-8 name) modulo
+    ``partitions``: every node and every client computes the same partition, on any
+    machine and in any process.
+
+    Raises:
+        TopicNameError: ``client`` is not a valid client name.
+        ValueError: ``partitions`` is below 1.
+    """
+    check_name(client, "client")
+    if not isinstance(partitions, int) or partitions < 1:
+        raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
+    return int(mmh3.hash(client.encode(), 0, signed=False)) % partitions
+
+
+def encode_clients(clients: Iterable[str]) -> bytes:
+    """The :data:`HEADER_CLIENTS` value for ``clients`` (names, comma-separated)."""
+    return ",".join(clients).encode()
+
+
+def decode_clients(raw: bytes | bytearray | None) -> frozenset[str]:
+    """The client names of a :data:`HEADER_CLIENTS` value (empty for ``None``)."""
+    if not raw:
+        return frozenset()
+    return frozenset(bytes(raw).decode("utf-8", "replace").split(","))
 
 
 def source_of(topic: str | None, partition: int | None, offset: int | None) -> str:

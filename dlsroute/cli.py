@@ -118,7 +118,8 @@ def _sdk_client(args: argparse.Namespace) -> Any:
     from connectors.client import Client
 
     return Client(args.bootstrap, args.node, args.client, args.space,
-                  topic_prefix=args.topic_prefix)
+                  topic_prefix=args.topic_prefix,
+                  shared_delivery_partitions=args.shared_delivery_partitions)
 
 
 def _cmd_subscribe(args: argparse.Namespace) -> int:
@@ -168,6 +169,8 @@ def _add_sdk_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--node", required=True, help="the node the client is attached to")
     s.add_argument("--client", required=True, help="client id")
     s.add_argument("--topic-prefix", default="dls")
+    s.add_argument("--shared-delivery-partitions", type=int, default=0, metavar="N",
+                   help="the nodes' shared_delivery_partitions (0: one topic per client)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from connectors.exceptions import ConnectorError, SerdeError, TopicNameError
 from connectors.topics import (
+    HEADER_CLIENTS,
     HEADER_DLQ_REASON,
     HEADER_DLQ_SOURCE,
     HEADER_EVENT_ID,
@@ -15,8 +16,11 @@ from connectors.topics import (
     MAX_TOPIC_LENGTH,
     Topics,
     check_name,
+    decode_clients,
     decode_label,
     decode_labels,
+    delivery_partition,
+    encode_clients,
     encode_label,
     encode_labels,
     headers_dict,
@@ -271,3 +275,43 @@ def test_every_name_is_a_legal_kafka_topic(prefix: str, a: str, b: str) -> None:
     for topic in made:
         assert re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic), topic
         assert topic not in (".", "..")
+
+
+# -- shared delivery topic -------------------------------------------------------------------
+def test_shared_delivery_topic_name() -> None:
+    assert Topics().shared_deliver == "dls.deliver"
+    assert Topics("x.y").shared_deliver == "x.y.deliver"
+    assert Topics().shared_deliver != Topics().deliver("deliver")
+
+
+def test_delivery_partition_is_a_stable_hash() -> None:
+    # Pinned values: nodes and clients on any machine, in any release, must agree.
+    assert delivery_partition("alice", 1 << 31) == 1280413405  # MurmurHash3_x86_32, seed 0
+    assert [delivery_partition(c, 4) for c in ("alice", "carol", "bob", "feed")] == [1, 0, 2, 0]
+    assert delivery_partition("alice", 1) == 0
+    names = [f"c{i}" for i in range(4000)]
+    counts = np.bincount([delivery_partition(c, 8) for c in names], minlength=8)
+    assert counts.min() > 400  # spread over every partition
+
+
+@pytest.mark.parametrize("partitions", [0, -1, 2.0, None])
+def test_delivery_partition_refuses_a_bad_count(partitions: object) -> None:
+    with pytest.raises(ValueError, match=f"partitions must be an integer >= 1, got {partitions!r}"):
+        delivery_partition("alice", partitions)  # type: ignore[arg-type]
+
+
+def test_delivery_partition_refuses_a_bad_client() -> None:
+    with pytest.raises(TopicNameError) as err:
+        delivery_partition("a.b", 4)
+    assert err.value.field == "client" and err.value.value == "a.b"
+
+
+@given(st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True), max_size=20))
+def test_clients_header_round_trip(names: list[str]) -> None:
+    assert decode_clients(encode_clients(names)) == frozenset(names)
+
+
+def test_clients_header_of_nothing() -> None:
+    assert decode_clients(None) == frozenset()
+    assert decode_clients(b"") == frozenset()
+    assert HEADER_CLIENTS == "dls-clients"

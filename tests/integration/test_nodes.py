@@ -78,7 +78,9 @@ class Net:
         assert not self.threads[name].is_alive()
 
     def client(self, node: str, cid: str) -> Client:
-        return Client(self.bootstrap, node, cid, self.space, topic_prefix=self.prefix)
+        shared = self.settings.get("shared_delivery_partitions", 0)
+        return Client(self.bootstrap, node, cid, self.space, topic_prefix=self.prefix,
+                      shared_delivery_partitions=shared)  # type: ignore[arg-type]
 
 
 def _net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, names: tuple[str, ...],
@@ -104,6 +106,15 @@ def net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net
 def net_alo(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
     yield from _net(kafka_bootstrap, topic_prefix, tmp_path, tuple(LINE),
                     delivery="at_least_once")
+
+
+@pytest.fixture
+def net_shared(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
+    yield from _net(kafka_bootstrap, topic_prefix, tmp_path, tuple(LINE),
+                    delivery="at_least_once", shared_delivery_partitions=SHARED_PARTITIONS)
+
+
+SHARED_PARTITIONS = 4  # alice and dave share partition 1, carol and feed partition 0
 
 
 def settled(net: Net, node: str, subs: int) -> Callable[[], bool]:
@@ -282,8 +293,10 @@ def test_a_repeated_event_is_routed_once(net: Net) -> None:
         c.close()
 
 
-def test_at_least_once_routes_exactly_and_survives_a_restart(net_alo: Net) -> None:
-    net = net_alo
+@pytest.mark.parametrize("fixture", ["net_alo", "net_shared"])
+def test_at_least_once_routes_exactly_and_survives_a_restart(
+        fixture: str, request: pytest.FixtureRequest) -> None:
+    net: Net = request.getfixturevalue(fixture)
     alice, carol, pub = net.client("A", "alice"), net.client("C", "carol"), \
         net.client("C", "feed")
     alice.subscribe("sym = IBM and price < 100")
@@ -352,3 +365,84 @@ def test_repeated_unsubscription_and_reused_id(net: Net) -> None:
     assert len(net.nodes["A"].state) == 0
     assert net.nodes["A"].metrics.dead_letters == 1  # the repeated unsubscription was none
     alice.close()
+
+
+def test_shared_delivery_topic_routes_exactly(net_shared: Net) -> None:
+    """One topic for all clients: each reads its partition and keeps only its own."""
+    from connectors.topics import HEADER_CLIENTS, decode_clients, delivery_partition
+
+    net = net_shared
+    assert delivery_partition("alice", SHARED_PARTITIONS) == \
+        delivery_partition("dave", SHARED_PARTITIONS)
+    alice, dave, carol = net.client("A", "alice"), net.client("A", "dave"), \
+        net.client("C", "carol")
+    feed = net.client("C", "feed")  # carol's partition, subscribes nothing
+    alice.subscribe("sym = IBM")
+    dave.subscribe("price >= 500")
+    carol.subscribe("sym = AAPL")
+    wait_for(settled(net, "A", 2), what="A's subscriptions")
+    wait_for(settled(net, "C", 1), what="C's subscription")
+    wait_for(lambda: len(net.nodes["C"].state.received_from("B")) > 0
+             and len(net.nodes["A"].state.received_from("B")) > 0, what="advertisements")
+    bob = net.client("B", "bob")
+    to_alice = bob.publish({"sym": "IBM", "price": 10.0})
+    to_dave = bob.publish({"sym": "MSFT", "price": 900.0})
+    to_both = bob.publish({"sym": "IBM", "price": 700.0})
+    to_carol = bob.publish({"sym": "AAPL", "price": 1.0})
+    bob.publish({"sym": "MSFT", "price": 1.0})  # nobody
+    bob.flush()
+    assert sorted(collect(alice, 2)) == sorted([to_alice, to_both])
+    assert sorted(collect(dave, 2)) == sorted([to_dave, to_both])
+    assert collect(carol, 1) == [to_carol]
+    assert collect(feed, 1, max_idle=2.0) == []
+    assert feed.delivered == 0 and feed.duplicates == 0
+    # One message for alice and dave together: the event is written once to partition 1.
+    msgs = _read_partition(net, Topics(net.prefix).shared_deliver,
+                           delivery_partition("alice", SHARED_PARTITIONS), want=3)
+    by_event = {dict(m.headers())["dls-event-id"].decode():
+                decode_clients(dict(m.headers())[HEADER_CLIENTS]) for m in msgs}
+    assert by_event == {to_alice: {"alice"}, to_dave: {"dave"}, to_both: {"alice", "dave"}}
+    metrics = net.nodes["A"].metrics
+    assert metrics.deliveries == 4 and metrics.delivery_messages == 3
+    for c in (alice, dave, carol, feed, bob):
+        c.close()
+
+
+def _read_partition(net: Net, topic: str, partition: int, want: int) -> list[object]:
+    from confluent_kafka import TopicPartition
+
+    reader = Consumer(consumer_config(net.bootstrap, f"{net.prefix}-raw-reader"))
+    reader.assign([TopicPartition(topic, partition, 0)])
+    out: list[object] = []
+    deadline = time.monotonic() + 20
+    while len(out) < want and time.monotonic() < deadline:
+        out += consume_batch(reader, 100, 0.5)
+    time.sleep(0.5)
+    out += consume_batch(reader, 100, 0.5)  # nothing more may come
+    reader.close()
+    return out
+
+
+def test_shared_delivery_topic_with_another_partition_count_is_refused(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    from broker_node.exceptions import BrokerError
+    from connectors.exceptions import ConnectorError
+    from connectors.kafka import ensure_topics
+
+    ensure_topics(kafka_bootstrap, [Topics(topic_prefix).shared_deliver], partitions=3)
+    space_path = tmp_path / "space.json"
+    space_path.write_text(json.dumps(SPEC))
+    settings = NodeSettings(node="A", space=space_path, bootstrap=kafka_bootstrap,
+                            topic_prefix=topic_prefix, shared_delivery_partitions=4)
+    svc = NodeService(settings)
+    with pytest.raises(BrokerError, match="has 3 partitions, this network is configured for 4") \
+            as err:
+        svc.start()
+    assert err.value.field == "shared_delivery_partitions" and err.value.value == 4
+    svc.close()
+    client = Client(kafka_bootstrap, "A", "alice", space_path, topic_prefix=topic_prefix,
+                    shared_delivery_partitions=4)
+    with pytest.raises(ConnectorError, match="has 3 partitions") as cerr:
+        next(client.deliveries(timeout=0.1, max_idle=0.1), None)
+    assert cerr.value.field == "partitions" and cerr.value.value == 3
+    client.close()
