@@ -131,13 +131,21 @@ from connectors.kafka import (
     wait_for_broker,
 )
 from connectors.serde import encode_label_subscription, encode_raw_event
-from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, Topics, encode_label
+from connectors.topics import (
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    Topics,
+    delivery_partition,
+    encode_label,
+)
 from dls.mapping import event_labels_batch
 from dls.space import ContentSpace
 
 BENCHMARK = "kafka"
 NODE = "A"
 ALO_NODE = "B"
+SHARED_NODE = "S"
 PUBLISHER = "pub"
 DEFAULT_OUT = Path("benchmarks/results/kafka.json")
 DEFAULT_BOOTSTRAP = os.environ.get("DLS_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
@@ -174,6 +182,7 @@ class RunSettings:
     load_timeout_s: float = 600.0
     phase_timeout_s: float = 300.0
     at_least_once: bool = True  # also measure the node with delivery = "at_least_once"
+    shared_partitions: int = 4  # also measure it on a shared delivery topic (0: not)
 
 
 FULL = RunSettings(n_clients=1_000, n_subs=100_000, n_events=100_000, profile_events=20_000)
@@ -325,16 +334,17 @@ def drive(service: NodeService, done: Callable[[], bool], timeout: float, what: 
     """Run the node's loop on this thread until ``done()``; samples after each slice.
 
     ``NodeService.run(max_seconds)`` returns at the top of its loop, after a commit, so a
-    sample ``(perf_counter, events_in, deliveries)`` is taken between transactions.
+    sample ``(perf_counter, events_in, delivery_messages)`` is taken between transactions
+    (messages written to delivery topics: one per delivery with a topic per client).
     """
     deadline = time.monotonic() + timeout
     m = service.metrics
-    samples = [(time.perf_counter(), m.events_in, m.deliveries)]
+    samples = [(time.perf_counter(), m.events_in, m.delivery_messages)]
     while not done():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not done within {timeout:g} s")
         service.run(max_seconds=slice_s)
-        samples.append((time.perf_counter(), m.events_in, m.deliveries))
+        samples.append((time.perf_counter(), m.events_in, m.delivery_messages))
     return samples
 
 
@@ -523,14 +533,14 @@ def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.n
     result.put({"sent": sent, "seconds": time.perf_counter() - t0})
 
 
-def _receiver_proc(bootstrap: str, topics: list[str], group: str, ready: Any, stop: Any,
-                   result: Any) -> None:
-    """Read ``topics`` from their end offsets; put the (sent_ns, latency_ns) pairs."""
+def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, ready: Any,
+                   stop: Any, result: Any) -> None:
+    """Read ``(topic, partition)`` pairs from their end offsets; put (sent_ns, latency_ns)."""
     consumer = Consumer(consumer_config(bootstrap, group))
     parts = []
-    for t in topics:
-        _, high = consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=10)
-        parts.append(TopicPartition(t, 0, high if high >= 0 else OFFSET_END))
+    for t, part in topics:
+        _, high = consumer.get_watermark_offsets(TopicPartition(t, part), timeout=10)
+        parts.append(TopicPartition(t, part, high if high >= 0 else OFFSET_END))
     consumer.assign(parts)
     consume_batch(consumer, 1, 0.2)  # first fetch: the assignment is live
     ready.set()
@@ -564,7 +574,7 @@ def _receiver_proc(bootstrap: str, topics: list[str], group: str, ready: Any, st
                 "latency_ns": np.array(lat, dtype=np.int64)})
 
 
-def measure_latency(bootstrap: str, publish: str, watched: list[str], group: str,
+def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]], group: str,
                     counts: Callable[[], tuple[int, int, int]], p: Prepared, s: RunSettings,
                     rate: float, tag: str) -> dict[str, Any]:
     """One paced run: publisher and receiver processes around a running forwarder.
@@ -698,7 +708,7 @@ class _Latency:
     facts: dict[str, Any]
 
     def node(self, service: NodeService, settings: NodeSettings, system: str, publish: str,
-             watched: list[str], max_rate: float, low_rates: Sequence[float],
+             watched: list[tuple[str, int]], max_rate: float, low_rates: Sequence[float],
              params: dict[str, Any], group_stem: str, tag: str) -> None:
         """Run ``service`` on a thread and measure it under paced load.
 
@@ -723,7 +733,7 @@ class _Latency:
 
         def node_counts() -> tuple[int, int, int]:
             m = service.metrics
-            return m.events_in, m.deliveries, m.batches
+            return m.events_in, m.delivery_messages, m.batches
 
         node_thread = threading.Thread(target=loop, name=f"node-{system}", daemon=True)
         node_thread.start()
@@ -780,7 +790,7 @@ class _Latency:
             th.start()
             time.sleep(1.0)  # group join
             try:
-                r = measure_latency(self.bootstrap, lat_in, [out_topic], f"{group}-recv",
+                r = measure_latency(self.bootstrap, lat_in, [(out_topic, 0)], f"{group}-recv",
                                     pt_counts, self.p, self.s, rate, f"{tag}{k}")
             finally:
                 pt_stop.set()
@@ -1065,7 +1075,7 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                 "publisher": f"producer_config defaults (linger.ms="
                              f"{PRODUCER_DEFAULTS['linger.ms']}), paced every 1 ms",
                 "receiver": "read_committed consumer, default fetch settings"}
-    watched = [topics.deliver(c) for c in service.state.clients[:s.latency_clients]]
+    watched = [(topics.deliver(c), 0) for c in service.state.clients[:s.latency_clients]]
     lat = _Latency(bootstrap, rec, p, s, groups, facts)
     lat.node(service, settings, "dls", publish, watched, dls.rate, s.latency_low_rates,
              {**lat_base, "watched_clients": len(watched)}, f"{topics.prefix}-lat", "L")
@@ -1077,60 +1087,66 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     lat.log_best_p99("dls")
 
     if s.at_least_once:
-        _at_least_once_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
-                             lat_base, out_topic)
+        _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
+                       lat_base, out_topic, system="dls-alo", node=ALO_NODE, update={})
+    if s.shared_partitions:
+        _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
+                       lat_base, out_topic, system="dls-shared", node=SHARED_NODE,
+                       update={"shared_delivery_partitions": s.shared_partitions})
 
 
-def _at_least_once_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
-                         settings: NodeSettings, topics: Topics, groups: list[str],
-                         facts: dict[str, Any], producer: Producer, lat_base: dict[str, Any],
-                         out_topic: str) -> None:
-    """The node with ``delivery = "at_least_once"`` (flush, then commit; no transaction).
+def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
+                   settings: NodeSettings, topics: Topics, groups: list[str],
+                   facts: dict[str, Any], producer: Producer, lat_base: dict[str, Any],
+                   out_topic: str, *, system: str, node: str, update: dict[str, Any]) -> None:
+    """A node with ``delivery = "at_least_once"`` (no transaction) and ``update`` applied.
 
-    A second node, ``B`` (same clients, same delivery topics), loads the same subscriptions
-    from its own subscribe topic, then routes the same ``n_events`` from its own publish
-    topic; then its latency at half its own maximum rate, and the non-transactional
-    passthrough's at the same rate.
+    Another node (``node``; same clients) loads the same subscriptions from its own
+    subscribe topic, then routes the same ``n_events`` from its own publish topic; then
+    its latency at half its own maximum rate. After ``dls-alo`` (per-client topics) comes
+    the non-transactional passthrough's latency at the same rate; ``dls-shared`` writes
+    to the shared delivery topic (``shared_delivery_partitions``) and its receiver reads
+    the partitions of the watched clients.
     """
     n = s.n_events
-    alo = settings.model_copy(update={"node": ALO_NODE, "delivery": "at_least_once",
-                                      "group_id": f"{topics.prefix}-node-{ALO_NODE}"})
+    alo = settings.model_copy(update={"node": node, "delivery": "at_least_once",
+                                      "group_id": f"{topics.prefix}-node-{node}", **update})
     groups.extend([alo.consumer_group, f"{alo.consumer_group}-recovery"])
-    ensure_topics(bootstrap, [topics.node_subscribe(ALO_NODE),
-                              topics.node_unsubscribe(ALO_NODE)], config=service_mod.FOREVER)
-    produce_all(producer, topics.node_subscribe(ALO_NODE), p.subscriptions)
+    ensure_topics(bootstrap, [topics.node_subscribe(node),
+                              topics.node_unsubscribe(node)], config=service_mod.FOREVER)
+    produce_all(producer, topics.node_subscribe(node), p.subscriptions)
     service = NodeService(alo, p.space)
     service.start()
     t0 = time.perf_counter()
-    drive(service, lambda: len(service.state) >= s.n_subs, s.load_timeout_s, "alo load",
+    drive(service, lambda: len(service.state) >= s.n_subs, s.load_timeout_s, f"{system} load",
           slice_s=0.2)
     t_load = time.perf_counter() - t0
-    node_params = {**lat_base, "delivery": "at_least_once"}
+    node_params = {**lat_base, "delivery": "at_least_once", **update}
     for drop in ("rate_events_s", "rate_fraction_of_max", "seconds", "warmup_s", "publisher",
               "receiver"):
         node_params.pop(drop, None)
-    rec.add("dls-alo", {**node_params, "batch_size": s.batch_size}, "load_time", t_load, "s")
-    rec.log(f"at-least-once node: loaded {s.n_subs} subscriptions in {t_load:.1f} s")
-    publish = topics.node_publish(ALO_NODE)
+    rec.add(system, {**node_params, "batch_size": s.batch_size}, "load_time", t_load, "s")
+    rec.log(f"{system} node: loaded {s.n_subs} subscriptions in {t_load:.1f} s")
+    publish = topics.node_publish(node)
     produce_all(producer, publish, p.ev_values[:n], p.ev_headers[:n])
     gc.collect()
     c0, w0 = time.process_time(), time.perf_counter()
     win = window(drive(service, lambda: service.metrics.events_in >= n, s.phase_timeout_s,
-                       "alo throughput"), n)
+                       f"{system} throughput"), n)
     cpu = (time.process_time() - c0) / (time.perf_counter() - w0)
-    rec.log(_summary("dls-alo", win))
+    rec.log(_summary(system, win))
     tput = facts.get("throughput", {})
     params = {**node_params, "batch_size": s.batch_size, "poll_timeout_s": s.poll_timeout_s,
               "window": "first to last committed batch, first batch excluded",
               "transactional": False, "window_events": win.events, "window_s": win.seconds,
               "batches": win.batches}
-    rec.add("dls-alo", params, "throughput", win.rate, "events/s")
-    rec.add("dls-alo", params, "delivery_throughput", win.message_rate, "messages/s")
-    rec.add("dls-alo", {**params, "statistic": "median over batches (first left out)"},
+    rec.add(system, params, "throughput", win.rate, "events/s")
+    rec.add(system, params, "delivery_throughput", win.message_rate, "messages/s")
+    rec.add(system, {**params, "statistic": "median over batches (first left out)"},
             "throughput_median_batch", win.median_rate, "events/s")
-    rec.add("dls-alo", params, "messages_per_event", win.messages / max(1, win.events),
+    rec.add(system, params, "messages_per_event", win.messages / max(1, win.events),
             "messages")
-    rec.add("dls-alo", {**params, "note": "process-wide: Python thread + librdkafka threads"},
+    rec.add(system, {**params, "note": "process-wide: Python thread + librdkafka threads"},
             "process_cpu_utilisation", cpu, "cpu s / s")
     for base_name, key in (("passthrough", "passthrough"), ("passthrough-nontx", "nontx"),
                            ("passthrough-fanout", "fanout"), ("dls", "dls")):
@@ -1139,18 +1155,27 @@ def _at_least_once_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepa
             extra = ({"bar": BAR_THROUGHPUT_RATIO, "met": ratio >= BAR_THROUGHPUT_RATIO}
                      if base_name.startswith("passthrough") and base_name != "passthrough-fanout"
                      else {})
-            rec.add("dls-alo", {**params, **extra}, f"throughput_ratio_vs_{base_name}", ratio,
+            rec.add(system, {**params, **extra}, f"throughput_ratio_vs_{base_name}", ratio,
                     f"x {base_name}")
-            rec.log(f"dls-alo / {base_name} = {ratio:.3f}")
-    facts.setdefault("throughput", {})["alo"] = win.rate
+            rec.log(f"{system} / {base_name} = {ratio:.3f}")
+    rec.add(system, params, "deliveries_per_event",
+            service.metrics.deliveries / max(1, service.metrics.events_in), "deliveries")
+    facts.setdefault("throughput", {})[system] = win.rate
 
     rate = s.latency_rate_fraction * win.rate
-    watched = [topics.deliver(c) for c in service.state.clients[:s.latency_clients]]
+    clients = service.state.clients[:s.latency_clients]
+    parts = alo.shared_delivery_partitions
+    watched = sorted({(topics.shared_deliver, delivery_partition(c, parts)) for c in clients}) \
+        if parts else [(topics.deliver(c), 0) for c in clients]
     base_lat = {**lat_base, "delivery": "at_least_once", "rate_events_s": rate,
                 "rate_fraction_of_max": s.latency_rate_fraction}
     lat = _Latency(bootstrap, rec, p, s, groups, facts)
-    lat.node(service, alo, "dls-alo", publish, watched, win.rate, (),
-             {**base_lat, "watched_clients": len(watched)}, f"{topics.prefix}-alolat", "A")
+    lat.node(service, alo, system, publish, watched, win.rate, (),
+             {**base_lat, "watched_clients": len(clients), "watched_partitions": len(watched)},
+             f"{topics.prefix}-{system}-lat", "S" if parts else "A")
+    if system != "dls-alo":
+        lat.log_best_p99(system)
+        return
     lat_in = f"{topics.prefix}.bench.latency-in-nontx"
     ensure_topics(bootstrap, [lat_in])
     lat.passthrough("passthrough-nontx", lat_in, out_topic, rate, False,
@@ -1172,7 +1197,8 @@ def plot(records: list[dict[str, Any]], facts: dict[str, Any], path: Path) -> bo
     rows = [(r["system"], r["value"]) for r in records if r["metric"] == "throughput"]
     if rows:
         names, vals = zip(*rows, strict=True)
-        bars = ax1.bar(names, vals, color=["#888", "#1f77b4", "#aaa", "#ccc"][:len(vals)])
+        colours = ["#888", "#1f77b4", "#aaa", "#ccc", "#2ca02c", "#d62728"]
+        bars = ax1.bar(names, vals, color=colours[:len(vals)])
         ax1.bar_label(bars, fmt="%.0f", fontsize=8)
         ax1.set_yscale("log")
         ax1.set_ylabel("events/s (log)")
@@ -1221,8 +1247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "phase (default: NodeSettings' 1000)")
     ap.add_argument("--poll-timeout", type=float, default=None,
                     help="their poll timeout in seconds (default: NodeSettings' 0.05)")
+    ap.add_argument("--shared-partitions", type=int, default=None, metavar="N",
+                    help="partitions of the shared delivery topic for the dls-shared node "
+                         "(default 4; 0 skips it)")
     args = ap.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.shared_partitions is not None:
+        settings = replace(settings, shared_partitions=args.shared_partitions)
     if args.events:
         settings = replace(settings, n_events=args.events)
     if args.batch_size:

@@ -46,6 +46,9 @@ def test_quick_metrics_present(quick_run):
               "latency_p99"):
         assert ("dls-alo", m) in metrics, m
     assert ("passthrough-nontx", "latency_p99") in metrics
+    for m in ("load_time", "throughput", "messages_per_event", "deliveries_per_event",
+              "latency_p99"):
+        assert ("dls-shared", m) in metrics, m
     for r in records:
         if r["metric"] == "latency_p99":
             assert {"batch_size", "poll_timeout_s", "rate_events_s", "met"} <= set(r["params"])
@@ -62,3 +65,14 @@ def test_quick_side_files(quick_run):
     assert meta["wall_time_s"] > 0
     assert "throughput ratio" in out.with_name("kafka.log").read_text()
     assert "cProfile" in out.with_name("kafka.profile.log").read_text()
+
+
+def test_quick_shared_topic_groups_deliveries(quick_run):
+    """On the shared topic an event is written at most once per partition."""
+    _, records = quick_run
+    shared = {r["metric"]: r for r in records if r["system"] == "dls-shared"}
+    parts = shared["throughput"]["params"]["shared_delivery_partitions"]
+    assert parts == kafka.QUICK.shared_partitions
+    assert shared["messages_per_event"]["value"] <= parts
+    assert shared["messages_per_event"]["value"] <= shared["deliveries_per_event"]["value"]
+    assert shared["latency_p99"]["params"]["watched_partitions"] <= parts
