@@ -37,6 +37,8 @@ def test_secrets_are_masked(tmp_path):
     ('node = "A"\n', "space"),
     ('node = "A"\nspace = "s.json"\ndelivery = "maybe"\n', "delivery"),
     ('node = "A"\nspace = "s.json"\nproducer_queue_messages = 0\n', "producer_queue_messages"),
+    ('node = "A"\nspace = "s.json"\nshared_delivery_partitions = -1\n',
+     "shared_delivery_partitions"),
     ("node = \n", "cannot read node config"),
 ])
 def test_bad_configs_name_the_field(tmp_path, text, fragment):
