@@ -48,6 +48,7 @@ WORD_BITS = 64
 
 _LE_U64 = np.dtype("<u8")
 _MATCH_CHUNK_BYTES = 64 * 2**20
+_DECODE_BLOCK_BYTES = 2**18
 
 
 @runtime_checkable
@@ -134,18 +135,38 @@ def _check_exclude(exclude: Any, n_events: int) -> np.ndarray | None:
 def _decode(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Turn an (E, W) uint64 bitset into CSR (offsets, sorted client indices).
 
-    Counts come from a popcount per row; the indices from one unpack of the whole matrix
-    viewed as bool, whose flat non-zero positions are ``event * 64W + client``.
+    Counts come from a popcount per row, so the output is allocated once at its final
+    size. The indices are decoded a block of rows at a time (about
+    ``_DECODE_BLOCK_BYTES`` unpacked bytes, so the unpacked block stays in cache): one
+    unpack of the block viewed as bool, whose flat non-zero positions are
+    ``row * 64W + client``; the client is that position masked (``64W`` a power of two)
+    or reduced modulo ``64W``. This byte-per-client scan is what matching costs when
+    many clients match (about 0.5 ns per client and event).
     """
     n_events, n_words = acc.shape
+    width = n_words * WORD_BITS
     offsets = np.zeros(n_events + 1, dtype=np.int64)
     np.cumsum(np.bitwise_count(acc).sum(axis=1, dtype=np.int64), out=offsets[1:])
-    if offsets[-1] == 0:
-        return offsets, np.zeros(0, dtype=np.int64)
+    total = int(offsets[-1])
+    clients = np.empty(total, dtype=np.int64)
+    if total == 0:
+        return offsets, clients
     raw = np.ascontiguousarray(acc, dtype=_LE_U64).view(np.uint8)
-    bits = np.unpackbits(raw, axis=1, bitorder="little")
-    flat = np.flatnonzero(bits.view(bool))
-    return offsets, np.remainder(flat, n_words * WORD_BITS)
+    step = max(1, _DECODE_BLOCK_BYTES // width)
+    mask = width - 1 if width & (width - 1) == 0 else None
+    bounds = offsets.tolist() if n_events > step else None
+    for start in range(0, n_events, step):  # loop over blocks, not over events or clients
+        stop = min(start + step, n_events)
+        a, b = (0, total) if bounds is None else (bounds[start], bounds[stop])
+        if a == b:
+            continue
+        flat = np.flatnonzero(np.unpackbits(raw[start:stop], axis=1,
+                                            bitorder="little").view(bool))
+        if mask is not None:
+            np.bitwise_and(flat, mask, out=clients[a:b])
+        else:
+            np.remainder(flat, width, out=clients[a:b])
+    return offsets, clients
 
 
 class _BitsetBank:
@@ -308,7 +329,8 @@ class _BitsetBank:
         n_events = lab.shape[0]
         ex = _check_exclude(exclude, n_events)
         words = self._cap // WORD_BITS
-        chunk = max(1, _MATCH_CHUNK_BYTES // max(1, WORD_BITS * words))  # unpacked bytes
+        # bounded memory: the bitset of a chunk and its gather buffer (8 bytes a word)
+        chunk = max(1, _MATCH_CHUNK_BYTES // max(1, 16 * words))
         if n_events <= chunk:
             return self._match_chunk(lab, ex)
         parts_off: list[np.ndarray] = []
@@ -327,9 +349,13 @@ class _BitsetBank:
         self, labels: np.ndarray, exclude: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
         rows, valid = self._match_rows(labels)
-        acc = self._bits[rows[:, 0]]
-        for j in range(1, rows.shape[1]):  # loop over k, not over events or clients
-            acc &= self._bits[rows[:, j]]
+        cols = np.ascontiguousarray(rows.T)  # (k, E): one contiguous index vector per hash
+        acc = np.take(self._bits, cols[0], axis=0)
+        if len(cols) > 1:
+            tmp = np.empty_like(acc)
+            for j in range(1, len(cols)):  # loop over k, not over events or clients
+                np.take(self._bits, cols[j], axis=0, out=tmp)
+                acc &= tmp
         if valid is not None:
             acc[~valid] = 0
         if exclude is not None:

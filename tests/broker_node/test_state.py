@@ -93,6 +93,32 @@ def test_batched_route_matches_route_one(node):
         assert r.neighbours_of(e) == nbrs
 
 
+@pytest.mark.parametrize("config", [{}, {"mode": "paper"},
+                                    {"client_filter": "direct", "routing_filter": "direct"}])
+def test_large_batch_route_with_origins_matches_route_one(config):
+    """Batches big enough to skip an empty ERT by a scan, and to decode clients in several
+    blocks, route as one event at a time does (which probes every filter)."""
+    node = BrokerState.for_space("B", ["A", "C", "D"], SPACE, **config)
+    rng = np.random.default_rng(1)
+    for i in range(300):
+        node.subscribe(f"c{i % 90}", f"s{i}", rng.integers(0, 256, 4).astype(np.uint64))
+    node.on_link("A", "advertise", rng.integers(0, 256, 60).astype(np.uint64))
+    node.on_link("D", "advertise", rng.integers(0, 256, 3).astype(np.uint64))
+    n = 6000
+    ev = rng.integers(0, 256, n).astype(np.uint64)
+    oc = rng.integers(-1, 90, n)
+    on = rng.integers(-1, 3, n)
+    r = node.route(ev, oc, on)
+    names = ["A", "C", "D"]
+    for e in range(0, n, 7):
+        clients, nbrs = node.route_one(
+            int(ev[e]), origin_client=None if oc[e] < 0 else f"c{oc[e]}",
+            origin_node=None if on[e] < 0 else names[on[e]])
+        assert [node.client_name(i) for i in r.clients_of(e).tolist()] == clients
+        assert r.neighbours_of(e) == nbrs
+    assert not r.neighbours[:, 1].any()  # C advertised nothing
+
+
 def test_repeated_identical_subscription_is_a_noop(node):
     node.subscribe("c1", "s1", labels(1, 2))
     assert node.subscribe("c1", "s1", labels(2, 1)) == []

@@ -255,6 +255,34 @@ def test_match_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
     assert np.array_equal(full[0], chunked[0]) and np.array_equal(full[1], chunked[1])
 
 
+@pytest.mark.parametrize("capacity", [64, 192, 256])
+@pytest.mark.parametrize("block_bytes", [1, 500, 2**18])
+def test_match_decode_blocks(monkeypatch: pytest.MonkeyPatch, capacity: int,
+                             block_bytes: int) -> None:
+    """Block-wise decoding (power-of-two width or not) gives the brute-force answer."""
+    import dls.bank as bank_mod
+
+    monkeypatch.setattr(bank_mod, "_DECODE_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(capacity + block_bytes)
+    m, k = 97, 2
+    n_clients = capacity - 7
+    bank = BitSlicedCBFBank(m, k, initial_capacity=capacity)
+    assert bank.capacity == capacity
+    filters = {c: CountingBloomFilter.with_params(m, k) for c in range(n_clients)}
+    clients, labels = _random_workload(rng, n_clients, 40 * n_clients, 300)
+    bank.add(clients, labels)
+    for c, lab in zip(clients.tolist(), labels.tolist(), strict=True):
+        filters[c].add(lab)
+    # labels 1000.. mostly match nobody: empty rows and empty blocks between full ones
+    events = np.concatenate([rng.integers(0, 300, 150), rng.integers(1000, 10**6, 150)])
+    events = rng.permutation(events).astype(np.uint64)
+    exclude = rng.integers(-1, n_clients, len(events)).astype(np.int64)
+    for ex in (None, exclude):
+        assert _csr_to_lists(*bank.match(events, ex)) == _brute_match(filters, events, ex)
+    off, cli = bank.match(np.zeros(0, dtype=np.uint64))
+    assert off.tolist() == [0] and cli.shape == (0,)
+
+
 # ---------------------------------------------------------------- direct bank
 
 
