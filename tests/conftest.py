@@ -17,6 +17,7 @@ Every test that requests ``kafka_bootstrap`` is marked ``integration``
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import shutil
@@ -122,6 +123,9 @@ def kafka_bootstrap() -> Iterator[str]:
         # Under pytest-xdist every worker is a session; the first to finish must not stop
         # the broker under the others, so there it is left running (`make kafka-down`).
         if started_here and "PYTEST_XDIST_WORKER" not in os.environ:
+            # Kafka clients that tests dropped without closing are destroyed now, while the
+            # broker still answers, instead of retrying against a stopped one in the log.
+            gc.collect()
             stop_local_kafka(port)
 
 
