@@ -3,8 +3,11 @@
 Run::
 
     .venv/bin/python -m benchmarks.paper [--quick] [--out benchmarks/results/paper.json]
-        [--experiments scaling,granules,fp,growth_subs,growth_clients]
-        [--systems dls,dls-paper,mics,rtree,bruteforce] [--require-all]
+        [--experiments scaling,matching,granules,fp,growth_subs,growth_clients]
+        [--systems dls,dls-paper,mics,rtree,bruteforce] [--require-all] [--merge]
+
+``--merge`` keeps the records of ``--out`` from experiments not run now (a partial re-run,
+e.g. ``--experiments matching --merge``) and notes the re-run in the meta file.
 
 Systems (:mod:`benchmarks.paper_systems`): ``dls`` (exact aggregation, the default),
 ``dls-paper`` (the paper's CBF aggregation), ``mics``, ``rtree`` and ``bruteforce``, each
@@ -22,6 +25,12 @@ Experiments (``params["experiment"]`` of every record):
   matchers), then matching, checks and memory at that size. After the largest size the
   subscriptions are deleted newest step first: ``delete_time`` at size N is the time of
   deleting the step (N - step .. N) / its size.
+* ``matching`` — the bars of issue 5: (d, g) = ``match_dg`` (3, 32), the largest size,
+  ``n_clients`` clients, both distributions (the scaling workload). Every system is filled,
+  then the matching of each is timed in ``match_rounds`` rounds, one call per system a
+  round, the order rotated each round, so that the load of a shared machine falls on
+  every system alike (``scaling`` times one system minutes after another); best round per
+  system. The 1-minute load average before and after the rounds is in the params.
 * ``granules`` — Tables 8–9, Figures 7–8 (§6.2.2): d = 3, 8,000 subscriptions, domain
   [0, 2^20 - 1], g = 16..256. The interval length is fixed in domain units (uniform in
   [0, 2^20/16], i.e. ``length_cells = g/16``), so finer cells mean more labels per
@@ -70,6 +79,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -99,7 +109,9 @@ BENCHMARK = "paper"
 DEFAULT_OUT = Path("benchmarks/results/paper.json")
 GRAN_PROBE = 200  # subscriptions of the rate probe of the granules experiment
 PROBE = 1_000  # subscriptions of the first, rate-measuring batch under a budget
-EXPERIMENTS = ("scaling", "granules", "fp", "growth_subs", "growth_clients")
+EXPERIMENTS = ("scaling", "matching", "granules", "fp", "growth_subs", "growth_clients")
+#: ``params["experiment"]`` values of each experiment's records.
+RECORD_EXPERIMENTS = {"fp": ("fp_granules", "fp_m")}
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,8 @@ class PaperSettings:
     check_events: int = 500
     match_budget_s: float = 1.5
     match_repeats: int = 3
+    match_dg: tuple[int, int] = (3, 32)
+    match_rounds: int = 5
     gran_granules: tuple[int, ...] = (16, 32, 64, 128, 256)
     gran_d: int = 3
     gran_n_subs: int = 8_000
@@ -161,7 +175,7 @@ QUICK = PaperSettings(
 )
 TINY = replace(QUICK, distributions=("uniform",), sizes=(1_000, 2_000), n_clients=10,
                n_events=200, batch_size=1_000, check_events=100, match_budget_s=0.02,
-               match_repeats=1, gran_granules=(16, 32), gran_n_subs=300,
+               match_repeats=1, match_rounds=2, gran_granules=(16, 32), gran_n_subs=300,
                fp_ms=(2**8, 2**16), growth_sizes=(1_000, 2_000), growth_batch=1_000,
                growth_clients=(5, 20), growth_clients_subs=1_000, scaling_budget_s=5.0,
                growth_budget_s=5.0)
@@ -455,6 +469,74 @@ def run_scaling(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
             _speedups(rec, rows, base, s.sizes)
 
 
+def _fill(spec: SystemSpec, kw: dict[str, Any], w: Workload, batch: int, log: Progress
+          ) -> Matcher:
+    m = build(spec, kw)
+    n = w.params.n_subs
+    for a, b in _ranges(0, n, batch):
+        m.insert(w.lo[a:b], w.hi[a:b], w.owners[a:b])
+        log.bar(f"  {spec.name} insert", b, n)
+    return m
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else -1.0
+
+
+def run_matching(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
+                 log: Progress) -> None:
+    """The bars' setting, every system filled at once and timed interleaved."""
+    d, g = s.match_dg
+    n = max(s.sizes)
+    for dist in s.distributions:
+        log(f"matching: {dist} d={d} g={g}, {n:,} subscriptions, {s.n_clients:,} clients, "
+            f"{s.match_rounds} interleaved rounds")
+        w = workload(dist, d, g, n, s.n_clients, s.n_events, s)
+        exact = exact_at(w, [n], s.check_events)[n]
+        base = {**w.params.as_dict(), "experiment": "matching"}
+        kw = build_kwargs(d, g, s.n_clients, high=w.params.domain_high,
+                          client_items=client_items(w))
+        filled: dict[str, Matcher] = {}
+        for spec in systems:
+            m = _guard(rec, spec, log, base, partial(_fill, spec, kw, w, s.batch_size, log))
+            if m is not None:
+                filled[spec.name] = m
+        n_ev: dict[str, int] = {}
+        for name, m in filled.items():  # as many events as fit the budget, as time_match
+            probe = min(len(w.events), 50)
+            t, _ = _timed(m.match, w.events[:probe])
+            n_ev[name] = int(min(len(w.events), max(probe, s.match_budget_s * probe
+                                                    / max(t, 1e-9))))
+        best = dict.fromkeys(filled, float("inf"))
+        names = list(filled)
+        load_before = _load()
+        for r in range(s.match_rounds):
+            k = r % max(1, len(names))
+            for name in names[k:] + names[:k]:
+                t, _ = _timed(filled[name].match, w.events[:n_ev[name]])
+                best[name] = min(best[name], t / n_ev[name])
+        load_after = _load()
+        rows: dict[str, dict[int, dict[str, float]]] = {}
+        for name, m in filled.items():
+            mp = {**base, "match_events": n_ev[name], "match_rounds": s.match_rounds,
+                  "load_avg_1m_before": load_before, "load_avg_1m_after": load_after,
+                  "timing": "one match() call over the first match_events events per "
+                            "round, systems interleaved (order rotated), best round"}
+            rec.add(name, mp, "matching_time", best[name] * 1e6, "us/event")
+            fn, fpr, dpe = check(m, w.events[:len(exact[0]) - 1], exact, s.n_clients)
+            cp = {**base, "check_events": len(exact[0]) - 1}
+            rec.add(name, cp, "false_negatives", fn, "count")
+            rec.add(name, cp, "false_positive_rate", fpr, "fraction")
+            rec.add(name, cp, "deliveries_per_event", dpe, "clients")
+            rows[name] = {n: {"match": best[name] * 1e6}}
+            log(f"  {name:10} match {best[name] * 1e6:10.3f} us/ev ({n_ev[name]:,} events)  "
+                f"{dpe:8.2f} deliveries/ev  fn {fn}")
+        log(f"  load average (1 min) {load_before} before, {load_after} after the rounds")
+        _speedups(rec, rows, base, [n])
+        filled.clear()
+        gc.collect()
+
+
 def gran_workload(dist: str, g: int, s: PaperSettings, length_frac: float = 1 / 16
                   ) -> Workload:
     """§6.2.2 workload: d = 3, fixed absolute interval length (up to ``length_frac`` of the
@@ -698,6 +780,7 @@ def run(s: PaperSettings, log: Progress | None = None, *, require_all: bool = Fa
     for exp in s.experiments:
         t0 = time.perf_counter()
         runner = {"scaling": lambda: run_scaling(rec, s, systems, log),
+                  "matching": lambda: run_matching(rec, s, systems, log),
                   "granules": lambda: run_granules(rec, s, systems, log),
                   "fp": lambda: run_fp(rec, s, log),
                   "growth_subs": lambda: run_growth_subs(rec, s, systems, log),
@@ -713,6 +796,31 @@ def run(s: PaperSettings, log: Progress | None = None, *, require_all: bool = Fa
         if checkpoint is not None:
             checkpoint(rec.records)
     return rec.records, [x.name for x in systems], rec.failures
+
+
+def merge_results(out: Path, records: list[dict[str, Any]], experiments: Sequence[str], *,
+                  argv: Sequence[str] | None, started: str, wall: float,
+                  **facts: Any) -> Path:
+    """Replace ``out``'s records of ``experiments`` by ``records``; note the re-run.
+
+    The meta file keeps the first run's facts and gets a ``reruns`` entry (experiments,
+    command, start, wall time, machine and commit) per merge.
+    """
+    replaced = {x for e in experiments for x in RECORD_EXPERIMENTS.get(e, (e,))}
+    old = json.loads(out.read_text())
+    kept = [r for r in old if r["params"].get("experiment") not in replaced]
+    out.write_text(json.dumps(kept + records, indent=1) + "\n")
+    meta_path = out.with_name(out.stem + ".meta.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta.setdefault("reruns", []).append({
+        "experiments": list(experiments),
+        "command": [sys.executable, "-m", "benchmarks.paper",
+                    *(argv if argv is not None else sys.argv[1:])],
+        "started_utc": started, "wall_time_s": round(wall, 2), "n_records": len(records),
+        "machine": core.machine_info(), **facts})
+    meta["n_records"] = len(kept) + len(records)
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    return meta_path
 
 
 def _csv(value: str, what: str, known: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -738,6 +846,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--systems", default=None, help="comma list of systems to run")
     ap.add_argument("--require-all", action="store_true",
                     help="fail instead of skipping a system whose module is missing")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep --out's records of the experiments not run now")
     args = ap.parse_args(argv)
     s = TINY if args.tiny else QUICK if args.quick else FULL
     if args.experiments:
@@ -756,6 +866,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     records, ran, failures = run(s, require_all=args.require_all, checkpoint=save_partial)
     wall = time.perf_counter() - t0
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    if args.merge and out.exists():
+        path = merge_results(out, records, s.experiments, argv=argv, started=started,
+                             wall=wall, mode=mode, systems=ran, failures=failures)
+        partial_path.unlink(missing_ok=True)
+        print(f"merged {len(records)} records of {', '.join(s.experiments)} into {out}; "
+              f"re-run noted in {path}")
+        return 1 if failures and args.require_all else 0
     skipped = [x.name for x in SYSTEMS
                if x.name not in ran and (s.systems is None or x.name in s.systems)]
     meta_path = core.write_results(

@@ -317,16 +317,37 @@ def plot_growth(res: Results, experiment: str, xkey: str, path: Path, title: str
     return True
 
 
+def _bar_experiment(res: Results) -> tuple[str, int]:
+    """Where the matching bars are read: the interleaved ``matching`` experiment when the
+    run has it, else the largest size of ``scaling``."""
+    rows = res.values("matching_time", experiment="matching", d=3, g=32)
+    if rows:
+        return "matching", max(int(r["params"]["n_subs"]) for r in rows)
+    return "scaling", max(res.sizes("scaling") or [0])
+
+
+def _matching_load(res: Results, dist: str | None = None) -> str:
+    loads = sorted({float(r["params"][k]) for r in res.values("matching_time",
+                                                               experiment="matching")
+                    for k in ("load_avg_1m_before", "load_avg_1m_after")
+                    if k in r["params"] and (dist is None
+                                             or r["params"]["distribution"] == dist)})
+    return (f"{loads[0]:.1f}" if len(loads) == 1 else
+            f"{loads[0]:.1f}–{loads[-1]:.1f}") if loads else "?"
+
+
 def _bar_lines(res: Results) -> list[str]:
     out = []
-    n = max(res.sizes("scaling") or [0])
+    exp, n = _bar_experiment(res)
     for dist in ("uniform", "zipf"):
-        dls = res.get("dls", "matching_time", experiment="scaling", distribution=dist, d=3,
+        dls = res.get("dls", "matching_time", experiment=exp, distribution=dist, d=3,
                       g=32, n_subs=n)
         if dls is None:
             continue
+        how = (f"interleaved, load {_matching_load(res, dist)}" if exp == "matching"
+               else "scaling run")
         for other, need in (("bruteforce", 100), ("mics", 10), ("rtree", 10)):
-            o = res.get(other, "matching_time", experiment="scaling", distribution=dist, d=3,
+            o = res.get(other, "matching_time", experiment=exp, distribution=dist, d=3,
                         g=32, n_subs=n)
             if o is None:
                 out.append(f"* DLS matching ≥ {need}× {LABEL[other]} ({dist}, {_k(n)}, d=3, "
@@ -335,8 +356,8 @@ def _bar_lines(res: Results) -> list[str]:
             ratio = o / dls
             ok = "met" if ratio >= need else "not met"
             out.append(f"* DLS batched matching ≥ {need}× {LABEL[other]} ({dist}, {_k(n)} "
-                       f"subscriptions, d=3, g=32, {_clients(res)} clients): **{ok}** — "
-                       f"{ratio:,.1f}× ({_fmt(dls)} vs {_fmt(o)} µs/event)")
+                       f"subscriptions, d=3, g=32, {_clients(res, exp)} clients; {how}): "
+                       f"**{ok}** — {ratio:,.1f}× ({_fmt(dls)} vs {_fmt(o)} µs/event)")
     for dist in ("uniform", "zipf"):
         paper = PAPER["table10"][dist][-1]
         for metric, what in FP_READINGS:
@@ -350,8 +371,8 @@ def _bar_lines(res: Results) -> list[str]:
     return out
 
 
-def _clients(res: Results) -> str:
-    r = res.values("matching_time", experiment="scaling")
+def _clients(res: Results, experiment: str = "scaling") -> str:
+    r = res.values("matching_time", experiment=experiment)
     return f"{r[0]['params']['n_clients']:,}" if r else "?"
 
 
@@ -443,6 +464,44 @@ def growth_table(res: Results, experiment: str, xkey: str) -> list[str]:
     return _table(["system", "metric", *head], rows)
 
 
+def matching_section(res: Results) -> list[str]:
+    """The interleaved matching runs at the bars' setting (``experiment = matching``)."""
+    rows_all = res.values("matching_time", experiment="matching")
+    if not rows_all:
+        return []
+    p0 = rows_all[0]["params"]
+    n = max(int(r["params"]["n_subs"]) for r in rows_all)
+    dists = [d for d in ("uniform", "zipf") if any(r["params"]["distribution"] == d
+                                                   for r in rows_all)]
+    L = [f"## Matching at the bars' setting, systems interleaved ({_k(n)} subscriptions, "
+         f"d = {p0['d']}, g = {p0['g']}, {p0['n_clients']:,} clients)", "",
+         "Every system is filled with the same subscriptions, then each one's `match()` of "
+         f"the same events is timed in {p0.get('match_rounds', '?')} rounds, one call per "
+         "system a round, the order rotated each round, so that load changes on the shared "
+         "machine fall on every system alike; the best round counts. Load average (1 min) "
+         f"around the rounds: {_matching_load(res)}. Deliveries are counted on "
+         "the check sample; DLS's include the cells' and the client filters' false "
+         "positives, MICS (exact) checks its candidates' boxes.", ""]
+    rows = []
+    for system in res.systems:
+        t = [res.get(system, "matching_time", experiment="matching", distribution=d,
+                     n_subs=n) for d in dists]
+        if all(v is None for v in t):
+            continue
+        dpe = [res.get(system, "deliveries_per_event", experiment="matching",
+                       distribution=d) for d in dists]
+        fn = [res.get(system, "false_negatives", experiment="matching", distribution=d)
+              for d in dists]
+        rows.append([LABEL.get(system, system), *(_fmt(v) for v in t),
+                     *(_fmt(v, 1) for v in dpe), *(_fmt(v, 0) for v in fn)])
+    L += _table(["system", *(f"{d} µs/event" for d in dists),
+                 *(f"{d} deliveries/event" for d in dists),
+                 *(f"{d} false negatives" for d in dists)], rows) + [""]
+    for d in dists:
+        L += [f"DLS, {d}: {_speedup_line(res, 'matching', distribution=d, n_subs=n)}."]
+    return L + [""]
+
+
 def _speedup_line(res: Results, experiment: str, **match: Any) -> str:
     parts = []
     for other in ("bruteforce", "mics", "rtree"):
@@ -470,6 +529,15 @@ def build_report(res: Results, plots: dict[str, str]) -> str:
           f" Command: `{cmd}`. The machine is shared with other engineers' work, so single "
           "timings can move by ±20 %. The paper's machine: 2.6 GHz 6-core Xeon, 64 GB, "
           "Java (§6.1).", ""]
+    for rr in meta.get("reruns") or []:
+        rc = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(rr.get("command", [])))
+        rdirty = (" (uncommitted changes to dls/ or broker_node/)"
+                  if rr.get("machine", {}).get("git_dirty_core_files") else "")
+        L += [f"Re-run of {', '.join(rr.get('experiments', []))}, merged into these results: "
+              f"started {rr.get('started_utc', '?')}, {rr.get('wall_time_s', 0) / 60:.1f} min, "
+              f"code at commit `{rr.get('machine', {}).get('git_commit', '?')[:12]}`{rdirty}, "
+              f"command `{rc}`; its records replace that experiment's records of the first "
+              "run.", ""]
     ran = meta.get("systems", res.systems)
     L += ["## Systems", "",
           "| system | what |", "|---|---|",
@@ -531,6 +599,7 @@ def build_report(res: Results, plots: dict[str, str]) -> str:
                         rows.append([dist, LABEL[system], f"{d}, {g}", *(_fmt(v) for v in vals)])
         L += _table(["data", "system", "d, g", *(_k(n) for n in sizes)], rows) + [""]
         L += ["The paper publishes Figure 6 only as a plot (DLS flat and below MICS).", ""]
+    L += matching_section(res)
     if not res.values("insert_time", experiment="granules"):
         L += ["## Table 8 / Figure 7: insertion time vs granules", "", *NOT,
               "## Table 9 / Figure 8: event matching time vs granules", "", *NOT]

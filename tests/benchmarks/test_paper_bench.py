@@ -14,7 +14,8 @@ from benchmarks.baselines.bruteforce import BruteForceMatcher
 from benchmarks.paper_systems import BrokerMatcher, available_systems, build, build_kwargs
 from benchmarks.workload import WorkloadParams, generate
 
-EXPS = {"scaling", "granules", "fp_granules", "fp_m", "growth_subs", "growth_clients"}
+EXPS = {"scaling", "matching", "granules", "fp_granules", "fp_m", "growth_subs",
+        "growth_clients"}
 KEYS = {"benchmark", "system", "params", "metric", "value", "unit"}
 # A small run: two fast systems, every experiment (the others are checked below).
 SETTINGS = replace(paper.TINY, systems=("bruteforce", "dls"))
@@ -56,6 +57,44 @@ def test_metrics_per_system(tiny):
     assert ("dls", "scaling", "speedup_vs_bruteforce") in have
     for m in ("fp_client", "fp_client_cells", "fp_network", "fp_network_per_event"):
         assert ("dls", "fp_m", m) in have
+
+
+def test_matching_experiment_is_interleaved_at_the_largest_size(tiny):
+    records, *_ = tiny
+    rows = [r for r in records if r["params"]["experiment"] == "matching"]
+    s = SETTINGS
+    for system in ("bruteforce", "dls"):
+        for dist in s.distributions:
+            mt = [r for r in rows if r["system"] == system and r["metric"] == "matching_time"
+                  and r["params"]["distribution"] == dist]
+            assert len(mt) == 1 and mt[0]["value"] > 0
+            p = mt[0]["params"]
+            assert (p["d"], p["g"]) == s.match_dg and p["n_subs"] == max(s.sizes)
+            assert p["match_rounds"] == s.match_rounds and "load_avg_1m_before" in p
+            assert any(r["system"] == system and r["metric"] == "false_negatives"
+                       and r["value"] == 0 and r["params"]["distribution"] == dist
+                       for r in rows)
+    assert any(r["system"] == "dls" and r["metric"] == "speedup_vs_bruteforce" for r in rows)
+
+
+def test_merge_replaces_only_the_experiments_run(tmp_path):
+    out = tmp_path / "paper.json"
+    old = [{"benchmark": "paper", "system": "dls", "metric": "matching_time", "value": 9.0,
+            "unit": "us/event", "params": {"experiment": e}}
+           for e in ("scaling", "matching", "fp_m")]
+    out.write_text(json.dumps(old))
+    out.with_name("paper.meta.json").write_text(json.dumps({"mode": "full"}))
+    assert paper.main(["--tiny", "--experiments", "matching", "--systems", "dls",
+                       "--out", str(out), "--merge"]) == 0
+    recs = json.loads(out.read_text())
+    assert [r["params"]["experiment"] for r in recs[:2]] == ["scaling", "fp_m"]
+    new = recs[2:]
+    assert new and all(r["params"]["experiment"] == "matching" for r in new)
+    assert all(r["value"] != 9.0 for r in new if r["metric"] == "matching_time")
+    meta = json.loads(out.with_name("paper.meta.json").read_text())
+    assert meta["mode"] == "full" and meta["n_records"] == len(recs)
+    assert meta["reruns"][0]["experiments"] == ["matching"]
+    assert meta["reruns"][0]["mode"] == "tiny"
 
 
 def test_no_false_negatives_and_sane_rates(tiny):
