@@ -481,7 +481,11 @@ def matching_section(res: Results) -> list[str]:
          "machine fall on every system alike; the best round counts. Load average (1 min) "
          f"around the rounds: {_matching_load(res)}. Deliveries are counted on "
          "the check sample; DLS's include the cells' and the client filters' false "
-         "positives, MICS (exact) checks its candidates' boxes.", ""]
+         "positives, MICS (exact) checks its candidates' boxes."
+         + (" This experiment was re-run (see Machine): the Figure 6 rows above are the "
+            "first run's, with the code of that run; the bars are read from this table."
+            if any("matching" in rr.get("experiments", [])
+                   for rr in res.meta.get("reruns") or []) else ""), ""]
     rows = []
     for system in res.systems:
         t = [res.get(system, "matching_time", experiment="matching", distribution=d,
