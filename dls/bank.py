@@ -141,7 +141,7 @@ def _decode(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     unpack of the block viewed as bool, whose flat non-zero positions are
     ``row * 64W + client``; the client is that position masked (``64W`` a power of two)
     or reduced modulo ``64W``. This byte-per-client scan is what matching costs when
-    many clients match (about 0.5 ns per client and event).
+    many clients match (about 0.5 ns per client slot and event).
     """
     n_events, n_words = acc.shape
     width = n_words * WORD_BITS
