@@ -1163,14 +1163,18 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     facts.setdefault("throughput", {})[system] = win.rate
 
     rate = s.latency_rate_fraction * win.rate
-    clients = service.state.clients[:s.latency_clients]
     parts = alo.shared_delivery_partitions
-    watched = sorted({(topics.shared_deliver, delivery_partition(c, parts)) for c in clients}) \
-        if parts else [(topics.deliver(c), 0) for c in clients]
+    # A client of the shared topic reads one partition (every message in it, its own or
+    # not): the receiver does the same, for the first client.
+    clients = service.state.clients[:1 if parts else s.latency_clients]
+    watched = [(topics.shared_deliver, delivery_partition(clients[0], parts))] if parts \
+        else [(topics.deliver(c), 0) for c in clients]
+    # Also at the rate the per-client node was measured at, for a like-for-like look.
+    low = (0.5 * tput["dls-alo"],) if parts and tput.get("dls-alo") else ()
     base_lat = {**lat_base, "delivery": "at_least_once", "rate_events_s": rate,
                 "rate_fraction_of_max": s.latency_rate_fraction}
     lat = _Latency(bootstrap, rec, p, s, groups, facts)
-    lat.node(service, alo, system, publish, watched, win.rate, (),
+    lat.node(service, alo, system, publish, watched, win.rate, low,
              {**base_lat, "watched_clients": len(clients), "watched_partitions": len(watched)},
              f"{topics.prefix}-{system}-lat", "S" if parts else "A")
     if system != "dls-alo":
