@@ -38,12 +38,13 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
                  ops_path: str | Path, out_path: str | Path, *, topic_prefix: str = "dls",
                  settle_timeout_s: float = 60.0, drain_idle_s: float = 0.5,
                  attach: bool = False, groups: dict[str, str] | None = None,
-                 **config: Any) -> dict[str, Any]:
+                 shared_delivery_partitions: int = 0, **config: Any) -> dict[str, Any]:
     """Play a trace through real nodes on Kafka; write simulate's output format.
 
     With ``attach`` the nodes must already run under ``topic_prefix`` (their consumer
     groups ``<prefix>-node-<node>`` unless ``groups`` says otherwise); ``config`` then only
-    shapes the reference overlay.
+    shapes the reference overlay. ``shared_delivery_partitions`` is the nodes' setting of
+    that name (the nodes started here get it; attached ones must have it already).
     """
     space = ContentSpace.from_json(space_path)
     topology = Topology.from_spec(json.loads(Path(topology_path).read_text()))
@@ -56,14 +57,15 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
         nodes.wait_ready(settle_timeout_s)
     else:
         nodes = LocalNetwork(bootstrap, topic_prefix, Path(space_path), space, topology,
-                             **config)
+                             shared_delivery_partitions=shared_delivery_partitions, **config)
     clients: dict[tuple[str, str], Client] = {}
 
     def client(node: str, cid: str) -> Client:
         key = (node, cid)
         if key not in clients:
             clients[key] = Client(bootstrap, node, cid, space, topic_prefix=topic_prefix,
-                                  group_id=f"{topic_prefix}-replay-{node}-{cid}")
+                                  group_id=f"{topic_prefix}-replay-{node}-{cid}",
+                                  shared_delivery_partitions=shared_delivery_partitions)
         return clients[key]
 
     publishes: list[str] = []

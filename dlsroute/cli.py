@@ -42,7 +42,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         groups[node] = group
     summary = replay_files(args.bootstrap, args.space, args.topology, args.ops, args.out,
                            topic_prefix=args.topic_prefix, mode=args.mode,
-                           attach=args.attach, groups=groups)
+                           attach=args.attach, groups=groups,
+                           shared_delivery_partitions=args.shared_delivery_partitions)
     print(json.dumps({k: v for k, v in summary.items() if k != "rejected"}
                      | {"rejected": len(summary["rejected"])}))
     return 0
@@ -202,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "through Kafka")
     s.add_argument("--group", action="append", metavar="NODE=GROUP",
                    help="with --attach: a node's consumer group if not <prefix>-node-<node>")
+    s.add_argument("--shared-delivery-partitions", type=int, default=0, metavar="N",
+                   help="the nodes' shared_delivery_partitions (0: one topic per client)")
     s.set_defaults(func=_cmd_replay)
 
     s = sub.add_parser("labels", help="show the labels of a subscription or an event")

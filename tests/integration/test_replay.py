@@ -43,12 +43,14 @@ def write_inputs(tmp_path: Path) -> tuple[dict[str, Path], Path]:
     return paths, ops
 
 
-def test_replay_matches_simulate(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path):
+@pytest.mark.parametrize("shared", [0, 2], ids=["topic-per-client", "shared-topic"])
+def test_replay_matches_simulate(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path,
+                                 shared: int):
     paths, ops = write_inputs(tmp_path)
     sim_out, real_out = tmp_path / "sim.jsonl", tmp_path / "real.jsonl"
     simulate_files(paths["space.json"], paths["topo.json"], ops, sim_out)
     replay_files(kafka_bootstrap, paths["space.json"], paths["topo.json"], ops, real_out,
-                 topic_prefix=topic_prefix)
+                 topic_prefix=topic_prefix, shared_delivery_partitions=shared)
     sim = [json.loads(x) for x in sim_out.read_text().splitlines()][:-1]
     real = [json.loads(x) for x in real_out.read_text().splitlines()][:-1]
     assert [r["id"] for r in real] == [r["id"] for r in sim] == ["e1", "e2", "e3", "e4", "e5"]
