@@ -146,6 +146,7 @@ BENCHMARK = "kafka"
 NODE = "A"
 ALO_NODE = "B"
 SHARED_NODE = "S"
+SHARED_EOS_NODE = "T"
 PUBLISHER = "pub"
 DEFAULT_OUT = Path("benchmarks/results/kafka.json")
 DEFAULT_BOOTSTRAP = os.environ.get("DLS_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
@@ -1093,20 +1094,25 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
         _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
                        lat_base, out_topic, system="dls-shared", node=SHARED_NODE,
                        update={"shared_delivery_partitions": s.shared_partitions})
+        _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
+                       lat_base, out_topic, system="dls-shared-eos", node=SHARED_EOS_NODE,
+                       update={"shared_delivery_partitions": s.shared_partitions,
+                               "delivery": "exactly_once"})
 
 
 def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                    settings: NodeSettings, topics: Topics, groups: list[str],
                    facts: dict[str, Any], producer: Producer, lat_base: dict[str, Any],
                    out_topic: str, *, system: str, node: str, update: dict[str, Any]) -> None:
-    """A node with ``delivery = "at_least_once"`` (no transaction) and ``update`` applied.
+    """A node with ``delivery = "at_least_once"`` (no transaction) or as ``update`` says.
 
     Another node (``node``; same clients) loads the same subscriptions from its own
     subscribe topic, then routes the same ``n_events`` from its own publish topic; then
     its latency at half its own maximum rate. After ``dls-alo`` (per-client topics) comes
     the non-transactional passthrough's latency at the same rate; ``dls-shared`` writes
     to the shared delivery topic (``shared_delivery_partitions``) and its receiver reads
-    the partitions of the watched clients.
+    one client's partition; ``dls-shared-eos`` is the same with exactly-once delivery,
+    the like-for-like of the transactional ``passthrough``.
     """
     n = s.n_events
     alo = settings.model_copy(update={"node": node, "delivery": "at_least_once",
@@ -1122,6 +1128,7 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
           slice_s=0.2)
     t_load = time.perf_counter() - t0
     node_params = {**lat_base, "delivery": "at_least_once", **update}
+    transactional = node_params["delivery"] == "exactly_once"
     for drop in ("rate_events_s", "rate_fraction_of_max", "seconds", "warmup_s", "publisher",
               "receiver"):
         node_params.pop(drop, None)
@@ -1138,7 +1145,8 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     tput = facts.get("throughput", {})
     params = {**node_params, "batch_size": s.batch_size, "poll_timeout_s": s.poll_timeout_s,
               "window": "first to last committed batch, first batch excluded",
-              "transactional": False, "window_events": win.events, "window_s": win.seconds,
+              "transactional": transactional, "window_events": win.events,
+              "window_s": win.seconds,
               "batches": win.batches}
     rec.add(system, params, "throughput", win.rate, "events/s")
     rec.add(system, params, "delivery_throughput", win.message_rate, "messages/s")
@@ -1170,8 +1178,9 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     watched = [(topics.shared_deliver, delivery_partition(clients[0], parts))] if parts \
         else [(topics.deliver(c), 0) for c in clients]
     # Also at the rate the per-client node was measured at, for a like-for-like look.
-    low = (0.5 * tput["dls-alo"],) if parts and tput.get("dls-alo") else ()
-    base_lat = {**lat_base, "delivery": "at_least_once", "rate_events_s": rate,
+    per_client = "dls" if transactional else "dls-alo"
+    low = (0.5 * tput[per_client],) if parts and tput.get(per_client) else ()
+    base_lat = {**lat_base, "delivery": node_params["delivery"], "rate_events_s": rate,
                 "rate_fraction_of_max": s.latency_rate_fraction}
     lat = _Latency(bootstrap, rec, p, s, groups, facts)
     lat.node(service, alo, system, publish, watched, win.rate, low,

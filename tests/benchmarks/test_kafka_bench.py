@@ -49,6 +49,7 @@ def test_quick_metrics_present(quick_run):
     for m in ("load_time", "throughput", "messages_per_event", "deliveries_per_event",
               "latency_p99"):
         assert ("dls-shared", m) in metrics, m
+        assert ("dls-shared-eos", m) in metrics, m
     for r in records:
         if r["metric"] == "latency_p99":
             assert {"batch_size", "poll_timeout_s", "rate_events_s", "met"} <= set(r["params"])
