@@ -29,6 +29,17 @@ agree bit for bit with :mod:`dls.mapping` (``tests/spark/test_mapping_parity.py`
 
 The text of a ``where`` is written to the ``LabelSubscription`` as it came (the SDK writes
 its normalised form); nodes route on the labels only.
+
+Speed. Spark evaluates a higher-order function (``transform``, ``filter``, ``aggregate``...)
+interpreted, and in Spark 4.2 every array element such an evaluation reads builds a
+``SQLConf`` (``PhysicalDataType.apply``), and casting a variant scalar builds a ``Cast``; so
+the common records take shortcuts of generated code, each exactly the general path for the
+records it takes: an event's attribute members are built position by position (up to one
+per attribute of the space) from the typed reading's text, the string fields come from the
+typed reading, and a text subscription whose predicates each compare one numeric attribute
+(once) with finite numbers has its intervals read straight from the pattern's groups
+(``_fast``), the general path's lambdas then getting empty arrays. The long predicate
+pattern runs once (a ``regexp_replace`` writing the groups as records).
 """
 
 from __future__ import annotations
@@ -100,6 +111,13 @@ _RAW_OPS = {"event": "publish", "subscription": "subscribe", "unsubscription": "
 _RAW_SCHEMAS = {"event": "RawEvent", "subscription": "RawSubscription",
                 "unsubscription": "RawUnsubscription"}
 _ATTR_TYPE = "struct<member0:bigint,member1:double,member2:string>"
+_TYPED = {
+    "event": {"node": "string", "client": "string", "id": "string",
+              "attrs": "map<string,string>", "payload": "string"},
+    "subscription": {"node": "string", "client": "string", "id": "string", "where": "string"},
+    "unsubscription": {"node": "string", "client": "string", "id": "string"},
+}
+"""Fields of the typed reading of a raw JSON record (a non-string value comes as its text)."""
 _VAL_TYPE = "struct<k:string,n:double,s:string>"
 _PRED_TYPE = f"struct<attr:string,op:string,vals:array<{_VAL_TYPE}>>"
 _ERR_TYPE = "struct<reason:string,field:string,value:string>"
@@ -139,6 +157,11 @@ def _first(*checks: tuple[Column, Column]) -> Column:
     F = _F()
     return F.coalesce(*[F.when(cond, err) for cond, err in checks],
                       F.lit(None).cast(_ERR_TYPE))
+
+
+def _str_array(values: tuple[str, ...] | list[str]) -> Column:
+    F = _F()
+    return F.array(*[F.lit(v) for v in values]).cast("array<string>")
 
 
 def _vtype(v: Column) -> Column:
@@ -245,7 +268,7 @@ def _replace_err(df: DataFrame, *more: Column) -> DataFrame:
     return df.withColumn("_err", F.coalesce(F.col("_err"), *more))
 
 
-def _decode(raw: DataFrame, kind: str) -> DataFrame:
+def _decode(raw: DataFrame, kind: str, n_attrs: int = 0) -> DataFrame:
     """Raw records of one kind -> common columns, kind-specific ones and ``_err``.
 
     Common: ``_value``, ``_headers``, ``_source``, ``_avro`` (bool), ``node``, ``client``,
@@ -269,11 +292,17 @@ def _decode(raw: DataFrame, kind: str) -> DataFrame:
     header_ok = F.coalesce(F.substring(value, 1, 10) == _header(schema_name), F.lit(False))
     rec = from_avro(F.expr("substring(_value, 11)"), _schema_json(schema_name),
                     {"mode": "PERMISSIVE"})
-    text = F.regexp_replace(value.cast("string"), "^\\x{FEFF}", "")
+    as_text = value.cast("string")
+    text = F.when(as_text.startswith("\ufeff"), F.expr("substring(cast(_value as string), 2)"))\
+        .otherwise(as_text)
     df = df.select("*", is_avro.alias("_avro"), header_ok.alias("_hdr_ok"))
     df = df.select("*", F.when(F.col("_avro") & F.col("_hdr_ok"), rec).alias("_rec"),
                    F.when(~F.col("_avro"), text).alias("_text"))
-    df = df.select("*", F.try_parse_json(F.col("_text")).alias("_v"))
+    typed_schema = "struct<" + ",".join(f"{k}:{t}" for k, t in _TYPED[kind].items()) + ">"
+    # A second, typed reading of the same text: the keys of ``attrs`` in their order and
+    # the values' text, and the string fields without a variant cast each.
+    df = df.select("*", F.try_parse_json(F.col("_text")).alias("_v"),
+                   F.from_json(F.col("_text"), typed_schema).alias("_j"))
     df = df.select("*", F.try_variant_get(F.col("_v"), "$", "map<string,variant>").alias("_top"))
     top = F.col("_top")
 
@@ -284,15 +313,17 @@ def _decode(raw: DataFrame, kind: str) -> DataFrame:
         return _vtype(jfield(name))
 
     def jstr(name: str) -> Column:
-        return F.when(jtype(name) == "STRING", F.try_variant_get(jfield(name), "$", "string"))
+        typed = F.col("_j")[name] if name in _TYPED[kind] else F.lit(None).cast("string")
+        return F.when(jtype(name) == "STRING",
+                      F.coalesce(typed, F.try_variant_get(jfield(name), "$", "string")))
 
     fields = _RAW_FIELDS[kind]
     allowed = (*fields, "payload") if kind == "event" else fields
+    # The first key not allowed / the first field absent, in order (array_except keeps the
+    # order of its first argument): no lambda, which Spark would evaluate interpreted.
     unknown = F.try_element_at(
-        F.filter(F.map_keys(top), lambda k: ~k.isin(*allowed, "op")), F.lit(1))
-    missing = F.try_element_at(
-        F.filter(F.array(*[F.lit(f) for f in fields]),
-                 lambda f: ~F.array_contains(F.map_keys(top), f)), F.lit(1))
+        F.array_except(F.map_keys(top), _str_array((*allowed, "op"))), F.lit(1))
+    missing = F.try_element_at(F.array_except(_str_array(fields), F.map_keys(top)), F.lit(1))
     empty = F.coalesce(F.length(value) == 0, F.lit(True))
     json_err = _first(
         (empty, _err(f"{what}: empty message", "value", None)),
@@ -338,13 +369,13 @@ def _decode(raw: DataFrame, kind: str) -> DataFrame:
             F.when(avro, avro_err).otherwise(json_err).alias("_err")]
     if kind == "event":
         cols += [F.try_variant_get(jfield("attrs"), "$", "map<string,variant>").alias("_am"),
-                 F.from_json(F.col("_text"), "struct<attrs:map<string,string>>")["attrs"]
-                 .alias("_tm"),
+                 F.col("_j")["attrs"].alias("_tm"),
                  jtype("payload").alias("_pt"),
                  jstr("payload").alias("_ps")]
     elif kind == "subscription":
         cols += [jtype("where").alias("_wt"), jstr("where").alias("_ws"),
-                 F.to_json(jfield("where")).alias("_wj"), jfield("where").alias("_wv")]
+                 F.when(jstr("where").isNull(), F.to_json(jfield("where"))).alias("_wj"),
+                 jfield("where").alias("_wv")]
     df = df.select("*", *cols)
 
     if kind == "event":
@@ -352,28 +383,57 @@ def _decode(raw: DataFrame, kind: str) -> DataFrame:
                                        F.map_keys(F.col("_am"))).alias("_keys"))
         am, tm = F.col("_am"), F.col("_tm")
 
+        # A repeated key: its last text (a lambda, so only then).
+        dups = F.size(F.col("_keys")) != F.size(tm)
+
         def member(k: Column) -> Column:
             vk = F.try_element_at(am, k)
             t = _vtype(vk)
-            last_text = F.try_element_at(
+            last_text = F.when(dups, F.try_element_at(
                 F.map_values(F.map_filter(tm, lambda kk, _v: kk == k)), F.lit(-1))
+            ).otherwise(F.try_element_at(tm, k))
             text_v = F.coalesce(last_text, vk.cast("string"))
+            # The text of an integer or a string token is exactly its value; casting the
+            # variant instead would build a Cast (and a SQLConf) per value.
             return F.struct(
                 t.alias("t"),
-                F.when(t == "BIGINT", F.try_variant_get(vk, "$", "bigint")).alias("member0"),
+                F.when(t == "BIGINT", F.coalesce(last_text.try_cast("bigint"),
+                                                 F.try_variant_get(vk, "$", "bigint")))
+                .alias("member0"),
                 F.when(_is_num_type(t) & (t != "BIGINT"), text_v.try_cast("double"))
                 .alias("member1"),
-                F.when(t == "STRING", F.try_variant_get(vk, "$", "string")).alias("member2"))
+                F.when(t == "STRING", F.coalesce(last_text,
+                                                 F.try_variant_get(vk, "$", "string")))
+                .alias("member2"))
 
-        df = df.select("*", F.transform(F.col("_keys"), member).alias("_members"))
+        def strip(m: Column) -> Column:
+            return F.struct(m["member0"].alias("member0"), m["member1"].alias("member1"),
+                            m["member2"].alias("member2"))
+
+        def is_bad(m: Column) -> Column:
+            return ~_is_num_type(m["t"]) & (m["t"] != "STRING")
+
+        # Up to n_attrs keys (every valid event: one per attribute of the space), the members
+        # are built position by position in generated code; a lambda over an array of
+        # structs runs interpreted, at a SQLConf per element read (Spark 4.2), so it is
+        # only the fallback for more keys than that.
+        keys = F.col("_keys")
+        n_keys = F.size(keys)
+        n_attrs = max(n_attrs, 1)
+        unrolled = [member(F.get(keys, i)) for i in range(n_attrs)]
+        few = (n_keys <= n_attrs) & (n_keys >= 0)
+        df = df.select("*", F.when(few, F.slice(F.array(*unrolled), 1, n_keys))
+                       .otherwise(F.transform(keys, member)).alias("_members"))
         members = F.col("_members")
-        bad = F.try_element_at(F.filter(members, lambda m: ~_is_num_type(m["t"]) & (
-            m["t"] != "STRING")), F.lit(1))
-        bad_k = F.get(F.col("_keys"), F.array_position(members, bad) - 1)
+        any_bad = F.when(few, F.coalesce(*[
+            F.when(F.get(members, i).isNotNull() & is_bad(F.get(members, i)), F.lit(True))
+            for i in range(n_attrs)], F.lit(False))).otherwise(F.exists(members, is_bad))
+        bad = F.when(any_bad, F.try_element_at(F.filter(members, is_bad), F.lit(1)))
+        bad_k = F.get(keys, F.array_position(members, bad) - 1)
         bad_j = F.to_json(F.try_element_at(am, bad_k))
-        json_attrs = F.map_from_arrays(F.col("_keys"), F.transform(members, lambda m: F.struct(
-            m["member0"].alias("member0"), m["member1"].alias("member1"),
-            m["member2"].alias("member2"))))
+        json_attrs = F.map_from_arrays(keys, F.when(few, F.slice(F.array(*[
+            strip(F.get(members, i)) for i in range(n_attrs)]), 1, n_keys))
+            .otherwise(F.transform(members, strip)))
         kind_err = _first(
             (~avro & am.isNull(),
              _err(F.concat(F.lit("raw event: attrs must be an object, got "),
@@ -493,7 +553,7 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
     F = _F()
     names = [a.name for a in space.attributes]
     attrs = F.col("attrs")
-    df = df.select("*", F.try_element_at(F.filter(F.map_keys(attrs), lambda k: ~k.isin(*names)),
+    df = df.select("*", F.try_element_at(F.array_except(F.map_keys(attrs), _str_array(names)),
                                          F.lit(1)).alias("_extra"),
                    *[F.try_element_at(attrs, F.lit(a.name)).alias(f"_a{i}")
                      for i, a in enumerate(space.attributes)])
@@ -574,11 +634,10 @@ def map_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame
     from pyspark.sql.avro.functions import to_avro
 
     F = _F()
-    df = _with_topic(_with_event_label(space, _decode(raw, "event")), topics, "publish")
-    entries = F.transform(F.coalesce(F.map_entries(F.col("attrs")),
-                                     F.array().cast(f"array<struct<key:string,value:"
-                                                    f"{_ATTR_TYPE}>>")),
-                          lambda e: F.struct(e["key"].alias("key"), e["value"].alias("value")))
+    decoded = _decode(raw, "event", len(space.attributes))
+    df = _with_topic(_with_event_label(space, decoded), topics, "publish")
+    entries = F.coalesce(F.map_entries(F.col("attrs")),
+                         F.array().cast(f"array<struct<key:string,value:{_ATTR_TYPE}>>"))
     body = to_avro(F.struct(_nn("node"), _nn("client"), _nn("id"), entries.alias("attrs"),
                             _nn("payload", bytearray())), _raw_event_wire_schema())
     value = F.when(F.col("_avro"), F.col("_value")).otherwise(
@@ -610,14 +669,103 @@ def _text_value(tok: Column) -> Column:
     return F.struct(k.alias("k"), n.alias("n"), s.alias("s"))
 
 
-def _with_text_predicates(df: DataFrame) -> DataFrame:
-    """Add ``_tpreds`` (predicate structs) and ``_terr`` from ``wtext`` (the text form)."""
+def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
+    """Add ``_fast`` and, per numeric attribute i, its interval ``_fk{i}``.
+
+    ``_fast``: the subscription is in the text form and every predicate compares one
+    numeric attribute of the space (at most once each) with finite numbers, a 'between' in
+    order. Such a subscription's intervals are read from the regular expression's groups
+    position by position in generated code, and the lambdas of the general path (which
+    Spark runs interpreted, at a SQLConf per array element read) get empty arrays.
+    """
+    F = _F()
+    numeric = [a for a in space.attributes if not isinstance(a, DiscreteAttribute)]
+    n_max = len(numeric)
+    n = F.size(F.col("_t_attr"))
+
+    def at(g: str, j: int) -> Column:
+        return F.get(F.col(g), j)
+
+    def number(tok: Column) -> Column:
+        # A value token of the predicate pattern is a number exactly when it starts like one
+        # (strings start with a quote, words with a letter or '_'): no regular expression.
+        return F.when(F.substring(tok, 1, 1).isin(*"+-.0123456789"), tok.try_cast("double"))
+
+    # Each value once, in a column of its own (a CASE WHEN's branches are not shared).
+    df = df.select("*", *[
+        c for j in range(n_max) for c in (
+            number(F.when(at("_t_lo", j) != "", at("_t_lo", j)).otherwise(at("_t_val", j)))
+            .alias(f"_fx{j}"), number(at("_t_hi", j)).alias(f"_fy{j}"))])
+
+    def finite(x: Column) -> Column:
+        return x.isNotNull() & (F.abs(x) < F.lit(math.inf))
+
+    checks = []
+    for j in range(n_max):
+        v0, v1 = F.col(f"_fx{j}"), F.col(f"_fy{j}")
+        between = at("_t_lo", j) != ""
+        ok = (at("_t_attr", j).isin(*[a.name for a in numeric]) & (at("_t_list", j) == "")
+              & finite(v0) & F.when(between, finite(v1) & (v0 <= v1)).otherwise(F.lit(True)))
+        for k in range(j):
+            ok = ok & (at("_t_attr", j) != at("_t_attr", k))
+        checks.append((n <= j) | F.coalesce(ok, F.lit(False)))
+    fast = F.col("_t_ok") & F.col("wjson").isNull() & (n <= n_max)
+    for c in checks:
+        fast = fast & c
+    df = df.select("*", F.coalesce(fast, F.lit(False)).alias("_fast"))
+    # Stage by stage (a column each), so that no expression is copied into the next.
+    num = {i: a for i, a in enumerate(space.attributes) if not isinstance(a, DiscreteAttribute)}
+    idx = list(num)
+    df = df.select("*", *[
+        F.when(F.col("_fast"), F.array_position(F.col("_t_attr"), F.lit(num[i].name))
+               .cast("int") - 1).alias(f"_fp{i}") for i in idx])
+    stage = []
+    for i in idx:
+        pos = F.col(f"_fp{i}")
+        between = F.get(F.col("_t_lo"), pos) != ""
+        v0 = F.when(between, F.get(F.col("_t_lo"), pos)).otherwise(F.get(F.col("_t_val"), pos))
+        stage += [F.when(between, F.lit("between")).otherwise(F.get(F.col("_t_op"), pos))
+                  .alias(f"_fo{i}"), v0.try_cast("double").alias(f"_f0{i}"),
+                  F.get(F.col("_t_hi"), pos).try_cast("double").alias(f"_f1{i}")]
+    df = df.select("*", *stage)
+    df = df.select("*", *[
+        F.when(F.col(f"_fp{i}") >= 0, _interval(F.col(f"_fo{i}"), F.col(f"_f0{i}"),
+                                                 F.col(f"_f1{i}"),
+                                                 F.lit(None).cast("array<double>")))
+        .alias(f"_fq{i}") for i in idx])
+    df = df.select("*", *[
+        F.when(F.col("_fast"), F.when(F.col(f"_fq{i}").isNull(), _domain(num[i]))
+               .otherwise(_merge(_domain(num[i]), F.col(f"_fq{i}"))))
+        .alias(f"_fk{i}") for i in idx])
+    return df.drop(*[f"_f{x}{i}" for i in idx for x in ("p", "o", "0", "1", "q")],
+                   *[f"_f{x}{j}" for j in range(n_max) for x in ("x", "y")])
+
+
+def _with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
+    """Add ``_tpreds`` (predicate structs) and ``_terr`` from ``wtext`` (the text form).
+
+    Also ``_fast`` and ``_fk{i}`` (:func:`_with_fast_path`); ``_tpreds`` is empty when
+    ``_fast`` is set.
+    """
     F = _F()
     wtext = F.col("wtext")
     groups = ("_t_attr", "_t_lo", "_t_hi", "_t_list", "_t_op", "_t_val")
-    df = df.select("*", wtext.rlike(_WHERE_FULL).alias("_t_ok"),
-                   *[F.regexp_extract_all(wtext, F.lit(_WHERE_EACH), F.lit(i + 1)).alias(g)
-                     for i, g in enumerate(groups)])
+    # The predicate pattern is long: it runs once (a regexp_replace that writes each match's
+    # groups as a record "\x02g1\x01...\x01g6\x03"), and short patterns pick the records'
+    # fields, unless the text holds those control characters itself.
+    plain = ~wtext.rlike("[\\x01-\\x03]")
+    record = "\x02" + "\x01".join(f"${i + 1}" for i in range(len(groups))) + "\x03"
+    df = df.select("*", wtext.rlike(_WHERE_FULL).alias("_t_ok"), plain.alias("_t_plain"),
+                   F.when(plain, F.regexp_replace(wtext, _WHERE_EACH, record)).alias("_t_rec"))
+
+    def group(i: int) -> Column:
+        field = "\\x02" + "[^\\x01\\x03]*\\x01" * i + "([^\\x01\\x03]*)"
+        return (F.when(F.col("_t_plain"), F.regexp_extract_all(F.col("_t_rec"), F.lit(field),
+                                                               F.lit(1)))
+                .otherwise(F.regexp_extract_all(wtext, F.lit(_WHERE_EACH), F.lit(i + 1))))
+
+    df = df.select("*", *[group(i).alias(g) for i, g in enumerate(groups)])
+    df = _with_fast_path(space, df.drop("_t_plain", "_t_rec"))
 
     def pred(i: Column) -> Column:
         lo, hi = F.get(F.col("_t_lo"), i), F.get(F.col("_t_hi"), i)
@@ -631,7 +779,8 @@ def _with_text_predicates(df: DataFrame) -> DataFrame:
                         F.transform(toks, _text_value).alias("vals"))
 
     n = F.size(F.col("_t_attr"))
-    preds = F.when(F.col("_t_ok") & (n > 0), F.transform(F.sequence(F.lit(0), n - 1), pred))
+    preds = F.when(F.col("_t_ok") & (n > 0) & ~F.col("_fast"),
+                   F.transform(F.sequence(F.lit(0), n - 1), pred))
     df = df.select("*", F.coalesce(preds, F.array().cast(f"array<{_PRED_TYPE}>"))
                    .alias("_tpreds"))
     kw = F.try_element_at(F.filter(F.flatten(F.transform(F.col("_tpreds"), lambda p: p["vals"])),
@@ -725,15 +874,27 @@ def _with_json_predicates(df: DataFrame) -> DataFrame:
 def _piece(p: Column) -> Column:
     """One numeric predicate as an interval ``struct<lo, loc, hi, hic, vs>`` (vs: 'in')."""
     F = _F()
-    inf = math.inf
     op = p["op"]
-    v0 = F.get(p["vals"], 0)["n"]
-    v1 = F.get(p["vals"], 1)["n"]
+    return _interval(op, F.get(p["vals"], 0)["n"], F.get(p["vals"], 1)["n"],
+                     F.when(op == "in", F.transform(p["vals"], lambda v: v["n"])))
+
+
+def _interval(op: Column, v0: Column, v1: Column, vs: Column) -> Column:
+    """The interval of an operator and its first two values (``vs``: the 'in' list)."""
+    F = _F()
+    inf = math.inf
     lo = F.when(op.isin("between", "=", ">", ">="), v0).otherwise(F.lit(-inf))
     hi = F.when(op == "between", v1).when(op.isin("=", "<", "<="), v0).otherwise(F.lit(inf))
-    vs = F.when(op == "in", F.transform(p["vals"], lambda v: v["n"]))
     return F.struct(lo.alias("lo"), (op != ">").alias("loc"), hi.alias("hi"),
                     (op != "<").alias("hic"), vs.alias("vs"))
+
+
+def _domain(a: UniformAttribute | BreakpointAttribute) -> Column:
+    """The whole domain of a numeric attribute as an interval (no predicate yet)."""
+    F = _F()
+    return F.struct(F.lit(a.low).alias("lo"), F.lit(True).alias("loc"),
+                    F.lit(a.high).alias("hi"), F.lit(True).alias("hic"),
+                    F.lit(None).cast("array<double>").alias("vs"))
 
 
 def _merge(acc: Column, b: Column) -> Column:
@@ -794,10 +955,8 @@ def _with_cells(space: ContentSpace, df: DataFrame) -> DataFrame:
             stage4.append(F.array_sort(F.transform(F.col(f"_d{i}"), _lookup(idx)))
                           .alias(f"_cells{i}"))
             continue
-        start = F.struct(F.lit(a.low).alias("lo"), F.lit(True).alias("loc"),
-                         F.lit(a.high).alias("hi"), F.lit(True).alias("hic"),
-                         F.lit(None).cast("array<double>").alias("vs"))
-        stage2.append(F.aggregate(F.transform(mine, _piece), start, _merge).alias(f"_k{i}"))
+        slow = F.aggregate(F.transform(mine, _piece), _domain(a), _merge)
+        stage2.append(F.when(F.col("_fast"), F.col(f"_fk{i}")).otherwise(slow).alias(f"_k{i}"))
         c = F.col(f"_k{i}")
         bad = F.try_element_at(F.filter(vals, lambda v: v["k"].isin("str", "other", "kw")),
                                F.lit(1))
@@ -927,7 +1086,7 @@ def map_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics) -> Da
 
     F = _F()
     df = _with_topic(_decode(raw, "subscription"), topics, "subscribe")
-    df = _with_json_predicates(_with_text_predicates(df))
+    df = _with_json_predicates(_with_text_predicates(space, df))
     use_json = F.col("wjson").isNotNull()
     df = df.select("*", F.when(use_json, F.col("_jpreds")).otherwise(F.col("_tpreds"))
                    .alias("_preds"))

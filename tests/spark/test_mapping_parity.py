@@ -383,3 +383,66 @@ def test_repeated_json_keys_and_huge_label_counts(spark: Any) -> None:
                          "budget of 65536") and dl.field == "labels"
     m = decode_label_subscription(bytes(by_topic[TOPICS.node_subscribe("A")].value))
     assert np.array_equal(m.labels, Subscription(huge, subs[1]["where"]).labels())
+
+
+def test_fast_path_edges(spark: Any) -> None:
+    """Records at the edges of the mapping's shortcuts (a byte-order mark, control
+    characters in the text form, numbers as the text form's tokens spell them, a repeated
+    or inverted predicate, more keys than attributes) give what the Python side gives."""
+    space = ContentSpace.from_spec(SPACES[0])
+    ok = {"sym": "IBM", "price": 1, "temp": 36}
+    events = [
+        b"\xef\xbb\xbf" + json.dumps({"node": "A", "client": "c", "id": "e0",
+                                       "attrs": ok}).encode(),
+        json.dumps({"node": "A", "client": "c", "id": "e1",
+                    "attrs": {"temp": 36.0, "price": -0, "sym": "x y"}}).encode(),
+        json.dumps({"node": "A", "client": "c", "id": "e2",
+                    "attrs": {**ok, "price": 12345678901234567890}}).encode(),
+        json.dumps({"node": "A", "client": "c", "id": "e3",
+                    "attrs": {"price": 2, "temp": 37, "sym": "IBM", "x": 1}}).encode(),
+        b'{"node": "A", "client": "c", "id": "e4", "attrs": {"price": "1", "temp": 36, '
+        b'"sym": "IBM", "price": 3e0}}',
+        b'{"node": "A", "client": "c", "id": "e5", "attrs": {"price": 1, "temp": 36}}',
+    ]
+    out = map_events(space, _source(spark, events, TOPICS.raw_events), TOPICS).collect()
+    assert len(out) == len(events)
+    got = {}
+    for r in out:
+        h = _headers(r)
+        if r.topic == TOPICS.deadletter:
+            got[int(h[HEADER_DLQ_SOURCE].decode().rsplit("@", 1)[1])] = None
+        else:
+            got[int(h[HEADER_EVENT_ID].decode()[1:])] = (h[HEADER_LABEL], bytes(r.value))
+    for i, raw in enumerate(events):
+        e = json.loads(raw.decode("utf-8-sig"))
+        try:
+            want = (encode_label(event_label(space, e["attrs"])),
+                    encode_raw_event(e["node"], e["client"], e["id"], e["attrs"], b""))
+        except DLSError:
+            want = None
+        assert got[i] == want, raw
+    wheres = [
+        "price < 5\x01", "sym in ('IBM', 'x\x02y')", "price between +1 and .5e1",
+        "price between 1 and 1e999", "price > -0.0 and temp <= 36.5", "price < 3 and price > 1",
+        "price between 3 and 1", "price = 12.1", "price > 12.1", "temp between 30 and 45",
+        "price between 1 and 2 and temp between 36 and 37 and sym = IBM", "price = 1e-400",
+        "price < 1 and ghost > 2", "price <= 1E1", "price >= -.5", "price = 1.",
+    ]
+    subs = [b"\xef\xbb\xbf" + json.dumps({"node": "A", "client": "c", "id": f"s{i}",
+                                           "where": w}).encode() for i, w in enumerate(wheres)]
+    out = map_subscriptions(space, _source(spark, subs, TOPICS.raw_subscriptions),
+                            TOPICS).collect()
+    labels: dict[str, Any] = {}
+    for r in out:
+        if r.topic == TOPICS.deadletter:
+            labels[f"s{_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit('@', 1)[1]}"] = None
+        else:
+            m = decode_label_subscription(bytes(r.value))
+            labels[m.id] = m.labels
+    for i, w in enumerate(wheres):
+        want = _python_labels(space, w)
+        have = labels[f"s{i}"]
+        if want is None:
+            assert have is None, f"{w!r} should be refused"
+        else:
+            assert have is not None and np.array_equal(have, want), w
