@@ -109,7 +109,8 @@ def one_run(bootstrap: str, n_topics: int, rate: float, seconds: float, warmup_s
         sent_l, lat_l = out.get(timeout=60)
         recv.join(30)
     finally:
-        for fut in admin(bootstrap).delete_topics(topics, operation_timeout=60).values():
+        client = admin(bootstrap)  # kept alive until the deletions are answered
+        for fut in client.delete_topics(topics, operation_timeout=60).values():
             fut.result(timeout=120)
     sent, lat = np.array(sent_l, dtype=np.int64), np.array(lat_l, dtype=np.int64)
     keep = (sent >= t0_ns + int(warmup_s * 1e9)) & (sent > 0)
