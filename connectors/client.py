@@ -11,6 +11,7 @@ may send again after a crash), remembering the last ``SEEN_MEMORY`` events.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -23,6 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
+    admin,
     consume_batch,
     consumer_config,
     ensure_partitioned_topic,
@@ -51,6 +53,8 @@ from connectors.topics import (
 from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
+
+_log = logging.getLogger("dlsroute.client")
 
 __all__ = ["SEEN_MEMORY", "Client", "Delivery"]
 
@@ -166,6 +170,14 @@ class Client:
                                                             self.shared_partitions))
         topic = self.topics.deliver(self.client_id)
         ensure_topics(self.bootstrap, [topic])
+        shared = self.topics.shared_deliver
+        # All topics: asking for one by name may make the broker auto-create it.
+        if shared in admin(self.bootstrap).list_topics(timeout=10).topics:
+            # Reading the wrong place would look like "no events": say so once.
+            _log.warning("client %s reads its own delivery topic %s, but %s exists: if node "
+                         "%s runs with shared_delivery_partitions = N, pass the same N to "
+                         "this client or nothing will arrive", self.client_id, topic, shared,
+                         self.node)
         return TopicPartition(topic, 0)
 
     def _open_consumer(self) -> Consumer:

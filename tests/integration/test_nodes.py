@@ -158,6 +158,10 @@ def test_multi_node_routing_is_exact(net: Net) -> None:
     del e3, e4
     for c in (alice, bob, carol):
         c.close()
+    # Looking for a shared delivery topic (to warn a misconfigured client) made none.
+    from connectors.kafka import admin
+    assert Topics(net.prefix).shared_deliver not in \
+        admin(net.bootstrap).list_topics(timeout=10).topics
 
 
 def read_dead_letters(net: Net, n: int, timeout: float = 20.0) -> list[tuple[str, str]]:
@@ -446,3 +450,19 @@ def test_shared_delivery_topic_with_another_partition_count_is_refused(
         next(client.deliveries(timeout=0.1, max_idle=0.1), None)
     assert cerr.value.field == "partitions" and cerr.value.value == 3
     client.close()
+
+
+def test_a_client_reading_the_wrong_place_is_warned(net_shared: Net,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """Nodes on the shared topic, a client told nothing: it says why nothing will arrive."""
+    from connectors.kafka import admin
+
+    lost = Client(net_shared.bootstrap, "A", "lost", net_shared.space,
+                  topic_prefix=net_shared.prefix)
+    with caplog.at_level("WARNING", logger="dlsroute.client"):
+        assert collect(lost, 1, max_idle=0.5) == []
+    assert any("shared_delivery_partitions" in r.getMessage() and "lost" in r.getMessage()
+               for r in caplog.records), caplog.text
+    lost.close()
+    assert f"{net_shared.prefix}.deliver.lost" in \
+        admin(net_shared.bootstrap).list_topics(timeout=10).topics  # where it looked
