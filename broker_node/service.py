@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -64,7 +64,6 @@ from connectors.topics import (
     decode_label,
     decode_labels,
     delivery_partition,
-    encode_clients,
 )
 from dls.exceptions import DLSError
 from dls.space import ContentSpace
@@ -185,6 +184,7 @@ class NodeService:
         self._new_topics: set[str] = set()
         self._deliver_topics: list[str] = []  # by client index
         self._client_partition = np.zeros(0, dtype=np.int64)  # shared delivery, by client
+        self._client_names: list[bytes] = []  # shared delivery, by client
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -596,15 +596,20 @@ class NodeService:
         self._create_new_topics()
         node = self.settings.node
         good: list[Message] = []
+        carried_of: list[Any] = []  # each good event's headers, passed on as they came
         labels: list[int] = []
         origin_clients: list[int] = []
         origin_nodes: list[int] = []
         for msg in run:
-            headers = dict(_headers(msg))
+            carried = msg.headers() or []
+            # Values of consumed headers are bytes (or None), never str.
+            headers = cast("dict[str, bytes | None]", dict(carried))
             try:
                 raw = headers.get(HEADER_LABEL)
                 if raw is None:
-                    raise _Skip(f"event without a {HEADER_LABEL} header", HEADER_LABEL)
+                    if HEADER_LABEL not in headers:
+                        raise _Skip(f"event without a {HEADER_LABEL} header", HEADER_LABEL)
+                    raw = b""  # present without a value: refused by decode_label
                 try:
                     label = decode_label(raw)
                 except DLSError as exc:
@@ -625,6 +630,8 @@ class NodeService:
                 self._batch_routed[key] = None
             o_node, _, o_client = origin.partition("/")
             good.append(msg)
+            carried_of.append(carried if HEADER_CLIENTS not in headers
+                              else [h for h in carried if h[0] != HEADER_CLIENTS])
             labels.append(label)
             origin_clients.append(self.state.client_index(o_client, create=False)
                                   if came_from is None and o_node == node else -1)
@@ -639,9 +646,14 @@ class NodeService:
         links = [self.topics.link(node, n) for n in self.state.neighbours]
         hits = routes.neighbours
         self.metrics.deliveries += len(routes.clients)
-        shared = self._shared_deliveries(routes.offsets, routes.clients) \
-            if self.settings.shared_delivery_partitions else None
-        if shared is None:
+        values = [msg.value() for msg in good]
+        if self.settings.shared_delivery_partitions:
+            topic = self.topics.shared_deliver
+            events, parts, named = self._shared_deliveries(routes.offsets, routes.clients)
+            for e, part, header in zip(events, parts, named, strict=True):
+                produce(topic, values[e], [*carried_of[e], (HEADER_CLIENTS, header)], part)
+            self.metrics.delivery_messages += len(events)
+        else:
             names = self.state.clients
             while len(self._deliver_topics) < len(names):  # topic names, once per client
                 self._deliver_topics.append(
@@ -649,54 +661,50 @@ class NodeService:
             deliver = self._deliver_topics
             offsets = routes.offsets.tolist()
             clients = routes.clients.tolist()
-            self.metrics.delivery_messages += len(clients)
-        topic = self.topics.shared_deliver
-        for e, msg in enumerate(good):
-            value, carried = msg.value(), msg.headers()
-            if shared is None:
+            for e, (value, carried) in enumerate(zip(values, carried_of, strict=True)):
                 for c in clients[offsets[e]:offsets[e + 1]]:
                     produce(deliver[c], value, carried)
-            else:  # a clients header from upstream is not passed on
-                kept = [h for h in carried or () if h[0] != HEADER_CLIENTS]
-                for part, extra in shared[e]:
-                    produce(topic, value, [*kept, extra], part)
-                self.metrics.delivery_messages += len(shared[e])
-            if links:
-                for j in np.flatnonzero(hits[e]).tolist():
-                    produce(links[j], value, carried)
-                    self.metrics.events_forwarded += 1
+            self.metrics.delivery_messages += len(clients)
+        if links:
+            rows, cols = np.nonzero(hits)
+            for e, j in zip(rows.tolist(), cols.tolist(), strict=True):
+                produce(links[j], values[e], carried_of[e])
+            self.metrics.events_forwarded += len(rows)
 
     def _shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
-                           ) -> list[list[tuple[int, tuple[str, bytes]]]]:
-        """Per event: one ``(partition, clients header)`` per partition it reaches.
+                           ) -> tuple[list[int], list[int], list[bytes]]:
+        """The messages for the shared delivery topic: ``(events, partitions, clients)``.
 
         Deliveries of an event are grouped by the partition of each client
         (``delivery_partition``), so an event reaching 30 clients in 8 partitions is
-        written 8 times, each copy naming the clients of its partition.
+        written 8 times, each copy naming the clients of its partition. Message ``i`` is
+        event ``events[i]`` (an index into the batch) for partition ``partitions[i]`` with
+        the :data:`HEADER_CLIENTS` value ``clients[i]``; events come in batch order.
         """
         names = self.state.clients
         n_parts = self.settings.shared_delivery_partitions
-        have = len(self._client_partition)
-        if have < len(names):  # the partition of each client, computed once
+        have = len(self._client_names)
+        if have < len(names):  # the partition and name bytes of each client, computed once
             self._client_partition = np.concatenate([
                 self._client_partition,
                 np.array([delivery_partition(c, n_parts) for c in names[have:]],
                          dtype=np.int64)])
-        n_events = len(offsets) - 1
-        out: list[list[tuple[int, tuple[str, bytes]]]] = [[] for _ in range(n_events)]
+            self._client_names += [c.encode() for c in names[have:]]
         if len(clients) == 0:
-            return out
+            return [], [], []
+        n_events = len(offsets) - 1
         event_of = np.repeat(np.arange(n_events, dtype=np.int64), np.diff(offsets))
         key = event_of * n_parts + self._client_partition[clients]
         order = np.argsort(key, kind="stable")
-        key, grouped = key[order], clients[order].tolist()
+        key = key[order]
+        name_of = self._client_names
+        grouped = [name_of[c] for c in clients[order].tolist()]
         starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
         bounds = np.r_[starts, len(key)].tolist()
-        for g, k in enumerate(key[starts].tolist()):
-            e, part = divmod(k, n_parts)
-            header = encode_clients(names[c] for c in grouped[bounds[g]:bounds[g + 1]])
-            out[e].append((part, (HEADER_CLIENTS, header)))
-        return out
+        first = key[starts]
+        join = b",".join  # the bytes of encode_clients, joined without decoding
+        named = [join(grouped[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+        return (first // n_parts).tolist(), (first % n_parts).tolist(), named
 
     def _dead_letter(self, source: str, raw: bytes, headers: list[tuple[str, bytes]],
                      skip: _Skip) -> None:

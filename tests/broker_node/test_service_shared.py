@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from broker_node.config import NodeSettings
 from broker_node.service import NodeService
-from connectors.topics import HEADER_CLIENTS, decode_clients, delivery_partition
+from connectors.topics import decode_clients, delivery_partition, encode_clients
 
 SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
                         "granules": 8}]}
@@ -38,16 +38,16 @@ def test_every_delivery_once_in_its_clients_partition(tmp_path_factory, partitio
     offsets = np.zeros(len(per_event) + 1, dtype=np.int64)
     np.cumsum([len(c) for c in per_event], out=offsets[1:])
     clients = np.array([c for cs in per_event for c in sorted(cs)], dtype=np.int64)
-    out = svc._shared_deliveries(offsets, clients)
-    assert len(out) == len(per_event)
+    events, parts, named = svc._shared_deliveries(offsets, clients)
+    assert events == sorted(events)  # batch order
     names = svc.state.clients
-    for want, messages in zip(per_event, out, strict=True):
-        parts = [p for p, _ in messages]
-        assert len(parts) == len(set(parts))  # one message per partition reached
+    for e, want in enumerate(per_event):
+        mine = [(p, v) for ev, p, v in zip(events, parts, named, strict=True) if ev == e]
+        assert len({p for p, _ in mine}) == len(mine)  # one message per partition reached
         got: list[str] = []
-        for part, (key, value) in messages:
-            assert key == HEADER_CLIENTS
-            named = decode_clients(value)
-            assert all(delivery_partition(c, partitions) == part for c in named)
-            got += sorted(named)
+        for part, value in mine:
+            clients_named = decode_clients(value)
+            assert value == encode_clients(c for c in value.decode().split(","))
+            assert all(delivery_partition(c, partitions) == part for c in clients_named)
+            got += sorted(clients_named)
         assert sorted(got) == sorted(names[c] for c in want)  # each exactly once
