@@ -38,12 +38,14 @@ end, with one local SparkSession (``spark.session.spark_session``, ``local[2]``)
 
 Output: JSON records ``{"benchmark", "system", "params", "metric", "value", "unit"}``
 (as :mod:`benchmarks.core`), ``spark.meta.json`` beside them (machine, commit, command,
-wall time, settings) and ``spark.png`` (throughput bars), unless ``--no-plot``.
+wall time, settings, load averages at start and end) and ``spark.png`` (throughput bars),
+unless ``--no-plot``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import uuid
@@ -361,9 +363,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = replace(s, tuned=args.tuned)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     rec = Recorder()
+    load_start = os.getloadavg()
     t0 = time.perf_counter()
     facts = run(s, args.bootstrap, rec, keep_topics=args.keep_topics)
     wall = time.perf_counter() - t0
+    # The machine is shared: its load over the run, as benchmarks.kafka records it.
+    facts["loadavg_1_5_15_start"] = [round(x, 2) for x in load_start]
+    facts["loadavg_1_5_15_end"] = [round(x, 2) for x in os.getloadavg()]
     out: Path = args.out
     meta_path = write_results(out, rec.records, benchmark=BENCHMARK, module="benchmarks.spark",
                               argv=argv, started=started, wall=wall, quick=args.quick,
