@@ -214,10 +214,18 @@ def ensure_topics(
     def left() -> float:
         return max(deadline - time.monotonic(), 0.1)
 
-    try:
-        missing = [n for n in wanted if n not in client.list_topics(timeout=left()).topics]
-    except KafkaException as exc:
-        raise ConnectorError(f"cannot read topic metadata from {bootstrap}: {exc}") from exc
+    while True:  # short attempts until the deadline: one lost request is not fatal
+        try:
+            existing = client.list_topics(timeout=min(left(), 5.0)).topics
+            break
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise ConnectorError(
+                    f"cannot read topic metadata from {bootstrap} within {timeout:g}s: {exc}"
+                ) from exc
+            _log.warning("metadata request to %s failed (%s); retrying", bootstrap, exc)
+            time.sleep(_POLL_S)
+    missing = [n for n in wanted if n not in existing]
     if missing:
         topic_config = {k: str(v) for k, v in (config or {}).items()}
         new = [NewTopic(n, partitions, replication, config=topic_config) for n in missing]
