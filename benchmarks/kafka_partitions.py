@@ -2,9 +2,10 @@
 
 Why the shared delivery topic exists. No DLS code runs here: one producer process sends
 ``rate`` messages/s (paced every millisecond, ``Client``'s producer settings), each to one
-of ``K`` single-partition topics picked at random, each carrying its send time; one
-receiver process reads ``watched`` of those topics from their end offsets and records
-``now - sent`` of every message. The same rate with K = 1,000 (a topic per client, as a
+of ``K`` single-partition topics picked at random, each carrying its send time in the
+``bench-sent-ns`` header; the receiver process of :mod:`benchmarks.kafka` reads
+``watched`` of those topics from their end offsets and records ``now - sent`` of every
+message. The same rate with K = 1,000 (a topic per client, as a
 node with a thousand clients writes) and K = 4 (a shared delivery topic of four
 partitions; here four topics of one partition, the same thing to the broker) shows what
 the partition count alone costs.
@@ -27,7 +28,6 @@ import argparse
 import multiprocessing as mp
 import os
 import random
-import struct
 import time
 import uuid
 from collections.abc import Sequence
@@ -36,34 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from benchmarks.core import write_results
-from connectors.kafka import admin, consumer_config, ensure_topics, producer_config
+from benchmarks.kafka import _SENT, HEADER_SENT, _receiver_proc
+from connectors.kafka import admin, ensure_topics, producer_config
 
 BENCHMARK = "kafka_partitions"
 DEFAULT_OUT = Path("benchmarks/results/kafka_partitions.json")
 DEFAULT_BOOTSTRAP = os.environ.get("DLS_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
-_SENT = struct.Struct(">q")
-
-
-def _receiver(bootstrap: str, topics: list[str], ready: Any, stop: Any, out: Any) -> None:
-    consumer = Consumer(consumer_config(bootstrap, f"kp-{uuid.uuid4().hex}"))
-    consumer.assign([TopicPartition(t, 0, OFFSET_END) for t in topics])
-    consumer.poll(0.5)
-    ready.set()
-    sent: list[int] = []
-    lat: list[int] = []
-    while not stop.is_set():
-        msg = consumer.poll(0.05)
-        if msg is None or msg.error():
-            continue
-        now = time.time_ns()
-        t = _SENT.unpack(msg.value()[:8])[0]
-        sent.append(t)
-        lat.append(now - t)
-    consumer.close()
-    out.put((sent, lat))
 
 
 def one_run(bootstrap: str, n_topics: int, rate: float, seconds: float, warmup_s: float,
@@ -76,12 +57,13 @@ def one_run(bootstrap: str, n_topics: int, rate: float, seconds: float, warmup_s
         producer = Producer(producer_config(bootstrap, **{"queue.buffering.max.messages":
                                                           1_000_000}))
         for t in topics:  # first write to each partition outside the measured window
-            producer.produce(t, _SENT.pack(0))
+            producer.produce(t, b"")
         producer.flush(60)
         ctx = mp.get_context("spawn")
         ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-        recv = ctx.Process(target=_receiver, args=(bootstrap, topics[:watched], ready, stop,
-                                                   out), daemon=True)
+        recv = ctx.Process(target=_receiver_proc, args=(
+            bootstrap, [(t, 0) for t in topics[:watched]], f"kp-{uuid.uuid4().hex}", ready,
+            stop, out), daemon=True)
         recv.start()
         if not ready.wait(60):
             recv.kill()
@@ -98,22 +80,22 @@ def one_run(bootstrap: str, n_topics: int, rate: float, seconds: float, warmup_s
                 break
             due = int(elapsed * rate)
             while n < due:
-                produce(topics[pick(n_topics)], _SENT.pack(time.time_ns()))
+                produce(topics[pick(n_topics)], b"",
+                        headers=[(HEADER_SENT, _SENT.pack(time.time_ns()))])
                 n += 1
             producer.poll(0)
             time.sleep(0.001)
         achieved = n / (time.perf_counter() - t0)
         producer.flush(60)
-        time.sleep(1.0)
-        stop.set()
-        sent_l, lat_l = out.get(timeout=60)
+        stop.set()  # the receiver drains until 1.5 s pass without a message
+        got = out.get(timeout=120)
         recv.join(30)
     finally:
         client = admin(bootstrap)  # kept alive until the deletions are answered
         for fut in client.delete_topics(topics, operation_timeout=60).values():
             fut.result(timeout=120)
-    sent, lat = np.array(sent_l, dtype=np.int64), np.array(lat_l, dtype=np.int64)
-    keep = (sent >= t0_ns + int(warmup_s * 1e9)) & (sent > 0)
+    sent, lat = got["sent_ns"], got["latency_ns"]
+    keep = sent >= t0_ns + int(warmup_s * 1e9)
     ms = np.sort(lat[keep] / 1e6)
     return {"latency_ms": ms, "achieved_rate": achieved}
 

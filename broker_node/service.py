@@ -494,8 +494,7 @@ class NodeService:
             return False
         if not replay:
             self.metrics.control_in += len(run)
-            self._new_topics.update(t for t in map(self.topics.deliver, set(clients))
-                                    if t not in self._delivery_topics)
+            self._need_delivery_topics(clients)
         self._emit_links(out, replay)
         return True
 
@@ -542,8 +541,8 @@ class NodeService:
             self._removed[(client, sid)] = None
             return
         labels = decode_labels(rec["labels"])
-        if not replay and self.topics.deliver(client) not in self._delivery_topics:
-            self._new_topics.add(self.topics.deliver(client))
+        if not replay:
+            self._need_delivery_topics([client])
         self._emit_links(self.state.subscribe(client, sid, labels), replay)
 
     def _unsubscribe(self, msg: Message, rec: dict[str, Any], replay: bool) -> None:
@@ -569,11 +568,18 @@ class NodeService:
         gone = [sid for sid, p in self._pending.items() if p.deadline <= now]
         return [self._pending.pop(sid) for sid in gone]
 
+    def _need_delivery_topics(self, clients: Sequence[str]) -> None:
+        """Note the delivery topics of ``clients`` that may not exist yet.
+
+        None with a shared delivery topic: that one is made at start.
+        """
+        if not self.settings.shared_delivery_partitions:
+            self._new_topics.update(t for t in map(self.topics.deliver, set(clients))
+                                    if t not in self._delivery_topics)
+
     def _create_new_topics(self) -> None:
         """Create the delivery topics of clients first seen in this batch, in one call."""
-        if self.settings.shared_delivery_partitions:
-            self._new_topics.clear()  # one topic for all, made at start
-        elif self._new_topics:
+        if self._new_topics:
             ensure_topics(self.settings.bootstrap, sorted(self._new_topics))
             self._delivery_topics |= self._new_topics
             self._new_topics.clear()

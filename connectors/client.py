@@ -101,6 +101,7 @@ class Client:
         self._group = group_id or f"dls-sdk-{client_id}"
         self._producer = Producer(producer_config(bootstrap, **kafka))
         self._consumer: Consumer | None = None
+        self._where: TopicPartition | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.delivered = 0
         self.false_positives = 0
@@ -162,7 +163,12 @@ class Client:
 
     # -- receiving ---------------------------------------------------------------------------
     def _delivery_partition(self) -> TopicPartition:
-        """Where this client's deliveries are (the topic created if absent)."""
+        """Where this client's deliveries are (the topic created if absent; looked up once)."""
+        if self._where is None:
+            self._where = self._find_deliveries()
+        return self._where
+
+    def _find_deliveries(self) -> TopicPartition:
         if self.shared_partitions:
             topic = self.topics.shared_deliver
             ensure_partitioned_topic(self.bootstrap, topic, self.shared_partitions)

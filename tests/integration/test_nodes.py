@@ -21,6 +21,7 @@ from connectors.kafka import consume_batch, consumer_config
 from connectors.serde import SERDE
 from connectors.topics import HEADER_DLQ_REASON, HEADER_LABEL, Topics
 from dls.space import ContentSpace
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -29,15 +30,6 @@ SPEC = {"attributes": [
     {"name": "price", "type": "numeric", "low": 0, "high": 1000, "granules": 64},
 ]}
 LINE = {"A": ["B"], "B": ["A", "C"], "C": ["B"]}
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Net:

@@ -167,6 +167,22 @@ def _headers(row: Any) -> dict[str, bytes]:
     return {h.key: bytes(h.value) for h in row.headers}
 
 
+def _labels_by_id(out: list[Any]) -> dict[str, Any]:
+    """Labels of each mapped subscription by id; None for id ``s<offset>`` if refused.
+
+    For inputs whose ids are ``s0, s1, ...`` in offset order (a dead letter names only
+    its source offset).
+    """
+    got: dict[str, Any] = {}
+    for r in out:
+        if r.topic == TOPICS.deadletter:
+            got[f"s{_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit('@', 1)[1]}"] = None
+        else:
+            m = decode_label_subscription(bytes(r.value))
+            got[m.id] = m.labels
+    return got
+
+
 def _check_dead(row: Any, topic: str, offset: int, raw: bytes) -> None:
     h = _headers(row)
     assert h[HEADER_DLQ_SOURCE].decode() == f"{topic}[0]@{offset}"
@@ -289,13 +305,7 @@ def test_text_form_edge_cases(spark: Any) -> None:
     values = [json.dumps(s).encode() for s in subs]
     out = map_subscriptions(space, _source(spark, values, TOPICS.raw_subscriptions),
                             TOPICS).collect()
-    got: dict[str, Any] = {}
-    for r in out:
-        if r.topic == TOPICS.deadletter:
-            got[f"s{_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit('@', 1)[1]}"] = None
-        else:
-            m = decode_label_subscription(bytes(r.value))
-            got[m.id] = m.labels
+    got = _labels_by_id(out)
     for s in subs:
         want = _python_labels(space, s["where"])
         have = got[s["id"]]
@@ -432,13 +442,7 @@ def test_fast_path_edges(spark: Any) -> None:
                                            "where": w}).encode() for i, w in enumerate(wheres)]
     out = map_subscriptions(space, _source(spark, subs, TOPICS.raw_subscriptions),
                             TOPICS).collect()
-    labels: dict[str, Any] = {}
-    for r in out:
-        if r.topic == TOPICS.deadletter:
-            labels[f"s{_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit('@', 1)[1]}"] = None
-        else:
-            m = decode_label_subscription(bytes(r.value))
-            labels[m.id] = m.labels
+    labels = _labels_by_id(out)
     for i, w in enumerate(wheres):
         want = _python_labels(space, w)
         have = labels[f"s{i}"]

@@ -32,6 +32,7 @@ from connectors.topics import HEADER_DLQ_REASON, Topics
 from dls.predicates import Subscription
 from dls.space import ContentSpace
 from spark.stream import input_rows, prepare_topics, start_query
+from tests.waiting import wait_for as _wait_for
 
 SPEC = {"attributes": [
     {"name": "sym", "type": "discrete", "values": ["AAPL", "IBM", "MSFT"]},
@@ -49,12 +50,7 @@ pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is no
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 40.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    _wait_for(cond, timeout, what, interval=0.1)
 
 
 def kcat(bootstrap: str, topic: str, lines: list[str]) -> None:
