@@ -72,6 +72,9 @@ class BrokerConfig:
     routing_k: int = 7
     counter_bits: int = 4
     seed: int = 0
+    #: Threads the client bank may match a large event batch on (1: none). Deliveries
+    #: are the same; only worth it with a core to spare.
+    match_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.mode not in ("exact", "paper"):
@@ -88,6 +91,11 @@ class BrokerConfig:
         if self.mode == "paper" and self.routing_filter != "cbf":
             raise BrokerError("paper mode routes on CBFs: routing_filter must be 'cbf'",
                               field="routing_filter", value=self.routing_filter)
+        if (not isinstance(self.match_threads, int) or isinstance(self.match_threads, bool)
+                or self.match_threads < 1):
+            raise BrokerError(f"match_threads must be a positive integer, got "
+                              f"{self.match_threads!r}", field="match_threads",
+                              value=self.match_threads)
 
     @classmethod
     def from_space(cls, space: ContentSpace, **overrides: Any) -> BrokerConfig:
@@ -296,6 +304,7 @@ class BrokerState:
                                           counter_bits=cfg.counter_bits, seed=cfg.seed,
                                           position_fn=self._position_fn(cfg.client_m,
                                                                         cfg.client_k))
+        self._bank.match_threads = cfg.match_threads
         self._ert = {n: self._new_routing_cbf() for n in self.neighbours}
         # exact mode tables (also kept in paper mode for "direct" checks: cheap, exact)
         self._total: LabelTable = make_table(label_base, label_space_size)

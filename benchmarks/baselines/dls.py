@@ -61,6 +61,8 @@ class DLSMatcher:
         routing_k: Hash functions of each ERT (and SFF).
         high: Upper end of every attribute's domain (the low end is 0).
         name: Benchmark system name (default from the table in the module docstring).
+        match_threads: Threads the client bank may match a large batch on. 1 (the
+            default) keeps DLS single-threaded like the baselines it is compared with.
     """
 
     supports_delete = True
@@ -72,7 +74,8 @@ class DLSMatcher:
                  client_filter: Literal["cbf", "direct"] = "cbf",
                  client_expected_items: int = 64, client_fp_rate: float = 0.01,
                  routing_m: int = ROUTING_FILTER["m"], routing_k: int = ROUTING_FILTER["k"],
-                 high: int = DOMAIN_HIGH, name: str | None = None) -> None:
+                 high: int = DOMAIN_HIGH, name: str | None = None,
+                 match_threads: int = 1) -> None:
         if not isinstance(n_clients, int) or n_clients < 1:
             raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
         if mode not in ("exact", "paper"):
@@ -93,7 +96,8 @@ class DLSMatcher:
             "direct" if client_filter == "direct" and mode == "exact" else "cbf")
         self.state = BrokerState.for_space("B", list(NEIGHBOURS), self.space, mode=mode,
                                            client_filter=client_filter,
-                                           routing_filter=routing)
+                                           routing_filter=routing,
+                                           match_threads=match_threads)
         for j in range(n_clients):
             self.state.client_index(f"c{j}")
         last = f"c{n_clients - 1}"
