@@ -127,6 +127,8 @@ from connectors.kafka import (
     consume_batch,
     consumer_config,
     ensure_topics,
+    next_offsets,
+    offsets_to_commit,
     producer_config,
     wait_for_broker,
 )
@@ -460,7 +462,7 @@ def passthrough(bootstrap: str, source: str, group: str, n: int | None, batch: i
                         produce(topic, value, headers=headers)
                 sent += len(targets)
             if transactional:
-                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                producer.send_offsets_to_transaction(offsets_to_commit(next_offsets(msgs)),
                                                      consumer.consumer_group_metadata())
                 producer.commit_transaction()
             else:

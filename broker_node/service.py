@@ -48,6 +48,8 @@ from connectors.kafka import (
     consumer_config,
     ensure_partitioned_topic,
     ensure_topics,
+    next_offsets,
+    offsets_to_commit,
     producer_config,
     source_of,
 )
@@ -178,13 +180,17 @@ class NodeService:
         self._removed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._delivery_error: str | None = None
         # At least once: consumed positions whose outputs may not all be acknowledged yet.
-        self._uncommitted: list[TopicPartition] = []
+        # Next offset to commit per (topic, partition), from the messages consumed since the
+        # last commit (at least once); read off the batch, not Consumer.position(assignment()):
+        # assignment() waits on librdkafka's main thread, milliseconds per batch under load.
+        self._uncommitted: dict[tuple[str, int], int] = {}
         self._last_commit = time.monotonic()
         self._delivery_topics: set[str] = set()
         self._new_topics: set[str] = set()
         self._deliver_topics: list[str] = []  # by client index
         self._client_partition = np.zeros(0, dtype=np.int64)  # shared delivery, by client
-        self._client_names: list[bytes] = []  # shared delivery, by client
+        self._client_names = np.zeros(0, dtype=object)  # shared delivery: name bytes, by client
+        self._client_name_len = np.zeros(0, dtype=np.int64)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -294,8 +300,7 @@ class NodeService:
             self._outputs(msgs, expired)
             if msgs:
                 producer.send_offsets_to_transaction(
-                    consumer.position(consumer.assignment()),
-                    consumer.consumer_group_metadata())
+                    offsets_to_commit(next_offsets(msgs)), consumer.consumer_group_metadata())
             producer.commit_transaction()
         except Exception as exc:  # KafkaException, BufferError, a bug: all the same here
             # The state already holds this batch: the safe recovery is a restart,
@@ -321,7 +326,7 @@ class NodeService:
         try:
             self._outputs(msgs, expired)
             if msgs:
-                self._uncommitted = consumer.position(consumer.assignment())
+                self._uncommitted.update(next_offsets(msgs))
             producer.poll(0)
             wait = time.monotonic() - self._last_commit >= self.settings.commit_interval_s
             self._commit_delivered(consumer, producer, wait=wait)
@@ -344,8 +349,8 @@ class NodeService:
             raise BrokerError(f"node {self.settings.node}: {self._delivery_error}",
                               field="delivery", value=self._delivery_error)
         if self._uncommitted:
-            consumer.commit(offsets=self._uncommitted, asynchronous=False)
-            self._uncommitted = []
+            consumer.commit(offsets=offsets_to_commit(self._uncommitted), asynchronous=False)
+            self._uncommitted = {}
         self._last_commit = time.monotonic()
         self._remember_routed()
 
@@ -600,49 +605,60 @@ class NodeService:
         """Route a run of events as one numpy batch; bad headers go to dead letters."""
         assert self._producer is not None  # noqa: S101
         self._create_new_topics()
-        node = self.settings.node
+        node, state = self.settings.node, self.state
+        link_source, routed, batch_routed = self._link_source, self.routed, self._batch_routed
+        from_bytes = int.from_bytes
         good: list[Message] = []
         carried_of: list[Any] = []  # each good event's headers, passed on as they came
         labels: list[int] = []
         origin_clients: list[int] = []
         origin_nodes: list[int] = []
+        # Origin header value -> (origin, bank index of a local publisher or -1), once per
+        # distinct origin of the run: a batch comes from few publishers, and the state does
+        # not change while a run is routed.
+        origins: dict[bytes | None, tuple[str, int]] = {}
         for msg in run:
             carried = msg.headers() or []
             # Values of consumed headers are bytes (or None), never str.
             headers = cast("dict[str, bytes | None]", dict(carried))
-            try:
-                raw = headers.get(HEADER_LABEL)
-                if raw is None:
-                    if HEADER_LABEL not in headers:
-                        raise _Skip(f"event without a {HEADER_LABEL} header", HEADER_LABEL)
-                    raw = b""  # present without a value: refused by decode_label
+            raw = headers.get(HEADER_LABEL)
+            if type(raw) is bytes and len(raw) == 8:
+                label = from_bytes(raw, "big")
+            else:
                 try:
-                    label = decode_label(raw)
-                except DLSError as exc:
-                    raise _Skip(str(exc), HEADER_LABEL, raw.hex()) from exc
-                origin = (headers.get(HEADER_ORIGIN) or b"").decode("utf-8", "replace")
-            except _Skip as skip:
-                self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg), skip)
-                continue
-            came_from = self._link_source.get(_topic(msg))
+                    label = self._bad_label(headers, raw)
+                except _Skip as skip:
+                    self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg), skip)
+                    continue
+            raw_origin = headers.get(HEADER_ORIGIN)
+            known = origins.get(raw_origin)
+            if known is None:
+                origin = (raw_origin or b"").decode("utf-8", "replace")
+                o_node, _, o_client = origin.partition("/")
+                known = origins[raw_origin] = (
+                    origin, state.client_index(o_client, create=False) if o_node == node
+                    else -1)
+            origin, local = known
+            came_from = link_source.get(msg.topic())  # type: ignore[arg-type]
             eid = headers.get(HEADER_EVENT_ID)
             if eid is not None:
                 key = (origin, eid.decode("utf-8", "replace"))
-                if key in self.routed or key in self._batch_routed:
+                if key in routed or key in batch_routed:
                     self.metrics.duplicates += 1
                     log.debug("node %s: %s repeats event %r of %s: skipped", node,
                               source_of(msg), key[1], origin)
                     continue
-                self._batch_routed[key] = None
-            o_node, _, o_client = origin.partition("/")
+                batch_routed[key] = None
             good.append(msg)
             carried_of.append(carried if HEADER_CLIENTS not in headers
                               else [h for h in carried if h[0] != HEADER_CLIENTS])
             labels.append(label)
-            origin_clients.append(self.state.client_index(o_client, create=False)
-                                  if came_from is None and o_node == node else -1)
-            origin_nodes.append(-1 if came_from is None
-                                else self.state.neighbour_index(came_from))
+            if came_from is None:
+                origin_clients.append(local)
+                origin_nodes.append(-1)
+            else:
+                origin_clients.append(-1)
+                origin_nodes.append(state.neighbour_index(came_from))
         if not good:
             return
         self.metrics.events_in += len(good)
@@ -656,8 +672,13 @@ class NodeService:
         if self.settings.shared_delivery_partitions:
             topic = self.topics.shared_deliver
             events, parts, named = self._shared_deliveries(routes.offsets, routes.clients)
+            fast = self._producer.produce  # _produce only when the local queue is full
             for e, part, header in zip(events, parts, named, strict=True):
-                produce(topic, values[e], [*carried_of[e], (HEADER_CLIENTS, header)], part)
+                hdrs = [*carried_of[e], (HEADER_CLIENTS, header)]
+                try:
+                    fast(topic, values[e], headers=hdrs, partition=part)
+                except BufferError:
+                    produce(topic, values[e], hdrs, part)
             self.metrics.delivery_messages += len(events)
         else:
             names = self.state.clients
@@ -677,6 +698,22 @@ class NodeService:
                 produce(links[j], values[e], carried_of[e])
             self.metrics.events_forwarded += len(rows)
 
+    @staticmethod
+    def _bad_label(headers: dict[str, bytes | None], raw: bytes | None) -> int:
+        """The label of a header that is not plain 8 bytes, or the reason it is unusable.
+
+        Raises:
+            _Skip: No label header, or one that :func:`decode_label` refuses.
+        """
+        if raw is None:
+            if HEADER_LABEL not in headers:
+                raise _Skip(f"event without a {HEADER_LABEL} header", HEADER_LABEL)
+            raw = b""  # present without a value: refused by decode_label
+        try:
+            return decode_label(raw)
+        except DLSError as exc:
+            raise _Skip(str(exc), HEADER_LABEL, raw.hex()) from exc
+
     def _shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
                            ) -> tuple[list[int], list[int], list[bytes]]:
         """The messages for the shared delivery topic: ``(events, partitions, clients)``.
@@ -695,7 +732,10 @@ class NodeService:
                 self._client_partition,
                 np.array([delivery_partition(c, n_parts) for c in names[have:]],
                          dtype=np.int64)])
-            self._client_names += [c.encode() for c in names[have:]]
+            self._client_names = np.concatenate([
+                self._client_names, np.array([c.encode() for c in names[have:]], dtype=object)])
+            self._client_name_len = np.array([len(b) for b in self._client_names],
+                                             dtype=np.int64)
         if len(clients) == 0:
             return [], [], []
         n_events = len(offsets) - 1
@@ -703,13 +743,16 @@ class NodeService:
         key = event_of * n_parts + self._client_partition[clients]
         order = np.argsort(key, kind="stable")
         key = key[order]
-        name_of = self._client_names
-        grouped = [name_of[c] for c in clients[order].tolist()]
+        grouped = clients[order]
         starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        bounds = np.r_[starts, len(key)].tolist()
         first = key[starts]
-        join = b",".join  # the bytes of encode_clients, joined without decoding
-        named = [join(grouped[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+        # Every name of the batch joined once (the bytes of encode_clients, without
+        # decoding); each message's header is then one slice of it: the names of its group.
+        joined = b",".join(self._client_names[grouped].tolist())
+        ends = np.cumsum(self._client_name_len[grouped] + 1)  # one past each name's comma
+        lo = np.r_[0, ends[starts[1:] - 1]].tolist()
+        hi = (np.r_[ends[starts[1:] - 1], ends[-1]] - 1).tolist()
+        named = [joined[a:b] for a, b in zip(lo, hi, strict=True)]
         return (first // n_parts).tolist(), (first % n_parts).tolist(), named
 
     def _dead_letter(self, source: str, raw: bytes, headers: list[tuple[str, bytes]],

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.exceptions import ConnectorError
@@ -41,6 +41,8 @@ __all__ = [
     "ensure_partitioned_topic",
     "ensure_topics",
     "is_fatal",
+    "next_offsets",
+    "offsets_to_commit",
     "producer_config",
     "source_of",
     "wait_for_broker",
@@ -369,6 +371,25 @@ def check_message(msg: Message | None) -> Message | None:
         ) from KafkaException(err)
     _log.warning("skipping Kafka error at %s: %s (%s)", where, err.str(), err.name())
     return None
+
+
+def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:
+    """The offset to commit after ``msgs``: one past the last message of each partition.
+
+    Read off the messages themselves: ``Consumer.position(Consumer.assignment())`` says
+    the same for the partitions these messages came from, but ``assignment()`` waits on
+    librdkafka's main thread, which costs milliseconds per call while it is busy producing.
+    Messages of one partition come in offset order, so the last one seen wins.
+    """
+    # A consumed message always has a topic, partition and offset (None only on
+    # messages built by hand).
+    return {(m.topic(), m.partition()): m.offset() + 1  # type: ignore[misc, operator]
+            for m in msgs}
+
+
+def offsets_to_commit(offsets: Mapping[tuple[str, int], int]) -> list[TopicPartition]:
+    """``{(topic, partition): offset}`` as the ``TopicPartition`` list commits take."""
+    return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
 
 
 def consume_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:

@@ -212,7 +212,8 @@ def test_fast_raw_event_decoder_never_disagrees_with_fastavro(body: bytes,
         slow = None
     if fast is not None:
         assert slow is not None
-        assert fast == tuple(slow.values())
+        # repr, not ==: a mutated double can decode to NaN, which never equals itself
+        assert repr(fast) == repr(tuple(slow.values()))
     got: Any
     try:
         got = decode_raw_event(msg)
