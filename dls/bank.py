@@ -32,6 +32,7 @@ from dls.cbf import CountingBloomFilter, check_counter_bits, count_keys, counter
 from dls.exceptions import FilterParamsError, IncompatibleFiltersError
 from dls.hashing import (
     PositionFn,
+    PositionTable,
     as_label_array,
     check_k,
     check_label,
@@ -56,6 +57,8 @@ _DECODE_BLOCK_BYTES = 2**19
 # Events per thread below which handing a batch to threads costs more than it saves
 # (one hand-off is tens of microseconds; matching an event about a microsecond).
 _PARALLEL_MIN_EVENTS = 1024
+# Largest position table the CBF bank keeps a transposed copy of for matching.
+_COLS_TABLE_MAX_BYTES = 16 * 2**20
 
 
 @runtime_checkable
@@ -273,6 +276,11 @@ class _BitsetBank:
         """Rows to AND for each event label, and a mask of labels that can match."""
         raise NotImplementedError
 
+    def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`_match_rows` as a (k, E) int array: one contiguous index vector per hash."""
+        rows, valid = self._match_rows(labels)
+        return np.ascontiguousarray(rows.T), valid
+
     def _check_capacity(self, capacity: int) -> None:
         """Raise if ``capacity`` client slots cannot be allocated."""
 
@@ -448,8 +456,7 @@ class _BitsetBank:
 
     def _accumulate(self, labels: np.ndarray, exclude: np.ndarray | None) -> np.ndarray:
         """The (E, W) uint64 bitset of the clients matching each label (AND of its rows)."""
-        rows, valid = self._match_rows(labels)
-        cols = np.ascontiguousarray(rows.T)  # (k, E): one contiguous index vector per hash
+        cols, valid = self._match_cols(labels)
         acc = np.take(self._bits, cols[0], axis=0)
         if len(cols) > 1:
             tmp = np.empty_like(acc)
@@ -547,6 +554,17 @@ class BitSlicedCBFBank(_BitsetBank):
                 value=position_fn,
             )
         self._position_fn = position_fn
+        # A precomputed position table, transposed to (k, labels): matching then gathers
+        # each hash's positions as one contiguous vector, without the (E, k) int64 rows
+        # and their transpose (a few percent of matching a batch). Small tables only.
+        table = (position_fn if isinstance(position_fn, PositionTable)
+                 else getattr(position_fn, "__self__", None))  # a table or its lookup
+        self._cols_table: np.ndarray | None = None
+        self._cols_base = 0
+        if (isinstance(table, PositionTable) and table.k == self._k
+                and table.table.nbytes <= _COLS_TABLE_MAX_BYTES):
+            self._cols_table = np.ascontiguousarray(table.table.T)
+            self._cols_base = table.base
         self._items = np.zeros(0, dtype=np.int64)
         super().__init__(self._m, initial_capacity)
 
@@ -603,6 +621,15 @@ class BitSlicedCBFBank(_BitsetBank):
     def _match_rows(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         return self._positions(labels), None
 
+    def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        table = self._cols_table
+        if table is None:
+            return super()._match_cols(labels)
+        rel = labels - np.uint64(self._cols_base)  # labels below the base wrap to huge
+        if rel.size and int(rel.max()) >= table.shape[1]:
+            return super()._match_cols(labels)  # the position function's own error
+        return np.take(table, rel.astype(np.intp), axis=1), None
+
     def _grow_to(self, capacity: int) -> None:
         super()._grow_to(capacity)
         items = np.zeros(capacity, dtype=np.int64)
@@ -641,8 +668,13 @@ class BitSlicedCBFBank(_BitsetBank):
         return bool(self._counts[pos, c].min() > 0)
 
     def memory_bytes(self) -> int:
-        """Bytes held by the counter matrix, the bitset and the per-client item counts."""
-        return super().memory_bytes() + int(self._items.nbytes)
+        """Bytes held by the bank's arrays.
+
+        The counter matrix, the bitset, the per-client item counts and the transposed copy
+        of a position table (not the position function's own table).
+        """
+        extra = 0 if self._cols_table is None else int(self._cols_table.nbytes)
+        return super().memory_bytes() + int(self._items.nbytes) + extra
 
     def client_filter(self, client: int) -> CountingBloomFilter:
         """Return a standalone copy of ``client``'s filter (same parameters)."""

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 import dls.bank as bank_mod
 from dls.bank import BitSlicedCBFBank, DirectLabelBank, _row_counts
+from dls.hashing import PositionTable
 
 LABELS = 120  # labels 0..LABELS-1 are "in the space"; events also use labels beyond it
+TABLE_LABELS = LABELS + 20  # labels a position table covers (0..TABLE_LABELS-1)
 
 
 def _reference(bank: BitSlicedCBFBank | DirectLabelBank, labels: np.ndarray,
@@ -43,6 +45,11 @@ def _bank(kind: str, capacity: int, pairs: list[tuple[int, int]]
     bank: BitSlicedCBFBank | DirectLabelBank
     if kind == "cbf":
         bank = BitSlicedCBFBank(53, 3, seed=7, initial_capacity=capacity)
+    elif kind in ("table", "lookup"):  # a position table, or its bound lookup
+        table = PositionTable(TABLE_LABELS, 53, 3, 7)
+        bank = BitSlicedCBFBank(53, 3, seed=7, initial_capacity=capacity,
+                                position_fn=table if kind == "table" else table.lookup)
+        assert bank._cols_table is not None
     else:
         bank = DirectLabelBank(LABELS, base=5, initial_capacity=capacity)
     if pairs:
@@ -65,7 +72,7 @@ def _events(rng: np.random.Generator, n: int) -> np.ndarray:
 
 @settings(max_examples=50, deadline=None)
 @given(
-    kind=st.sampled_from(["cbf", "direct"]),
+    kind=st.sampled_from(["cbf", "direct", "table", "lookup"]),
     capacity=st.sampled_from([64, 128, 192]),
     n_pairs=st.integers(0, 500),
     n_events=st.integers(0, 70),
@@ -83,6 +90,8 @@ def test_every_match_path_gives_the_filters_answer(
                      rng.integers(0, LABELS, n_pairs).tolist(), strict=True))
     bank = _bank(kind, capacity, pairs)
     labels = _events(rng, n_events)
+    if kind in ("table", "lookup"):  # a table knows its labels only
+        labels %= np.uint64(TABLE_LABELS)
     exclude = None
     if with_exclude:
         # mostly a client the event matches (so excluding it changes the answer), else
@@ -124,6 +133,24 @@ def test_threads_on_a_large_batch(threads: int) -> None:
         ex = int(exclude[e])
         ref = [c for c in range(250) if c != ex and bank.contains(c, int(labels[e]))]
         assert cli[off[e]:off[e + 1]].tolist() == ref
+
+
+def test_position_table_path() -> None:
+    """The transposed table gives the rows of the position function; a label outside it
+    fails as the function does; a table over the size limit is not copied."""
+    table = PositionTable(TABLE_LABELS, 53, 3, 7, base=1000)
+    bank = BitSlicedCBFBank(53, 3, seed=7, position_fn=table.lookup)
+    labels = np.arange(1000, 1000 + TABLE_LABELS, dtype=np.uint64)[::-1].copy()
+    cols, valid = bank._match_cols(labels)
+    assert valid is None and np.array_equal(cols, table.lookup(labels).T)
+    assert bank.memory_bytes() == (BitSlicedCBFBank(53, 3, seed=7).memory_bytes()
+                                   + table.table.nbytes)
+    for bad in (999, 1000 + TABLE_LABELS):
+        with pytest.raises(ValueError, match="outside the table"):
+            bank.match(np.array([1000, bad], dtype=np.uint64))
+    with mock.patch.object(bank_mod, "_COLS_TABLE_MAX_BYTES", table.table.nbytes - 1):
+        assert BitSlicedCBFBank(53, 3, seed=7, position_fn=table)._cols_table is None
+    assert BitSlicedCBFBank(53, 4, seed=7, position_fn=table)._cols_table is None  # k
 
 
 def test_match_threads_is_validated() -> None:
