@@ -185,7 +185,9 @@ class RunSettings:
     load_timeout_s: float = 600.0
     phase_timeout_s: float = 300.0
     at_least_once: bool = True  # also measure the node with delivery = "at_least_once"
-    shared_partitions: int = 4  # also measure it on a shared delivery topic (0: not)
+    # Also measure it on a shared delivery topic of each of these partition counts (the
+    # first is ``dls-shared``, the others ``dls-shared-p<N>``; empty: not at all).
+    shared_partitions: tuple[int, ...] = (4, 1)
 
 
 FULL = RunSettings(n_clients=1_000, n_subs=100_000, n_events=100_000, profile_events=20_000)
@@ -1092,13 +1094,17 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     if s.at_least_once:
         _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
                        lat_base, out_topic, system="dls-alo", node=ALO_NODE, update={})
-    if s.shared_partitions:
-        _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
-                       lat_base, out_topic, system="dls-shared", node=SHARED_NODE,
-                       update={"shared_delivery_partitions": s.shared_partitions})
-        _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
-                       lat_base, out_topic, system="dls-shared-eos", node=SHARED_EOS_NODE,
-                       update={"shared_delivery_partitions": s.shared_partitions,
+    for i, parts in enumerate(s.shared_partitions):
+        name = "dls-shared" if i == 0 else f"dls-shared-p{parts}"
+        # One shared topic per prefix: another partition count needs its own prefix (under
+        # the run's, so that the clean-up finds it).
+        vt = topics if i == 0 else Topics(f"{topics.prefix}.p{parts}")
+        _variant_phase(s, bootstrap, rec, p, settings, vt, groups, facts, producer,
+                       lat_base, out_topic, system=name, node=SHARED_NODE,
+                       update={"shared_delivery_partitions": parts, "topic_prefix": vt.prefix})
+        _variant_phase(s, bootstrap, rec, p, settings, vt, groups, facts, producer,
+                       lat_base, out_topic, system=f"{name}-eos", node=SHARED_EOS_NODE,
+                       update={"shared_delivery_partitions": parts, "topic_prefix": vt.prefix,
                                "delivery": "exactly_once"})
 
 
@@ -1132,7 +1138,7 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     node_params = {**lat_base, "delivery": "at_least_once", **update}
     transactional = node_params["delivery"] == "exactly_once"
     for drop in ("rate_events_s", "rate_fraction_of_max", "seconds", "warmup_s", "publisher",
-              "receiver"):
+              "receiver", "topic_prefix"):
         node_params.pop(drop, None)
     rec.add(system, {**node_params, "batch_size": s.batch_size}, "load_time", t_load, "s")
     rec.log(f"{system} node: loaded {s.n_subs} subscriptions in {t_load:.1f} s")
@@ -1242,6 +1248,21 @@ def plot(records: list[dict[str, Any]], facts: dict[str, Any], path: Path) -> bo
     return True
 
 
+def _partition_counts(text: str) -> tuple[int, ...]:
+    """``--shared-partitions``: comma-separated positive counts, or 0 for none."""
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"shared partitions must be comma-separated integers, got {text!r}") from None
+    if counts == (0,):
+        return ()
+    if any(c < 1 for c in counts) or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(
+            f"shared partitions must be distinct positive integers (or 0), got {text!r}")
+    return counts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1262,9 +1283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "phase (default: NodeSettings' 1000)")
     ap.add_argument("--poll-timeout", type=float, default=None,
                     help="their poll timeout in seconds (default: NodeSettings' 0.05)")
-    ap.add_argument("--shared-partitions", type=int, default=None, metavar="N",
-                    help="partitions of the shared delivery topic for the dls-shared node "
-                         "(default 4; 0 skips it)")
+    ap.add_argument("--shared-partitions", type=_partition_counts, default=None,
+                    metavar="N[,N...]",
+                    help="partition counts of the shared delivery topic to measure: the "
+                         "first as dls-shared, the others as dls-shared-p<N> (default 4,1; "
+                         "0 skips them)")
     args = ap.parse_args(argv)
     settings = QUICK if args.quick else FULL
     if args.shared_partitions is not None:

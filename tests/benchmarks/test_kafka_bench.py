@@ -1,5 +1,6 @@
 """The Kafka benchmark's quick mode on a real broker: record shape only, no timing asserts."""
 
+import argparse
 import json
 
 import pytest
@@ -50,6 +51,9 @@ def test_quick_metrics_present(quick_run):
               "latency_p99"):
         assert ("dls-shared", m) in metrics, m
         assert ("dls-shared-eos", m) in metrics, m
+        for parts in kafka.QUICK.shared_partitions[1:]:
+            assert (f"dls-shared-p{parts}", m) in metrics, m
+            assert (f"dls-shared-p{parts}-eos", m) in metrics, m
     for r in records:
         if r["metric"] == "latency_p99":
             assert {"batch_size", "poll_timeout_s", "rate_events_s", "met"} <= set(r["params"])
@@ -73,7 +77,26 @@ def test_quick_shared_topic_groups_deliveries(quick_run):
     _, records = quick_run
     shared = {r["metric"]: r for r in records if r["system"] == "dls-shared"}
     parts = shared["throughput"]["params"]["shared_delivery_partitions"]
-    assert parts == kafka.QUICK.shared_partitions
+    assert parts == kafka.QUICK.shared_partitions[0]
     assert shared["messages_per_event"]["value"] <= parts
     assert shared["messages_per_event"]["value"] <= shared["deliveries_per_event"]["value"]
     assert shared["latency_p99"]["params"]["watched_partitions"] <= parts
+
+
+def test_quick_one_partition_writes_each_event_once(quick_run):
+    """With one shared partition every event is one Kafka message, whatever its fan-out."""
+    _, records = quick_run
+    if 1 not in kafka.QUICK.shared_partitions[1:]:
+        pytest.skip("the quick preset measures no one-partition shared topic")
+    one = {r["metric"]: r for r in records if r["system"] == "dls-shared-p1"}
+    assert one["throughput"]["params"]["shared_delivery_partitions"] == 1
+    assert one["messages_per_event"]["value"] <= 1.0
+    assert one["deliveries_per_event"]["value"] > 1.0
+
+
+def test_shared_partition_counts_option() -> None:
+    assert kafka._partition_counts("4,1") == (4, 1)
+    assert kafka._partition_counts("0") == ()
+    for bad in ("4,x", "-1", "4,4", "0,2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="shared partitions"):
+            kafka._partition_counts(bad)
