@@ -174,6 +174,72 @@ def _add_sdk_args(s: argparse.ArgumentParser) -> None:
                    help="the nodes' shared_delivery_partitions (0: one topic per client)")
 
 
+def _read_event_sample(path: str, names: Sequence[str]) -> dict[str, list[float]]:
+    """Numeric values per attribute from a JSONL file of events.
+
+    A line is an event's attributes as a JSON object, or a trace op with an ``attrs``
+    object (the publish ops of ``dlsroute simulate``). Ops without ``attrs`` (subscribe,
+    unsubscribe) are skipped; an attribute an event lacks adds nothing to its sample.
+    """
+    values: dict[str, list[float]] = {n: [] for n in names}
+    with open(path, encoding="utf-8") as fh:
+        for no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DLSError(f"{path}:{no}: not JSON: {exc}", field="events",
+                               value=line[:80]) from None
+            if not isinstance(rec, dict):
+                raise DLSError(f"{path}:{no}: an event must be a JSON object",
+                               field="events", value=line[:80])
+            if "op" in rec or "attrs" in rec:
+                rec = rec.get("attrs")
+                if not isinstance(rec, dict):
+                    continue
+            for n in names:
+                v = rec.get(n)
+                if v is None:
+                    continue
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise DLSError(f"{path}:{no}: attribute {n!r} must be a number, got "
+                                   f"{v!r}", field=n, value=v)
+                values[n].append(float(v))
+    return values
+
+
+def _cmd_tune_space(args: argparse.Namespace) -> int:
+    from dls.space import ContentSpace
+    from dls.tuning import cell_shares, tune_space
+
+    with open(args.space, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    space = ContentSpace.from_spec(spec)
+    names = [a.name for a in space.attributes if a.kind == "numeric"]
+    if args.attributes:
+        names = [n.strip() for n in args.attributes.split(",") if n.strip()]
+    sample = _read_event_sample(args.events, names)
+    empty = [n for n, v in sample.items() if not v]
+    if empty:
+        raise DLSError(f"{args.events}: no value of attribute {empty[0]!r} in the sample",
+                       field=empty[0], value=None)
+    tuned = tune_space(spec, sample, cells=args.cells)
+    new = ContentSpace.from_spec(tuned)
+    text = json.dumps(tuned, indent=2) + "\n"
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    for n in names:
+        before, after = cell_shares(space, n, sample[n]), cell_shares(new, n, sample[n])
+        print(f"{n}: {len(sample[n])} values; {len(before)} -> {len(after)} cells; largest "
+              f"cell holds {before.max():.1%} -> {after.max():.1%} of the sample",
+              file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     p = argparse.ArgumentParser(prog="dlsroute", description=__doc__)
@@ -214,6 +280,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--event", help="event attributes as a JSON object")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=_cmd_labels)
+
+    s = sub.add_parser("tune-space", help="fit numeric cells to a sample of events "
+                                          "(equi-depth breakpoints)")
+    s.add_argument("--space", required=True, help="content space spec (JSON)")
+    s.add_argument("--events", required=True,
+                   help="sample of events (JSONL: attribute objects or trace ops)")
+    s.add_argument("--attributes", default=None,
+                   help="comma-separated numeric attributes to tune (default: all)")
+    s.add_argument("--cells", type=int, default=None,
+                   help="cells per tuned attribute (default: as many as the spec has)")
+    s.add_argument("--out", default=None, help="where to write the tuned spec (default stdout)")
+    s.set_defaults(func=_cmd_tune_space)
 
     s = sub.add_parser("node", help="run one broker node on Kafka")
     s.add_argument("--config", required=True, help="node settings (TOML)")
