@@ -101,9 +101,10 @@ from benchmarks.paper_systems import (
     build,
     build_kwargs,
 )
-from benchmarks.workload import Workload, WorkloadParams, generate, space_spec
+from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
 from dls.cbf import CountingBloomFilter
 from dls.space import ContentSpace
+from dls.tuning import tune_space
 
 BENCHMARK = "paper"
 DEFAULT_OUT = Path("benchmarks/results/paper.json")
@@ -634,33 +635,22 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
     positions the SFF lacks, and the ERT ends up with the same non-zero counters as the SFF
     (same m, k, hashes), so ``dls-paper`` has the same false positives here as ``dls``.
     """
-    points = [("fp_granules", g, s.fp_m_granules, 1 / 16) for g in s.gran_granules]
-    points += [("fp_m", s.fp_g, m, frac) for frac in s.fp_length_fracs for m in s.fp_ms]
+    points = [("fp_granules", g, s.fp_m_granules, 1 / 16, "dls") for g in s.gran_granules]
+    points += [("fp_m", s.fp_g, m, frac, "dls") for frac in s.fp_length_fracs
+               for m in s.fp_ms]
+    # Beyond the paper: the Table 10 sweep again with equi-depth cells (dls.tuning) fitted
+    # to the events of a training workload (another seed), as system ``dls-tuned``.
+    points += [("fp_m", s.fp_g, m, s.fp_length_fracs[0], "dls-tuned") for m in s.fp_ms]
     for dist in s.distributions:
-        cache: dict[tuple[int, float], Any] = {}
-        for exp, g, m, frac in points:
-            if (g, frac) not in cache:
+        cache: dict[tuple[int, float, str], Any] = {}
+        for exp, g, m, frac, system in points:
+            if (g, frac, system) not in cache:
                 w = gran_workload(dist, g, s, frac)
-                n = w.params.n_subs
-                ex_off, ex_cli = exact_at(w, [n], len(w.events))[n]
-                sp = ContentSpace.from_spec(space_spec(s.gran_d, g))
-                off, labels = core.map_boxes(sp, w.lo, w.hi)
-                nc = w.params.n_clients
-                owner_rep = np.repeat(w.owners, np.diff(off)).astype(np.uint64)
-                pair_keys = np.unique(labels * np.uint64(nc) + owner_rep)  # (label, client)
-                ev_labels = BrokerMatcher(s.gran_d, g, 1).event_labels(w.events)
-                cells_fn, cells_fp, _, cells_neg = _pairs_check(
-                    _cell_deliveries(pair_keys, ev_labels, nc), (ex_off, ex_cli), nc)
-                if cells_fn:
-                    raise AssertionError(f"direct DLS missed {cells_fn} deliveries")
-                distinct = np.unique(labels)
-                positive = np.diff(ex_off) > 0
-                in_cells = np.isin(ev_labels, distinct)
-                cache = {(g, frac): (w, (ex_off, ex_cli), len(pair_keys) / w.params.n_clients,
-                             distinct, positive, in_cells, ev_labels, cells_fp, cells_neg)}
+                attrs = (None if system == "dls" else tuned_attributes(w, s))
+                cache = {(g, frac, system): _fp_cells(w, attrs, s)}
                 gc.collect()
             (w, exact, per_client, distinct, positive, in_cells, ev_labels,
-             cells_fp, cells_neg) = cache[(g, frac)]
+             cells_fp, cells_neg, attrs, labels_per_sub) = cache[(g, frac, system)]
             nc = w.params.n_clients
             k_client = _optimal_k(m, round(per_client))
             k_net = _optimal_k(m, len(distinct))
@@ -669,7 +659,12 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                     "events": len(w.events), "distinct_labels": len(distinct),
                     "distinct_labels_per_client": per_client,
                     "k_rule": "round(m / n * ln 2) clipped to [1, 16]"}
-            bm = BrokerMatcher(s.gran_d, g, nc, client_m=m, client_k=k_client)
+            if attrs is not None:
+                base.update(cells="equi-depth (dls.tuning), fitted to the events of a "
+                                  "training workload (seed + 1)",
+                            cells_per_attribute=[len(a["breakpoints"]) + 1 for a in attrs])
+            bm = BrokerMatcher(s.gran_d, g, nc, client_m=m, client_k=k_client,
+                               attributes=attrs)
             bm.insert(w.lo, w.hi, w.owners)
             fn, fp_c, dpe, fp_c_neg = _pairs_check(bm.match(w.events), exact, nc)
             del bm
@@ -689,13 +684,55 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                     ("fp_network_per_negative", fp_ev.sum() / max(1, neg)),
                     ("fp_network_cells", cells_net.sum() / max(1, in_cells.sum())),
                     ("fp_network_cells_per_event", cells_net.mean()),
-                    ("events_without_match", neg / len(w.events))):
+                    ("events_without_match", neg / len(w.events)),
+                    ("labels_per_subscription", labels_per_sub)):
                 unit = ("count" if metric == "false_negatives" else
-                        "clients" if metric == "deliveries_per_event" else "fraction")
-                rec.add("dls", base, metric, float(value), unit)
-            log(f"fp: {dist} {exp} g={g} len<={frac:g} m=2^{int(math.log2(m))}: client {fp_c:.4%} "
-                f"(cells {cells_fp:.4%}), network {fp_ev.sum() / max(1, passed.sum()):.4%} "
-                f"of passed, {fp_ev.mean():.4%} of events; fn {fn}")
+                        "clients" if metric == "deliveries_per_event" else
+                        "labels" if metric == "labels_per_subscription" else "fraction")
+                rec.add(system, base, metric, float(value), unit)
+            log(f"fp: {dist} {exp} {system} g={g} len<={frac:g} m=2^{int(math.log2(m))}: "
+                f"client {fp_c:.4%} (cells {cells_fp:.4%}; of negative pairs {fp_c_neg:.4%}), "
+                f"network {fp_ev.sum() / max(1, passed.sum()):.4%} of passed, "
+                f"{fp_ev.mean():.4%} of events; fn {fn}")
+
+
+def tuned_attributes(w: Workload, s: PaperSettings) -> list[dict[str, Any]]:
+    """Equi-depth cells (as many as ``g``) fitted to the events of another seed's workload.
+
+    The training workload has the same parameters but ``seed + 1``: the cells are fitted
+    to the distribution, not to the events they are then measured on.
+    """
+    p = w.params
+    train = generate(WorkloadParams(**{**p.as_dict(), "seed": p.seed + 1}))
+    spec = space_spec(p.d, p.g)
+    names = attr_names(p.d)
+    tuned = tune_space(spec, {n: train.events[:, i] for i, n in enumerate(names)})
+    return list(tuned["attributes"])
+
+
+def _fp_cells(w: Workload, attrs: list[dict[str, Any]] | None, s: PaperSettings
+              ) -> tuple[Any, ...]:
+    """What the false-positive points of one workload and one set of cells share."""
+    n = w.params.n_subs
+    ex_off, ex_cli = exact_at(w, [n], len(w.events))[n]
+    spec = space_spec(s.gran_d, w.params.g)
+    if attrs is not None:
+        spec["attributes"] = attrs
+    sp = ContentSpace.from_spec(spec)
+    off, labels = core.map_boxes(sp, w.lo, w.hi)
+    nc = w.params.n_clients
+    owner_rep = np.repeat(w.owners, np.diff(off)).astype(np.uint64)
+    pair_keys = np.unique(labels * np.uint64(nc) + owner_rep)  # (label, client)
+    ev_labels = BrokerMatcher(s.gran_d, w.params.g, 1, attributes=attrs).event_labels(w.events)
+    cells_fn, cells_fp, _, cells_neg = _pairs_check(
+        _cell_deliveries(pair_keys, ev_labels, nc), (ex_off, ex_cli), nc)
+    if cells_fn:
+        raise AssertionError(f"direct DLS missed {cells_fn} deliveries")
+    distinct = np.unique(labels)
+    positive = np.diff(ex_off) > 0
+    in_cells = np.isin(ev_labels, distinct)
+    return (w, (ex_off, ex_cli), len(pair_keys) / nc, distinct, positive, in_cells,
+            ev_labels, cells_fp, cells_neg, attrs, float(off[-1]) / n)
 
 
 def _cell_deliveries(pair_keys: np.ndarray, ev_labels: np.ndarray, nc: int

@@ -49,15 +49,19 @@ class BrokerMatcher:
     """A DLS broker with client filters of given ``m`` and ``k`` (or direct label sets).
 
     Insert and match only (the false-positive sweep); the clients are registered in order,
-    so bank index ``j`` is workload client ``j``.
+    so bank index ``j`` is workload client ``j``. ``attributes`` replaces the ``g`` equal
+    cells of each attribute (e.g. by the equi-depth cells of :mod:`dls.tuning`).
     """
 
     def __init__(self, d: int, g: int, n_clients: int, *, high: int = DOMAIN_HIGH,
                  client_filter: str = "cbf", routing_filter: str = "cbf",
-                 client_m: int = 65_536, client_k: int = 4, name: str = "dls") -> None:
+                 client_m: int = 65_536, client_k: int = 4, name: str = "dls",
+                 attributes: list[dict[str, Any]] | None = None) -> None:
         self.name = name
         spec = space_spec(d, g, {"client": {"m": client_m, "k": client_k},
                                  "routing": dict(ROUTING_FILTER)}, high)
+        if attributes is not None:  # other cells of the same d attributes (tuned ones)
+            spec["attributes"] = attributes
         self.space = ContentSpace.from_spec(spec)
         self.state = BrokerState.for_space("B", NEIGHBOURS, self.space,
                                            client_filter=client_filter,

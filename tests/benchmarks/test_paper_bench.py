@@ -57,6 +57,10 @@ def test_metrics_per_system(tiny):
     assert ("dls", "scaling", "speedup_vs_bruteforce") in have
     for m in ("fp_client", "fp_client_cells", "fp_network", "fp_network_per_event"):
         assert ("dls", "fp_m", m) in have
+    # the Table 10 sweep again on equi-depth cells, its false negatives counted too
+    for m in ("fp_client_per_negative", "fp_client_cells_per_negative", "false_negatives",
+              "labels_per_subscription"):
+        assert ("dls-tuned", "fp_m", m) in have
 
 
 def test_matching_experiment_is_interleaved_at_the_largest_size(tiny):
@@ -107,12 +111,12 @@ def test_no_false_negatives_and_sane_rates(tiny):
     # the exact matcher has no false positives; Bloom error only adds to the cells' share
     assert all(r["value"] == 0 for r in records
                if r["system"] == "bruteforce" and r["metric"] == "false_positive_rate")
-    by = {(r["metric"], r["params"]["distribution"], r["params"]["m"],
+    by = {(r["system"], r["metric"], r["params"]["distribution"], r["params"]["m"],
            r["params"]["length_frac"]): r["value"]
           for r in records if r["params"]["experiment"] == "fp_m"}
-    for (metric, dist, m, frac), v in by.items():
+    for (system, metric, dist, m, frac), v in by.items():
         if metric == "fp_client":
-            assert v >= by[("fp_client_cells", dist, m, frac)] - 1e-12
+            assert v >= by[(system, "fp_client_cells", dist, m, frac)] - 1e-12
 
 
 def test_forwarded_is_withdrawn_and_traffic_saturates(tiny):
