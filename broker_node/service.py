@@ -126,6 +126,11 @@ class _Skip(Exception):
         self.reason, self.field, self.value = reason, field, value
 
 
+#: A parsed run of events: (messages, headers to pass on, labels, origin client index or
+#: -1, origin neighbour index or -1), one entry per event to route.
+_Parsed = tuple[list[Message], list[Any], np.ndarray, list[int], list[int]]
+
+
 def _timestamp(msg: Message) -> int:
     kind, ts = msg.timestamp()
     return int(ts) if kind else 0
@@ -605,6 +610,52 @@ class NodeService:
         """Route a run of events as one numpy batch; bad headers go to dead letters."""
         assert self._producer is not None  # noqa: S101
         self._create_new_topics()
+        node = self.settings.node
+        good, carried_of, labels, origin_clients, origin_nodes = self._parse(run)
+        if not good:
+            return
+        self.metrics.events_in += len(good)
+        routes = self.state.route(labels, origin_clients, origin_nodes)
+        produce = self._produce
+        links = [self.topics.link(node, n) for n in self.state.neighbours]
+        hits = routes.neighbours
+        self.metrics.deliveries += len(routes.clients)
+        values = [msg.value() for msg in good]
+        if self.settings.shared_delivery_partitions:
+            topic = self.topics.shared_deliver
+            events, parts, named = self._shared_deliveries(routes.offsets, routes.clients)
+            fast = self._producer.produce  # _produce only when the local queue is full
+            for e, part, header in zip(events, parts, named, strict=True):
+                hdrs = [*carried_of[e], (HEADER_CLIENTS, header)]
+                try:
+                    fast(topic, values[e], headers=hdrs, partition=part)
+                except BufferError:
+                    produce(topic, values[e], hdrs, part)
+            self.metrics.delivery_messages += len(events)
+        else:
+            names = self.state.clients
+            while len(self._deliver_topics) < len(names):  # topic names, once per client
+                self._deliver_topics.append(
+                    self.topics.deliver(names[len(self._deliver_topics)]))
+            deliver = self._deliver_topics
+            offsets = routes.offsets.tolist()
+            clients = routes.clients.tolist()
+            for e, (value, carried) in enumerate(zip(values, carried_of, strict=True)):
+                for c in clients[offsets[e]:offsets[e + 1]]:
+                    produce(deliver[c], value, carried)
+            self.metrics.delivery_messages += len(clients)
+        if links:
+            rows, cols = np.nonzero(hits)
+            for e, j in zip(rows.tolist(), cols.tolist(), strict=True):
+                produce(links[j], values[e], carried_of[e])
+            self.metrics.events_forwarded += len(rows)
+
+    def _parse(self, run: list[Message]) -> _Parsed:
+        """The headers of a run, event by event: dead letters and repeats, in order.
+
+        (A bulk version, one comprehension per header over the run, measured no faster:
+        about 1.3 µs per event either way.)
+        """
         node, state = self.settings.node, self.state
         link_source, routed, batch_routed = self._link_source, self.routed, self._batch_routed
         from_bytes = int.from_bytes
@@ -659,44 +710,8 @@ class NodeService:
             else:
                 origin_clients.append(-1)
                 origin_nodes.append(state.neighbour_index(came_from))
-        if not good:
-            return
-        self.metrics.events_in += len(good)
-        routes = self.state.route(np.array(labels, dtype=np.uint64), origin_clients,
-                                  origin_nodes)
-        produce = self._produce
-        links = [self.topics.link(node, n) for n in self.state.neighbours]
-        hits = routes.neighbours
-        self.metrics.deliveries += len(routes.clients)
-        values = [msg.value() for msg in good]
-        if self.settings.shared_delivery_partitions:
-            topic = self.topics.shared_deliver
-            events, parts, named = self._shared_deliveries(routes.offsets, routes.clients)
-            fast = self._producer.produce  # _produce only when the local queue is full
-            for e, part, header in zip(events, parts, named, strict=True):
-                hdrs = [*carried_of[e], (HEADER_CLIENTS, header)]
-                try:
-                    fast(topic, values[e], headers=hdrs, partition=part)
-                except BufferError:
-                    produce(topic, values[e], hdrs, part)
-            self.metrics.delivery_messages += len(events)
-        else:
-            names = self.state.clients
-            while len(self._deliver_topics) < len(names):  # topic names, once per client
-                self._deliver_topics.append(
-                    self.topics.deliver(names[len(self._deliver_topics)]))
-            deliver = self._deliver_topics
-            offsets = routes.offsets.tolist()
-            clients = routes.clients.tolist()
-            for e, (value, carried) in enumerate(zip(values, carried_of, strict=True)):
-                for c in clients[offsets[e]:offsets[e + 1]]:
-                    produce(deliver[c], value, carried)
-            self.metrics.delivery_messages += len(clients)
-        if links:
-            rows, cols = np.nonzero(hits)
-            for e, j in zip(rows.tolist(), cols.tolist(), strict=True):
-                produce(links[j], values[e], carried_of[e])
-            self.metrics.events_forwarded += len(rows)
+        return (good, carried_of, np.array(labels, dtype=np.uint64), origin_clients,
+                origin_nodes)
 
     @staticmethod
     def _bad_label(headers: dict[str, bytes | None], raw: bytes | None) -> int:
@@ -740,10 +755,12 @@ class NodeService:
             return [], [], []
         n_events = len(offsets) - 1
         event_of = np.repeat(np.arange(n_events, dtype=np.int64), np.diff(offsets))
-        key = event_of * n_parts + self._client_partition[clients]
-        order = np.argsort(key, kind="stable")
-        key = key[order]
-        grouped = clients[order]
+        if n_parts == 1:  # one message per event: the deliveries are grouped already
+            key, grouped = event_of, clients
+        else:
+            key = event_of * n_parts + self._client_partition[clients]
+            order = np.argsort(key, kind="stable")
+            key, grouped = key[order], clients[order]
         starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
         first = key[starts]
         # Every name of the batch joined once (the bytes of encode_clients, without
