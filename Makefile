@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install dlsroute (editable) with its dev tools
 	@$(PY) -m spark.jars >/dev/null  # Spark-Kafka/Avro connector jars into .cache/spark-libs (once)
+	@$(PY) -m spark.jvm >/dev/null  # spark/jvm/src (javac, pyspark's jars) into .cache/spark-jvm
 
 spark-fetch: setup ## Fetch the Spark connector jars again (force) and list them
 	$(PY) -m spark.jars --force

@@ -22,7 +22,8 @@ Everything is Catalyst expressions: the JSON is read with ``try_parse_json`` (a 
 which keeps the difference between ``1`` and ``1.0``) and ``from_json`` (which keeps the
 order of the keys), Avro with ``from_avro``/``to_avro``, the subscription text with Java
 regular expressions, and a subscription's label set is the cross product of per-attribute
-cell ranges (``sequence``) built with ``transform``/``flatten``. There is no Python UDF.
+cell ranges (``sequence``) built with ``transform``/``flatten``. There is no Python UDF
+(the Java UDFs of the speed note below run these same expressions or the SDK's rules).
 The cell arithmetic follows :mod:`dls.space` operation by operation in float64, so labels
 agree bit for bit with :mod:`dls.mapping` (``tests/spark/test_mapping_parity.py``). The
 ``nextafter`` a strict bound needs is computed exactly from powers of two.
@@ -30,22 +31,30 @@ agree bit for bit with :mod:`dls.mapping` (``tests/spark/test_mapping_parity.py`
 The text of a ``where`` is written to the ``LabelSubscription`` as it came (the SDK writes
 its normalised form); nodes route on the labels only.
 
-Speed. Spark evaluates a higher-order function (``transform``, ``filter``, ``aggregate``...)
-interpreted, and in Spark 4.2 every array element such an evaluation reads builds a
-``SQLConf`` (``PhysicalDataType.apply``), and casting a variant scalar builds a ``Cast``; so
-the common records take shortcuts of generated code, each exactly the general path for the
-records it takes: an event's attribute members are built position by position (up to one
-per attribute of the space) from the typed reading's text, the string fields come from the
-typed reading, and a text subscription whose predicates each compare one numeric attribute
-(once) with finite numbers has its intervals read straight from the pattern's groups
-(``_fast``), the general path's lambdas then getting empty arrays. The long predicate
-pattern runs once (a ``regexp_replace`` writing the groups as records).
+Speed. Spark 4.2 evaluates a higher-order function (``transform``, ``filter``,
+``aggregate``...) interpreted, building a ``SQLConf`` for every array element it reads, and
+the whole mapping is a plan of a few thousand expressions: building it from Python takes
+tens of thousands of py4j calls (3 to 8 s), and Catalyst optimises, plans and generates
+code for it again in every batch (0.5 to 1 s). So, when the session has the project's jar
+(:mod:`spark.jvm`), :func:`map_events` and :func:`map_subscriptions` run a small plan
+(:func:`_hybrid`): ``dlsroute.spark.FastMap``, a Java UDF, maps the common JSON records
+(plain ASCII strings, each key once, numbers in the domain, a text ``where`` comparing
+numeric attributes with finite numbers) and returns null for anything else;
+``dlsroute.spark.General`` runs the Catalyst mapping below, built once per space, topics
+and source schema, on the rows FastMap declines, inside a CASE WHEN that evaluates it for
+those rows only. Both give the SDK's bytes (``tests/spark/test_mapping_fast.py`` runs the
+records on each edge of FastMap through both paths); ``fast=False`` runs the Catalyst
+mapping alone, in the plan, as before. Inside the Catalyst mapping, the common records take
+shortcuts of generated code (an event's attribute members built position by position, a
+text subscription's intervals read straight from the predicate pattern's groups, which runs
+once as a ``regexp_replace``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 from typing import TYPE_CHECKING, Any
 
 from connectors.serde import SERDE
@@ -247,6 +256,129 @@ def _discrete_index(a: DiscreteAttribute) -> Column:
 
 def _fmt_num(v: Column) -> Column:
     return v.cast("string")
+
+
+# -- the Java path ----------------------------------------------------------------------------
+FAST_TYPE = "struct<topic:string,value:binary,label:binary,origin:binary,eid:binary>"
+"""What ``dlsroute.spark.FastMap`` gives for a record it maps (the three event headers'
+values; null for subscriptions)."""
+_FAST_FN = "dlsroute_fast_map"
+_FAST_SCHEMAS = {"event": "RawEvent", "subscription": "LabelSubscription"}
+
+
+def _hex(text: str) -> str:
+    return text.encode().hex() or "-"
+
+
+def _bits(x: float) -> str:
+    return struct.pack(">d", float(x)).hex()
+
+
+def fast_config(space: ContentSpace, topics: Topics, kind: str) -> bytes:
+    """The first argument of ``dlsroute.spark.FastMap``: what it needs of space and topics.
+
+    Lines of space-separated fields: strings as hex of their UTF-8 bytes (``-`` when
+    empty), doubles as hex of their IEEE bits, so that Java sees exactly Python's values.
+    ``kind``: "event" or "subscription".
+    """
+    app = space.app_prefix
+    lines = [f"kind {kind}", f"prefix {_hex(topics.prefix)}",
+             f"header {SERDE.header(_FAST_SCHEMAS[kind]).hex()}",
+             f"app {app - (1 << 64) if app >= 1 << 63 else app}",
+             f"budget {space.filters.label_budget}", f"maxtopic {MAX_TOPIC_LENGTH}"]
+    for a, shift in zip(space.attributes, space.shifts, strict=True):
+        head = f"attr {_hex(a.name)} {shift}"
+        if isinstance(a, DiscreteAttribute):
+            lines.append(f"{head} d " + " ".join(_hex(v) for v in a.values))
+        elif isinstance(a, UniformAttribute):
+            lines.append(f"{head} u {_bits(a.low)} {_bits(a.high)} {a.granules}")
+        else:
+            lines.append(f"{head} b {_bits(a.low)} {_bits(a.high)} "
+                         + " ".join(_bits(b) for b in a.breakpoints))
+    return ("\n".join(lines) + "\n").encode()
+
+
+_GENERAL: dict[tuple[Any, ...], tuple[Any, str]] = {}
+
+
+def _general_udf(kind: str, build: Any, space: ContentSpace, raw: DataFrame,
+                 topics: Topics) -> str | None:
+    """The name of the general mapping of ``kind`` as a Java UDF (``dlsroute.spark.General``).
+
+    Built once per session, space, topics and source schema: the Catalyst mapping over an
+    empty source of ``raw``'s schema, whose optimised projections the UDF runs on a struct
+    of one row's columns. None when the session lacks the jar.
+    """
+    from py4j.protocol import Py4JError
+
+    spark = raw.sparkSession
+    schema = raw.schema
+    key = (kind, id(spark), json.dumps(space.to_spec(), sort_keys=True), topics.prefix,
+           schema.json())
+    hit = _GENERAL.get(key)
+    if hit is not None and hit[0] is spark:
+        return hit[1]
+    name = f"dlsroute_general_{len(_GENERAL)}_{kind}"
+    # An RDD, not a local relation: the optimiser would fold an empty local one away.
+    empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
+    jvm = spark._jvm  # noqa: SLF001 - the py4j gateway
+    if jvm is None:
+        return None
+    try:
+        jvm.dlsroute.spark.General.register(name, build(space, empty, topics)._jdf)  # noqa: SLF001
+    except (Py4JError, TypeError):  # the jar is not on this session's classpath
+        return None
+    _GENERAL[key] = (spark, name)
+    return name
+
+
+def _hybrid(kind: str, build: Any, space: ContentSpace, raw: DataFrame, topics: Topics,
+            fast: bool | None) -> DataFrame:
+    """``build(space, raw, topics)``, or the same records through the Java UDFs.
+
+    ``dlsroute.spark.FastMap`` maps the common JSON records (:data:`FAST_TYPE`, null for the
+    rest); the rows it declines go to ``dlsroute.spark.General``, the Catalyst mapping
+    ``build`` makes, inside a CASE WHEN (which evaluates only the branch it takes). The plan
+    Spark optimises and compiles for each batch is then a few expressions, not the whole
+    mapping, and the common rows pay for FastMap alone. Same bytes either way
+    (``tests/spark/test_mapping_parity.py`` runs both).
+    """
+    from pyspark.sql.utils import AnalysisException
+
+    from spark.jvm import FAST_CLASS
+
+    F = _F()
+    spark = raw.sparkSession
+    # The JSON rules of Python's json module: a repeated key keeps its last value.
+    for key in ("spark.sql.mapKeyDedupPolicy", "spark.sql.variant.allowDuplicateKeys"):
+        spark.conf.set(key, SESSION_CONF[key])
+    if fast is False:
+        return build(space, raw, topics)
+    general = _general_udf(kind, build, space, raw, topics)
+    try:
+        if general is None:
+            raise AnalysisException(f"no {FAST_CLASS} on this session's classpath")
+        spark.udf.registerJavaFunction(_FAST_FN, FAST_CLASS, FAST_TYPE)
+    except AnalysisException:
+        if fast:
+            raise
+        return build(space, raw, topics)
+    mapped = F.call_function(_FAST_FN, F.lit(bytearray(fast_config(space, topics, kind))),
+                             F.col("value"))
+    df = raw.select("*", mapped.alias("_jvm"))
+    # In a column of its own, read three times below (the optimiser keeps it apart).
+    rest = F.call_function(general, F.struct(*[F.col(c) for c in raw.columns]))
+    df = df.select("_jvm", F.when(F.col("_jvm").isNull(), rest).alias("_gen"))
+    f, g = F.col("_jvm"), F.col("_gen")
+    took = f.isNotNull()
+    headers = (F.array(*[F.struct(F.lit(k).alias("key"), f[n].alias("value"))
+                         for k, n in ((HEADER_LABEL, "label"), (HEADER_ORIGIN, "origin"),
+                                      (HEADER_EVENT_ID, "eid"))])
+               if kind == "event" else F.array().cast(HEADERS_TYPE))
+    return df.select(F.when(took, f["topic"]).otherwise(g["topic"]).alias("topic"),
+                     F.lit(None).cast("binary").alias("key"),
+                     F.when(took, f["value"]).otherwise(g["value"]).alias("value"),
+                     F.when(took, headers).otherwise(g["headers"]).alias("headers"))
 
 
 # -- raw decoding -----------------------------------------------------------------------------
@@ -624,13 +756,21 @@ def _raw_event_wire_schema() -> str:
     return json.dumps(schema)
 
 
-def map_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
+def map_events(space: ContentSpace, raw: DataFrame, topics: Topics, *,
+               fast: bool | None = None) -> DataFrame:
     """Raw events -> events on ``dls.node.N.publish`` (and dead letters).
 
     The value is the SDK's RawEvent (``encode_raw_event``) of the input; the headers are
     ``dls-label`` (8 bytes big-endian), ``dls-origin`` (``NODE/CLIENT``) and
     ``dls-event-id``, as :meth:`connectors.client.Client.publish` writes them.
+
+    ``fast``: run through the project's Java UDFs (:func:`_hybrid`); None does when the
+    session has their jar, False never (the Catalyst expressions alone, in the plan).
     """
+    return _hybrid("event", _map_events, space, raw, topics, fast)
+
+
+def _map_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
     from pyspark.sql.avro.functions import to_avro
 
     F = _F()
@@ -1076,12 +1216,18 @@ def _labels_bytes(labels: Column) -> Column:
                                 ""))
 
 
-def map_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
+def map_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics, *,
+                      fast: bool | None = None) -> DataFrame:
     """Raw subscriptions -> ``LabelSubscription`` records on ``dls.node.N.subscribe``.
 
     The labels are those of :meth:`dls.predicates.Subscription.labels` (sorted, 8 bytes
-    big-endian each); ``where`` is the subscription as it came.
+    big-endian each); ``where`` is the subscription as it came. ``fast`` as
+    :func:`map_events`.
     """
+    return _hybrid("subscription", _map_subscriptions, space, raw, topics, fast)
+
+
+def _map_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
     from pyspark.sql.avro.functions import to_avro
 
     F = _F()

@@ -1,7 +1,8 @@
 """One way to make a SparkSession for the project's jobs and tests.
 
-:func:`spark_session` gives a session with the connector jars of :mod:`spark.jars` as local
-``spark.jars`` (nothing is downloaded at run time), few shuffle partitions (the jobs are
+:func:`spark_session` gives a session with the connector jars of :mod:`spark.jars` and the
+project's own jar (:mod:`spark.jvm`) as local ``spark.jars`` (nothing is downloaded at run
+time), few shuffle partitions (the jobs are
 small and the machines have two cores), no UI, quiet logs, UTC timestamps, and the map-key
 rule the DLS mapping relies on (a repeated JSON key keeps its last value, as Python's
 ``json`` does).
@@ -40,7 +41,8 @@ def spark_session(app_name: str, *, master: str = "local[2]", kafka: bool = True
         app_name: The application name.
         master: Spark master URL.
         kafka: Put the Kafka and Avro connector jars on the classpath (fetching them once
-            from Maven Central when they are missing).
+            from Maven Central when they are missing), and the project's own jar
+            (:mod:`spark.jvm`, built once when missing).
         conf: More settings, applied last.
     """
     from pyspark.sql import SparkSession
@@ -52,8 +54,14 @@ def spark_session(app_name: str, *, master: str = "local[2]", kafka: bool = True
     settings = dict(SESSION_CONF)
     if kafka:
         from spark.jars import spark_jars
+        from spark.jvm import fast_jar
 
-        settings["spark.jars"] = ",".join(str(p) for p in spark_jars())
+        jars = spark_jars()
+        # The mapping's Java UDFs (spark.mapping runs without them, only slower).
+        fast = fast_jar()
+        if fast is not None:
+            jars.append(fast)
+        settings["spark.jars"] = ",".join(str(p) for p in jars)
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

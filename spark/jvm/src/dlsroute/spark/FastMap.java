@@ -1,0 +1,936 @@
+package dlsroute.spark;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF2;
+
+/**
+ * The DLS mapping of the common raw JSON record, as a Java UDF (no Python on the path).
+ *
+ * <p>{@code call(config, value)} maps one raw event or raw subscription the way the Python
+ * SDK would (labels, headers and value bytes bit for bit) when the record is of the plain
+ * kind this class knows, and returns null for anything else: another form, anything unusual
+ * and every record the SDK would refuse. {@code spark/mapping.py} then maps the null rows
+ * with its general Catalyst expressions, which also write the dead letters, so this class
+ * never has to explain a refusal.
+ *
+ * <p>Accepted: a JSON object (ASCII only, no escapes in strings, each key once) with the
+ * fields {@code node}, {@code client}, {@code id}, an optional {@code op} equal to the
+ * kind's op, and
+ * <ul>
+ *   <li>events: {@code attrs}, an object giving every attribute of the space once, numbers
+ *       (integers up to 15 digits) for numeric attributes and strings for discrete ones,
+ *       inside the domain; an optional string {@code payload};</li>
+ *   <li>subscriptions: {@code where}, a text of predicates joined by {@code and}, each
+ *       comparing one numeric attribute (at most once) with finite numbers
+ *       ({@code <, <=, >, >=, =} or {@code between x and y} with x &lt;= y), within the
+ *       label budget.</li>
+ * </ul>
+ *
+ * <p>The config (first argument) is built by {@code spark.mapping._fast_config}: lines of
+ * space-separated fields, strings as hex of their UTF-8 bytes, doubles as hex of their bits.
+ * The result is {@code struct<topic:string,value:binary,label:binary,origin:binary,
+ * eid:binary>} (the three header values; subscriptions leave them null).
+ */
+public final class FastMap implements UDF2<byte[], byte[], Row> {
+    private static final long serialVersionUID = 1L;
+
+    /** The config of the last call and what it parses to (tasks reuse one literal array). */
+    private transient volatile Object[] cache;
+
+    @Override
+    public Row call(byte[] config, byte[] value) {
+        if (config == null || value == null) {
+            return null;
+        }
+        Object[] c = cache;
+        Config cfg;
+        if (c != null && (c[0] == config || Arrays.equals((byte[]) c[0], config))) {
+            cfg = (Config) c[1];
+        } else {
+            cfg = new Config(config);
+            cache = new Object[] {config, cfg};
+        }
+        try {
+            return cfg.event ? mapEvent(cfg, value) : mapSubscription(cfg, value);
+        } catch (RuntimeException e) {
+            // Anything this reader did not foresee goes to the general path, never fails the task.
+            return null;
+        }
+    }
+
+    // -- config ----------------------------------------------------------------------------
+    static final int UNIFORM = 0;
+    static final int BREAKPOINTS = 1;
+    static final int DISCRETE = 2;
+
+    static final class Config {
+        final boolean event;
+        final String prefix;
+        final byte[] header;
+        final long appPrefix;
+        final long budget;
+        final int maxTopic;
+        final String[] names;
+        final int[] type;
+        final double[] low;
+        final double[] high;
+        final double[] span;
+        final double[] granules;
+        final double[][] breakpoints;
+        final String[][] values;
+        final int[] shift;
+
+        Config(byte[] raw) {
+            String[] lines = new String(raw, StandardCharsets.UTF_8).split("\n");
+            int nAttrs = 0;
+            for (String line : lines) {
+                if (line.startsWith("attr ")) {
+                    nAttrs++;
+                }
+            }
+            names = new String[nAttrs];
+            type = new int[nAttrs];
+            low = new double[nAttrs];
+            high = new double[nAttrs];
+            span = new double[nAttrs];
+            granules = new double[nAttrs];
+            breakpoints = new double[nAttrs][];
+            values = new String[nAttrs][];
+            shift = new int[nAttrs];
+            boolean ev = false;
+            String pre = null;
+            byte[] hdr = null;
+            long app = 0;
+            long bud = 0;
+            int maxT = 0;
+            int i = 0;
+            for (String line : lines) {
+                String[] f = line.split(" ");
+                switch (f[0]) {
+                    case "kind" -> ev = f[1].equals("event");
+                    case "prefix" -> pre = str(f[1]);
+                    case "header" -> hdr = unhex(f[1]);
+                    case "app" -> app = Long.parseLong(f[1]);
+                    case "budget" -> bud = Long.parseLong(f[1]);
+                    case "maxtopic" -> maxT = Integer.parseInt(f[1]);
+                    case "attr" -> {
+                        names[i] = str(f[1]);
+                        shift[i] = Integer.parseInt(f[2]);
+                        switch (f[3]) {
+                            case "u" -> {
+                                type[i] = UNIFORM;
+                                low[i] = dbl(f[4]);
+                                high[i] = dbl(f[5]);
+                                granules[i] = Long.parseLong(f[6]);
+                            }
+                            case "b" -> {
+                                type[i] = BREAKPOINTS;
+                                low[i] = dbl(f[4]);
+                                high[i] = dbl(f[5]);
+                                breakpoints[i] = new double[f.length - 6];
+                                for (int j = 6; j < f.length; j++) {
+                                    breakpoints[i][j - 6] = dbl(f[j]);
+                                }
+                            }
+                            default -> {
+                                type[i] = DISCRETE;
+                                values[i] = new String[f.length - 4];
+                                for (int j = 4; j < f.length; j++) {
+                                    values[i][j - 4] = str(f[j]);
+                                }
+                            }
+                        }
+                        span[i] = high[i] - low[i];
+                        i++;
+                    }
+                    default -> { }
+                }
+            }
+            event = ev;
+            prefix = pre;
+            header = hdr;
+            appPrefix = app;
+            budget = bud;
+            maxTopic = maxT;
+        }
+
+        static byte[] unhex(String s) {
+            byte[] out = new byte[s.length() / 2];
+            for (int k = 0; k < out.length; k++) {
+                out[k] = (byte) Integer.parseInt(s.substring(2 * k, 2 * k + 2), 16);
+            }
+            return out;
+        }
+
+        static String str(String hex) {
+            return hex.equals("-") ? "" : new String(unhex(hex), StandardCharsets.UTF_8);
+        }
+
+        static double dbl(String hex) {
+            return Double.longBitsToDouble(Long.parseUnsignedLong(hex, 16));
+        }
+
+        int attrIndex(byte[] b, int s, int e) {
+            for (int k = 0; k < names.length; k++) {
+                if (equalsAscii(names[k], b, s, e)) {
+                    return k;
+                }
+            }
+            return -1;
+        }
+
+        /** The cell of an in-domain double, as {@code dls.space}'s {@code cell}. */
+        long cell(int a, double v) {
+            if (type[a] == UNIFORM) {
+                double g = granules[a];
+                return Math.min((long) g - 1, (long) Math.floor(((v - low[a]) * g) / span[a]));
+            }
+            double[] bps = breakpoints[a];
+            long n = 0;
+            for (double bp : bps) {
+                if (bp <= v) {
+                    n++;
+                }
+            }
+            return n;
+        }
+    }
+
+    static boolean equalsAscii(String s, byte[] b, int start, int end) {
+        int n = end - start;
+        if (s.length() != n) {
+            return false;
+        }
+        for (int k = 0; k < n; k++) {
+            if (s.charAt(k) != (char) b[start + k]) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    // -- a strict JSON reader ----------------------------------------------------------------
+    /** Thrown (preallocated, no stack) when a record is not of the accepted kind. */
+    static final class Decline extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        Decline() {
+            super(null, null, false, false);
+        }
+    }
+
+    static final Decline DECLINE = new Decline();
+
+    static final class Reader {
+        final byte[] b;
+        int i;
+        /** Start and end (exclusive) of the last string read. */
+        int s;
+        int e;
+
+        Reader(byte[] b) {
+            this.b = b;
+        }
+
+        void ws() {
+            while (i < b.length) {
+                byte c = b[i];
+                if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+                    i++;
+                } else {
+                    return;
+                }
+            }
+        }
+
+        void expect(char c) {
+            ws();
+            if (i >= b.length || b[i] != c) {
+                throw DECLINE;
+            }
+            i++;
+        }
+
+        boolean peek(char c) {
+            ws();
+            return i < b.length && b[i] == c;
+        }
+
+        /** A string without escapes, of printable ASCII (what any JSON reader reads alike). */
+        void string() {
+            expect('"');
+            s = i;
+            while (true) {
+                if (i >= b.length) {
+                    throw DECLINE;
+                }
+                byte c = b[i];
+                if (c == '"') {
+                    e = i;
+                    i++;
+                    return;
+                }
+                if (c == '\\' || c < 0x20 || c == 0x7f) {  // escapes, controls and non-ASCII
+                    throw DECLINE;
+                }
+                i++;
+            }
+        }
+
+        boolean key(String k) {
+            return equalsAscii(k, b, s, e);
+        }
+
+        String text() {
+            return new String(b, s, e - s, StandardCharsets.ISO_8859_1);
+        }
+
+        /**
+         * A JSON number: sets {@code s}, {@code e}; returns true for an integer (no fraction
+         * or exponent).
+         */
+        boolean number() {
+            ws();
+            s = i;
+            if (i < b.length && b[i] == '-') {
+                i++;
+            }
+            int d0 = i;
+            if (i < b.length && b[i] == '0') {
+                i++;
+            } else {
+                while (i < b.length && b[i] >= '0' && b[i] <= '9') {
+                    i++;
+                }
+            }
+            if (i == d0) {
+                throw DECLINE;
+            }
+            boolean integer = true;
+            if (i < b.length && b[i] == '.') {
+                integer = false;
+                i++;
+                int f0 = i;
+                while (i < b.length && b[i] >= '0' && b[i] <= '9') {
+                    i++;
+                }
+                if (i == f0) {
+                    throw DECLINE;
+                }
+            }
+            if (i < b.length && (b[i] == 'e' || b[i] == 'E')) {
+                integer = false;
+                i++;
+                if (i < b.length && (b[i] == '+' || b[i] == '-')) {
+                    i++;
+                }
+                int x0 = i;
+                while (i < b.length && b[i] >= '0' && b[i] <= '9') {
+                    i++;
+                }
+                if (i == x0) {
+                    throw DECLINE;
+                }
+            }
+            e = i;
+            return integer;
+        }
+
+        void end() {
+            ws();
+            if (i != b.length) {
+                throw DECLINE;
+            }
+        }
+    }
+
+    /** A name of letters, digits, '_' and '-' (it goes into a topic name). */
+    static boolean isName(byte[] b, int s, int e) {
+        if (e <= s) {
+            return false;
+        }
+        for (int k = s; k < e; k++) {
+            byte c = b[k];
+            boolean ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+                    || c == '_' || c == '-';
+            if (!ok) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    // -- Avro output -------------------------------------------------------------------------
+    static final class Out {
+        byte[] buf = new byte[256];
+        int n;
+
+        void ensure(int more) {
+            if (n + more > buf.length) {
+                buf = Arrays.copyOf(buf, Math.max(buf.length * 2, n + more));
+            }
+        }
+
+        void raw(byte[] src, int s, int len) {
+            ensure(len);
+            System.arraycopy(src, s, buf, n, len);
+            n += len;
+        }
+
+        void b(int x) {
+            ensure(1);
+            buf[n++] = (byte) x;
+        }
+
+        /** Avro long: zig-zag, then 7 bits a byte, low first. */
+        void varint(long v) {
+            long z = (v << 1) ^ (v >> 63);
+            ensure(10);
+            while ((z & ~0x7FL) != 0) {
+                buf[n++] = (byte) ((z & 0x7F) | 0x80);
+                z >>>= 7;
+            }
+            buf[n++] = (byte) z;
+        }
+
+        void bytes(byte[] src, int s, int e) {
+            varint(e - s);
+            raw(src, s, e - s);
+        }
+
+        void dbl(double d) {
+            long bits = Double.doubleToRawLongBits(d);
+            ensure(8);
+            for (int k = 0; k < 8; k++) {
+                buf[n++] = (byte) (bits >>> (8 * k));
+            }
+        }
+
+        void be8(long v) {
+            ensure(8);
+            for (int k = 7; k >= 0; k--) {
+                buf[n++] = (byte) (v >>> (8 * k));
+            }
+        }
+
+        byte[] done() {
+            return Arrays.copyOf(buf, n);
+        }
+    }
+
+    static byte[] be8(long v) {
+        byte[] out = new byte[8];
+        for (int k = 0; k < 8; k++) {
+            out[k] = (byte) (v >>> (8 * (7 - k)));
+        }
+        return out;
+    }
+
+    // -- the fields every raw record has -------------------------------------------------------
+    static final int NODE = 1;
+    static final int CLIENT = 2;
+    static final int ID = 4;
+    static final int OP = 8;
+    static final int BODY = 16;  // attrs / where
+    static final int PAYLOAD = 32;
+
+    /** Reads the common field at the reader's key into {@code se} (start, end); its bit. */
+    static int common(Reader r, int[] se, String op) {
+        int bit;
+        if (r.key("node")) {
+            bit = NODE;
+        } else if (r.key("client")) {
+            bit = CLIENT;
+        } else if (r.key("id")) {
+            bit = ID;
+        } else if (r.key("op")) {
+            bit = OP;
+        } else {
+            return 0;
+        }
+        r.expect(':');
+        r.string();
+        if (bit == OP) {
+            if (!r.key(op)) {
+                throw DECLINE;
+            }
+        } else {
+            int k = bit == NODE ? 0 : bit == CLIENT ? 2 : 4;
+            se[k] = r.s;
+            se[k + 1] = r.e;
+        }
+        return bit;
+    }
+
+    static String topic(Config c, byte[] b, int s, int e, String suffix) {
+        String node = new String(b, s, e - s, StandardCharsets.ISO_8859_1);
+        String t = c.prefix + ".node." + node + "." + suffix;
+        if (t.length() > c.maxTopic) {
+            throw DECLINE;
+        }
+        return t;
+    }
+
+    static void checkNames(byte[] b, int[] se) {
+        if (!isName(b, se[0], se[1]) || !isName(b, se[2], se[3]) || se[5] <= se[4]) {
+            throw DECLINE;
+        }
+    }
+
+    // -- events ------------------------------------------------------------------------------
+    static Row mapEvent(Config c, byte[] b) {
+        Reader r = new Reader(b);
+        int[] se = new int[6];
+        int n = c.names.length;
+        if (n > 62) {
+            throw DECLINE;  // the bit sets below hold 62 attributes
+        }
+        // Attribute values in the record's order: attribute index, key span, kind, number.
+        int[] order = new int[n];
+        int[] keyS = new int[n];
+        int[] keyE = new int[n];
+        int[] kind = new int[n];  // 0 long, 1 double, 2 string
+        long[] lv = new long[n];
+        double[] dv = new double[n];
+        int[] strS = new int[n];
+        int[] strE = new int[n];
+        int payS = 0;
+        int payE = 0;
+        int seen = 0;
+        int nAttrs = 0;
+        long label = c.appPrefix;
+        r.expect('{');
+        if (r.peek('}')) {
+            throw DECLINE;
+        }
+        while (true) {
+            r.string();
+            int bit = common(r, se, "publish");
+            if (bit == 0) {
+                if (r.key("attrs")) {
+                    bit = BODY;
+                    r.expect(':');
+                    r.expect('{');
+                    if (r.peek('}')) {
+                        throw DECLINE;
+                    }
+                    long have = 0;
+                    while (true) {
+                        r.string();
+                        int a = c.attrIndex(b, r.s, r.e);
+                        if (a < 0 || nAttrs >= n || (have & (1L << a)) != 0) {
+                            throw DECLINE;
+                        }
+                        have |= 1L << a;
+                        order[nAttrs] = a;
+                        keyS[nAttrs] = r.s;
+                        keyE[nAttrs] = r.e;
+                        r.expect(':');
+                        long cell;
+                        if (c.type[a] == DISCRETE) {
+                            r.string();
+                            kind[nAttrs] = 2;
+                            strS[nAttrs] = r.s;
+                            strE[nAttrs] = r.e;
+                            cell = -1;
+                            String[] vals = c.values[a];
+                            for (int k = 0; k < vals.length; k++) {
+                                if (equalsAscii(vals[k], b, r.s, r.e)) {
+                                    cell = k;
+                                    break;
+                                }
+                            }
+                            if (cell < 0) {
+                                throw DECLINE;
+                            }
+                        } else {
+                            boolean integer = r.number();
+                            double f;
+                            if (integer) {
+                                if (r.e - r.s > 15) {  // exact as a double, and compares alike
+                                    throw DECLINE;
+                                }
+                                long v = Long.parseLong(new String(b, r.s, r.e - r.s,
+                                        StandardCharsets.ISO_8859_1));
+                                kind[nAttrs] = 0;
+                                lv[nAttrs] = v;
+                                f = (double) v;
+                            } else {
+                                f = Double.parseDouble(new String(b, r.s, r.e - r.s,
+                                        StandardCharsets.ISO_8859_1));
+                                kind[nAttrs] = 1;
+                                dv[nAttrs] = f;
+                            }
+                            if (!(c.low[a] <= f && f <= c.high[a])) {  // NaN and inf too
+                                throw DECLINE;
+                            }
+                            cell = c.cell(a, f);
+                        }
+                        label |= cell << c.shift[a];
+                        nAttrs++;
+                        if (r.peek(',')) {
+                            r.i++;
+                            continue;
+                        }
+                        r.expect('}');
+                        break;
+                    }
+                    if (nAttrs != n) {
+                        throw DECLINE;
+                    }
+                } else if (r.key("payload")) {
+                    bit = PAYLOAD;
+                    r.expect(':');
+                    r.string();
+                    payS = r.s;
+                    payE = r.e;
+                } else {
+                    throw DECLINE;
+                }
+            }
+            if ((seen & bit) != 0) {
+                throw DECLINE;
+            }
+            seen |= bit;
+            if (r.peek(',')) {
+                r.i++;
+                continue;
+            }
+            r.expect('}');
+            break;
+        }
+        r.end();
+        if ((seen & (NODE | CLIENT | ID | BODY)) != (NODE | CLIENT | ID | BODY)) {
+            throw DECLINE;
+        }
+        checkNames(b, se);
+        String topic = topic(c, b, se[0], se[1], "publish");
+        Out o = new Out();
+        o.raw(c.header, 0, c.header.length);
+        o.bytes(b, se[0], se[1]);
+        o.bytes(b, se[2], se[3]);
+        o.bytes(b, se[4], se[5]);
+        o.varint(n);
+        for (int k = 0; k < n; k++) {
+            o.bytes(b, keyS[k], keyE[k]);
+            switch (kind[k]) {
+                case 0 -> {
+                    o.b(0);
+                    o.varint(lv[k]);
+                }
+                case 1 -> {
+                    o.b(2);
+                    o.dbl(dv[k]);
+                }
+                default -> {
+                    o.b(4);
+                    o.bytes(b, strS[k], strE[k]);
+                }
+            }
+        }
+        o.b(0);
+        o.bytes(b, payS, payE);
+        int ol = se[1] - se[0] + 1 + se[3] - se[2];
+        byte[] origin = new byte[ol];
+        System.arraycopy(b, se[0], origin, 0, se[1] - se[0]);
+        origin[se[1] - se[0]] = '/';
+        System.arraycopy(b, se[2], origin, se[1] - se[0] + 1, se[3] - se[2]);
+        return RowFactory.create(topic, o.done(), be8(label), origin,
+                Arrays.copyOfRange(b, se[4], se[5]));
+    }
+
+    // -- subscriptions -----------------------------------------------------------------------
+    static Row mapSubscription(Config c, byte[] b) {
+        Reader r = new Reader(b);
+        int[] se = new int[6];
+        int whereS = 0;
+        int whereE = 0;
+        int seen = 0;
+        r.expect('{');
+        if (r.peek('}')) {
+            throw DECLINE;
+        }
+        while (true) {
+            r.string();
+            int bit = common(r, se, "subscribe");
+            if (bit == 0) {
+                if (!r.key("where")) {
+                    throw DECLINE;
+                }
+                bit = BODY;
+                r.expect(':');
+                r.string();
+                whereS = r.s;
+                whereE = r.e;
+            }
+            if ((seen & bit) != 0) {
+                throw DECLINE;
+            }
+            seen |= bit;
+            if (r.peek(',')) {
+                r.i++;
+                continue;
+            }
+            r.expect('}');
+            break;
+        }
+        r.end();
+        if ((seen & (NODE | CLIENT | ID | BODY)) != (NODE | CLIENT | ID | BODY)) {
+            throw DECLINE;
+        }
+        checkNames(b, se);
+        String topic = topic(c, b, se[0], se[1], "subscribe");
+        long[][] cells = cells(c, b, whereS, whereE);
+        // The cross product, the first attribute varying slowest: sorted, as the SDK's.
+        long total = 1;
+        for (long[] lh : cells) {
+            total *= lh[1] - lh[0] + 1;
+            if (total > c.budget || total > (1 << 20)) {
+                throw DECLINE;
+            }
+        }
+        int n = cells.length;
+        Out labels = new Out();
+        labels.ensure((int) total * 8);
+        long[] cur = new long[n];
+        for (int k = 0; k < n; k++) {
+            cur[k] = cells[k][0];
+        }
+        for (long t = 0; t < total; t++) {
+            long lab = c.appPrefix;
+            for (int k = 0; k < n; k++) {
+                lab |= cur[k] << c.shift[k];
+            }
+            labels.be8(lab);
+            for (int k = n - 1; k >= 0; k--) {
+                if (cur[k] < cells[k][1]) {
+                    cur[k]++;
+                    break;
+                }
+                cur[k] = cells[k][0];
+            }
+        }
+        Out o = new Out();
+        o.ensure(c.header.length + labels.n + (whereE - whereS) + 40);
+        o.raw(c.header, 0, c.header.length);
+        o.bytes(b, se[2], se[3]);
+        o.bytes(b, se[4], se[5]);
+        o.bytes(labels.buf, 0, labels.n);
+        o.b(2);  // the string branch of ["null", "string"]
+        o.bytes(b, whereS, whereE);
+        return RowFactory.create(topic, o.done(), null, null, null);
+    }
+
+    static boolean isWordChar(byte c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+                || c == '_' || c == '.' || c == '-';
+    }
+
+    static boolean isLetter(byte c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    }
+
+    /** Skips spaces; false at the end of the text. */
+    static int spaces(byte[] b, int i, int e) {
+        while (i < e && b[i] == ' ') {
+            i++;
+        }
+        return i;
+    }
+
+    /** End of the word starting at i ([A-Za-z_][A-Za-z0-9_.-]*), or -1. */
+    static int word(byte[] b, int i, int e) {
+        if (i >= e || !(isLetter(b[i]) || b[i] == '_')) {
+            return -1;
+        }
+        i++;
+        while (i < e && isWordChar(b[i])) {
+            i++;
+        }
+        return i;
+    }
+
+    static boolean keyword(byte[] b, int s, int e, String kw) {
+        if (e - s != kw.length()) {
+            return false;
+        }
+        for (int k = 0; k < kw.length(); k++) {
+            if (Character.toLowerCase((char) b[s + k]) != kw.charAt(k)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * End of the number token starting at i, as the text form's tokenizer reads it
+     * ({@code [-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?}), followed by a space or the end; or -1.
+     */
+    static int numberEnd(byte[] b, int i, int e) {
+        if (i < e && (b[i] == '+' || b[i] == '-')) {
+            i++;
+        }
+        int d0 = i;
+        while (i < e && b[i] >= '0' && b[i] <= '9') {
+            i++;
+        }
+        boolean digits = i > d0;
+        if (i < e && b[i] == '.') {
+            i++;
+            int f0 = i;
+            while (i < e && b[i] >= '0' && b[i] <= '9') {
+                i++;
+            }
+            digits |= i > f0;
+        }
+        if (!digits) {
+            return -1;
+        }
+        if (i < e && (b[i] == 'e' || b[i] == 'E')) {
+            int x = i + 1;
+            if (x < e && (b[x] == '+' || b[x] == '-')) {
+                x++;
+            }
+            int x0 = x;
+            while (x < e && b[x] >= '0' && b[x] <= '9') {
+                x++;
+            }
+            if (x == x0) {
+                return -1;  // "1e": the tokenizer would refuse a letter after the number
+            }
+            i = x;
+        }
+        return (i == e || b[i] == ' ') ? i : -1;
+    }
+
+    /** A finite number token (15 characters at most: an integer is exact as a double). */
+    static double finite(byte[] b, int s, int e) {
+        if (e < 0 || e - s > 15) {
+            throw DECLINE;
+        }
+        double v = Double.parseDouble(new String(b, s, e - s, StandardCharsets.ISO_8859_1));
+        if (Double.isNaN(v) || Double.isInfinite(v)) {
+            throw DECLINE;
+        }
+        return v;
+    }
+
+    /** First and last cell per attribute of a text {@code where}. */
+    static long[][] cells(Config c, byte[] b, int s, int e) {
+        int n = c.names.length;
+        if (n > 62) {
+            throw DECLINE;
+        }
+        double[] lo = new double[n];
+        double[] hi = new double[n];
+        boolean[] loc = new boolean[n];
+        boolean[] hic = new boolean[n];
+        for (int a = 0; a < n; a++) {
+            lo[a] = c.low[a];
+            hi[a] = c.high[a];
+            loc[a] = true;
+            hic[a] = true;
+        }
+        long used = 0;
+        int i = spaces(b, s, e);
+        if (i == e) {
+            throw DECLINE;  // everything: leave it to the general path
+        }
+        while (true) {
+            int we = word(b, i, e);
+            if (we < 0) {
+                throw DECLINE;
+            }
+            int a = c.attrIndex(b, i, we);
+            if (a < 0 || c.type[a] == DISCRETE || (used & (1L << a)) != 0) {
+                throw DECLINE;
+            }
+            used |= 1L << a;
+            i = spaces(b, we, e);
+            double plo;
+            double phi;
+            boolean ploc = true;
+            boolean phic = true;
+            if (i < e && (b[i] == '<' || b[i] == '>' || b[i] == '=')) {
+                byte op = b[i];
+                boolean eq = op != '=' && i + 1 < e && b[i + 1] == '=';
+                i = spaces(b, i + (eq ? 2 : 1), e);
+                int ne = numberEnd(b, i, e);
+                double v = finite(b, i, ne);
+                i = ne;
+                if (op == '=') {
+                    plo = v;
+                    phi = v;
+                } else if (op == '<') {
+                    plo = Double.NEGATIVE_INFINITY;
+                    phi = v;
+                    phic = eq;
+                } else {
+                    plo = v;
+                    phi = Double.POSITIVE_INFINITY;
+                    ploc = eq;
+                }
+            } else {
+                int ke = word(b, i, e);
+                if (ke < 0 || !keyword(b, i, ke, "between") || ke == e || b[ke] != ' ') {
+                    throw DECLINE;
+                }
+                i = spaces(b, ke, e);
+                int ne = numberEnd(b, i, e);
+                plo = finite(b, i, ne);
+                i = spaces(b, ne, e);
+                int ae = word(b, i, e);
+                if (ae < 0 || !keyword(b, i, ae, "and") || ae == e || b[ae] != ' ') {
+                    throw DECLINE;
+                }
+                i = spaces(b, ae, e);
+                ne = numberEnd(b, i, e);
+                phi = finite(b, i, ne);
+                i = ne;
+                if (plo > phi) {
+                    throw DECLINE;  // inverted: the general path names it
+                }
+            }
+            // The intersection with the domain, as dls.predicates._intersect.
+            if (plo > lo[a]) {
+                lo[a] = plo;
+                loc[a] = ploc;
+            } else if (plo == lo[a]) {
+                loc[a] = loc[a] && ploc;
+            }
+            if (phi < hi[a]) {
+                hi[a] = phi;
+                hic[a] = phic;
+            } else if (phi == hi[a]) {
+                hic[a] = hic[a] && phic;
+            }
+            i = spaces(b, i, e);
+            if (i == e) {
+                break;
+            }
+            int ae = word(b, i, e);
+            if (ae < 0 || !keyword(b, i, ae, "and") || ae == e || b[ae] != ' ') {
+                throw DECLINE;
+            }
+            i = spaces(b, ae, e);
+        }
+        long[][] out = new long[n][];
+        for (int a = 0; a < n; a++) {
+            if (c.type[a] == DISCRETE) {
+                out[a] = new long[] {0, c.values[a].length - 1};
+                continue;
+            }
+            double el = loc[a] ? lo[a] : Math.nextUp(lo[a]);
+            double eh = hic[a] ? hi[a] : Math.nextDown(hi[a]);
+            if (el > eh) {
+                throw DECLINE;  // matches nothing: the general path names it
+            }
+            out[a] = new long[] {c.cell(a, el), c.cell(a, eh)};
+        }
+        return out;
+    }
+}
