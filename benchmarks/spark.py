@@ -4,7 +4,8 @@ Run (a Kafka must answer at ``--bootstrap``)::
 
     .venv/bin/python -m benchmarks.spark [--quick] [--bootstrap 127.0.0.1:9092]
         [--out benchmarks/results/spark.json] [--events N] [--subscriptions N]
-        [--rounds R] [--tuned | --no-tuned] [--no-plot] [--keep-topics]
+        [--rounds R] [--catalyst | --no-catalyst] [--tuned | --no-tuned] [--no-plot]
+        [--keep-topics]
 
 Everything runs under a fresh topic prefix (``sb<hex>``) whose topics are deleted at the
 end, with one local SparkSession (``spark.session.spark_session``, ``local[2]``).
@@ -18,9 +19,13 @@ end, with one local SparkSession (``spark.session.spark_session``, ``local[2]``)
    * ``passthrough``: the raw topic's ``key``, ``value`` and ``headers`` written unchanged to
      one output topic -- the cost of moving the bytes through Spark and Kafka;
    * ``dls-mapping``: ``spark.mapping.map_events`` / ``map_subscriptions`` of the same
-     topic, written where they say (the node topics; dead letters to ``dls.deadletter``).
-
-   * ``dls-mapping-hm8000`` (full run only): the same mapping job with the SQL setting
+     topic, written where they say (the node topics; dead letters to ``dls.deadletter``),
+     as ``spark-map`` runs them: through the project's Java UDFs when the session has
+     their jar (``params.jvm`` says whether it did);
+   * ``dls-mapping-catalyst`` (full run, ``--catalyst``): the same mapping with
+     ``fast=False``, the Catalyst expressions alone in the plan, to show what the Java
+     path is worth;
+   * ``dls-mapping-hm8000`` (``--tuned``): the Catalyst-only mapping with the SQL setting
      ``spark.sql.codegen.hugeMethodLimit`` at 8,000 for its duration (see
      :data:`HUGE_METHOD_LIMIT`), to show what that setting is worth.
 
@@ -66,6 +71,7 @@ DEFAULT_OUT = Path("benchmarks/results/spark.json")
 PLOT_NAME = "spark.png"
 BAR = 0.7
 TUNED = "dls-mapping-hm8000"
+CATALYST = "dls-mapping-catalyst"
 HUGE_METHOD_LIMIT = 8000
 """``spark.sql.codegen.hugeMethodLimit`` of the tuned variant: HotSpot does not JIT-compile
 methods over 8,000 bytes of bytecode, and Spark's default limit (65,535) lets whole-stage
@@ -86,11 +92,12 @@ class RunSettings:
     g: int = 32
     partitions: int = 2
     seed: int = 0
-    tuned: bool = True
+    tuned: bool = False
+    catalyst: bool = True
 
 
 FULL = RunSettings(n_events=100_000, n_subs=30_000, rounds=2)
-QUICK = RunSettings(n_events=4_000, n_subs=2_000, rounds=1, n_clients=50, tuned=False)
+QUICK = RunSettings(n_events=4_000, n_subs=2_000, rounds=1, n_clients=50, catalyst=False)
 
 
 class Recorder:
@@ -215,16 +222,16 @@ def run(s: RunSettings, bootstrap: str, rec: Recorder, *, keep_topics: bool = Fa
                 raw = _read(spark, bootstrap, source[kind])
                 _write(raw.select("key", "value", "headers"), bootstrap, passthrough_out[kind])
 
-            def mapping(kind: str = kind) -> None:
-                _write(mapper[kind](space, _read(spark, bootstrap, source[kind]), topics),
-                       bootstrap)
+            def mapping(kind: str = kind, fast: bool | None = None) -> None:
+                _write(mapper[kind](space, _read(spark, bootstrap, source[kind]), topics,
+                                    fast=fast), bootstrap)
 
             def mapping_tuned(kind: str = kind) -> None:
                 key = "spark.sql.codegen.hugeMethodLimit"
                 before = spark.conf.get(key)
                 spark.conf.set(key, str(HUGE_METHOD_LIMIT))
                 try:
-                    mapping(kind)
+                    mapping(kind, fast=False)
                 finally:
                     if before is None:
                         spark.conf.unset(key)
@@ -235,12 +242,17 @@ def run(s: RunSettings, bootstrap: str, rec: Recorder, *, keep_topics: bool = Fa
             # frame of the same plan (the write repeats it inside the timed job).
             plan_mapped = mapper[kind](space, _read(spark, bootstrap, source[kind]), topics)
             plan_time = _timed(partial(_plan, plan_mapped))
+            # Whether the mapping ran through the Java UDFs (the session had their jar).
+            jvm = "dlsroute_fast_map" in str(
+                plan_mapped._jdf.queryExecution().analyzed().toString())  # noqa: SLF001
             plan_pass = _timed(partial(_plan, _read(spark, bootstrap, source[kind]).select(
                 "key", "value", "headers")))
             rec.log(f"{kind}: planning the query takes {plan_time:.2f} s (mapping), "
                     f"{plan_pass:.2f} s (passthrough)")
             runs: list[tuple[str, Callable[[], None]]] = [
                 ("passthrough", passthrough), ("dls-mapping", mapping)]
+            if s.catalyst:
+                runs.append((CATALYST, partial(mapping, kind, False)))
             if s.tuned:
                 runs.append((TUNED, mapping_tuned))
             times: dict[str, list[float]] = {name: [] for name, _ in runs}
@@ -250,7 +262,7 @@ def run(s: RunSettings, bootstrap: str, rec: Recorder, *, keep_topics: bool = Fa
                     times[system].append(t)
                     rec.log(f"{kind} round {r + 1}: {system:<18} {t:6.2f} s  "
                             f"{n / t:>10,.0f} rows/s")
-            params = base | {"kind": kind, "n_rows": n, "rounds": s.rounds,
+            params = base | {"kind": kind, "n_rows": n, "rounds": s.rounds, "jvm": jvm,
                              "timing": "one Spark batch job Kafka->Kafka, best of rounds"}
             best = {k: min(v) for k, v in times.items()}
             for system, ts in times.items():
@@ -277,7 +289,7 @@ def run(s: RunSettings, bootstrap: str, rec: Recorder, *, keep_topics: bool = Fa
         rounds = s.rounds
         node_events = sum(counts[topics.node_publish(n)] for n in NODES)
         node_subs = sum(counts[topics.node_subscribe(n)] for n in NODES)
-        mapping_runs = rounds * (2 if s.tuned else 1)  # both mapping systems write there
+        mapping_runs = rounds * (1 + s.tuned + s.catalyst)  # every mapping system writes there
         check = base | {"rounds": rounds, "mapping_runs": mapping_runs}
         rec.add("dls-mapping", check | {"kind": "events", "expected": s.n_events * mapping_runs},
                 "output_rows", node_events, "rows")
@@ -309,7 +321,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> bool:
     except ImportError:
         return False
     kinds = ["events", "subscriptions"]
-    systems = [x for x in ("passthrough", "dls-mapping", TUNED)
+    systems = [x for x in ("passthrough", "dls-mapping", CATALYST, TUNED)
                if any(r["system"] == x for r in records)]
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(systems)
@@ -348,7 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--subscriptions", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--tuned", action=argparse.BooleanOptionalAction, default=None,
-                    help="also run the mapping with hugeMethodLimit=8000 (default: full run)")
+                    help="also run the Catalyst-only mapping with hugeMethodLimit=8000")
+    ap.add_argument("--catalyst", action=argparse.BooleanOptionalAction, default=None,
+                    help="also run the Catalyst-only mapping (fast=False; default: full run)")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--keep-topics", action="store_true")
     args = ap.parse_args(argv)
@@ -361,6 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             s = replace(s, **{field: value})
     if args.tuned is not None:
         s = replace(s, tuned=args.tuned)
+    if args.catalyst is not None:
+        s = replace(s, catalyst=args.catalyst)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     rec = Recorder()
     load_start = os.getloadavg()

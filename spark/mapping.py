@@ -259,9 +259,10 @@ def _fmt_num(v: Column) -> Column:
 
 
 # -- the Java path ----------------------------------------------------------------------------
-FAST_TYPE = "struct<topic:string,value:binary,label:binary,origin:binary,eid:binary>"
-"""What ``dlsroute.spark.FastMap`` gives for a record it maps (the three event headers'
-values; null for subscriptions)."""
+FAST_TYPE = "struct<topic:binary,value:binary,label:binary,origin:binary,eid:binary>"
+"""What ``dlsroute.spark.FastMap`` gives for a record it maps: the topic's name as UTF-8
+(binary: no Java string to encode per row) and the three event headers' values (null for
+subscriptions)."""
 _FAST_FN = "dlsroute_fast_map"
 _FAST_SCHEMAS = {"event": "RawEvent", "subscription": "LabelSubscription"}
 
@@ -375,7 +376,7 @@ def _hybrid(kind: str, build: Any, space: ContentSpace, raw: DataFrame, topics: 
                          for k, n in ((HEADER_LABEL, "label"), (HEADER_ORIGIN, "origin"),
                                       (HEADER_EVENT_ID, "eid"))])
                if kind == "event" else F.array().cast(HEADERS_TYPE))
-    return df.select(F.when(took, f["topic"]).otherwise(g["topic"]).alias("topic"),
+    return df.select(F.when(took, f["topic"].cast("string")).otherwise(g["topic"]).alias("topic"),
                      F.lit(None).cast("binary").alias("key"),
                      F.when(took, f["value"]).otherwise(g["value"]).alias("value"),
                      F.when(took, headers).otherwise(g["headers"]).alias("headers"))

@@ -32,8 +32,9 @@ import org.apache.spark.sql.api.java.UDF2;
  *
  * <p>The config (first argument) is built by {@code spark.mapping._fast_config}: lines of
  * space-separated fields, strings as hex of their UTF-8 bytes, doubles as hex of their bits.
- * The result is {@code struct<topic:string,value:binary,label:binary,origin:binary,
- * eid:binary>} (the three header values; subscriptions leave them null).
+ * The result is {@code struct<topic:binary,value:binary,label:binary,origin:binary,
+ * eid:binary>} (the topic's name as UTF-8 and the three header values; subscriptions leave
+ * those null).
  */
 public final class FastMap implements UDF2<byte[], byte[], Row> {
     private static final long serialVersionUID = 1L;
@@ -83,6 +84,9 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         final double[][] breakpoints;
         final String[][] values;
         final int[] shift;
+        final byte[] topicHead;
+        final byte[] publishTail = ".publish".getBytes(StandardCharsets.UTF_8);
+        final byte[] subscribeTail = ".subscribe".getBytes(StandardCharsets.UTF_8);
 
         Config(byte[] raw) {
             String[] lines = new String(raw, StandardCharsets.UTF_8).split("\n");
@@ -152,6 +156,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             }
             event = ev;
             prefix = pre;
+            topicHead = (pre + ".node.").getBytes(StandardCharsets.UTF_8);
             header = hdr;
             appPrefix = app;
             budget = bud;
@@ -198,6 +203,16 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             }
             return n;
         }
+    }
+
+    /** A JSON integer of at most 15 characters (already checked by the reader). */
+    static long parseLong(byte[] b, int s, int e) {
+        boolean neg = b[s] == '-';
+        long v = 0;
+        for (int k = neg ? s + 1 : s; k < e; k++) {
+            v = v * 10 + (b[k] - '0');
+        }
+        return neg ? -v : v;
     }
 
     static boolean equalsAscii(String s, byte[] b, int start, int end) {
@@ -466,12 +481,16 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         return bit;
     }
 
-    static String topic(Config c, byte[] b, int s, int e, String suffix) {
-        String node = new String(b, s, e - s, StandardCharsets.ISO_8859_1);
-        String t = c.prefix + ".node." + node + "." + suffix;
-        if (t.length() > c.maxTopic) {
+    /** The node topic's name as UTF-8 bytes (ASCII: the node is a checked name). */
+    static byte[] topic(byte[] head, byte[] tail, int maxTopic, byte[] b, int s, int e) {
+        int n = head.length + (e - s) + tail.length;
+        if (n > maxTopic) {
             throw DECLINE;
         }
+        byte[] t = new byte[n];
+        System.arraycopy(head, 0, t, 0, head.length);
+        System.arraycopy(b, s, t, head.length, e - s);
+        System.arraycopy(tail, 0, t, head.length + (e - s), tail.length);
         return t;
     }
 
@@ -554,8 +573,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                                 if (r.e - r.s > 15) {  // exact as a double, and compares alike
                                     throw DECLINE;
                                 }
-                                long v = Long.parseLong(new String(b, r.s, r.e - r.s,
-                                        StandardCharsets.ISO_8859_1));
+                                long v = parseLong(b, r.s, r.e);
                                 kind[nAttrs] = 0;
                                 lv[nAttrs] = v;
                                 f = (double) v;
@@ -608,7 +626,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             throw DECLINE;
         }
         checkNames(b, se);
-        String topic = topic(c, b, se[0], se[1], "publish");
+        byte[] topic = topic(c.topicHead, c.publishTail, c.maxTopic, b, se[0], se[1]);
         Out o = new Out();
         o.raw(c.header, 0, c.header.length);
         o.bytes(b, se[0], se[1]);
@@ -683,7 +701,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             throw DECLINE;
         }
         checkNames(b, se);
-        String topic = topic(c, b, se[0], se[1], "subscribe");
+        byte[] topic = topic(c.topicHead, c.subscribeTail, c.maxTopic, b, se[0], se[1]);
         long[][] cells = cells(c, b, whereS, whereE);
         // The cross product, the first attribute varying slowest: sorted, as the SDK's.
         long total = 1;
