@@ -217,3 +217,33 @@ def test_declined_rows_on_concurrent_tasks(spark: Any) -> None:
     slow = sorted(_rows(map_subscriptions(SPACE, src, TOPICS, fast=False)))
     assert fast == slow
     assert sum(r[0] == TOPICS.deadletter for r in fast) == 0
+
+
+def test_fast_path_with_labels_on_the_64th_bit(spark: Any) -> None:
+    """16 app-id bits over 48 cell bits: labels above 2**63 (negative as a Java long)."""
+    space = ContentSpace.from_spec({"attributes": [
+        {"name": "x", "type": "numeric", "low": -1, "high": 1, "granules": 1 << 20},
+        {"name": "y", "type": "numeric", "low": 0, "high": 65536, "granules": 1 << 20},
+        {"name": "k", "type": "discrete", "values": [f"v{i}" for i in range(200)]}],
+        "app_id": 65535})
+    events = [{"node": "A", "client": "c", "id": f"e{i}", "attrs": a} for i, a in enumerate([
+        {"x": 0.999999, "y": 65536, "k": "v1"}, {"x": -1, "y": 0, "k": "v0"},
+        {"k": "v1", "y": 12345.678, "x": 0.1}])]
+    src = _source(spark, [json.dumps(e).encode() for e in events], TOPICS.raw_events)
+    rows = _rows(map_events(space, src, TOPICS, fast=True))
+    assert rows == _rows(map_events(space, src, TOPICS, fast=False))
+    for e, (topic, _key, value, headers) in zip(events, rows, strict=True):
+        assert topic == TOPICS.node_publish("A")
+        assert dict(headers)[HEADER_LABEL] == encode_label(event_label(space, e["attrs"]))
+        assert value == encode_raw_event("A", "c", e["id"], e["attrs"], b"")
+    wheres = ["x between 0.5 and 0.500001 and y < 0.2", "y = 65536 and x > 0.9999995"]
+    values = [json.dumps({"node": "A", "client": "c", "id": f"s{i}", "where": w}).encode()
+              for i, w in enumerate(wheres)]
+    src = _source(spark, values, TOPICS.raw_subscriptions)
+    rows = _rows(map_subscriptions(space, src, TOPICS, fast=True))
+    assert rows == _rows(map_subscriptions(space, src, TOPICS, fast=False))
+    for w, (topic, _key, value, _headers) in zip(wheres, rows, strict=True):
+        assert topic == TOPICS.node_subscribe("A"), w
+        labels = decode_label_subscription(value).labels
+        assert np.array_equal(labels, Subscription(space, w).labels()), w
+        assert int(labels[0]) >= 1 << 63
