@@ -466,6 +466,11 @@ def _decode(raw: DataFrame, kind: str, n_attrs: int = 0) -> DataFrame:
         (F.col("_v").isNull(),
          _err(f"{what}: neither Avro single-object (no C3 01 marker) nor JSON", "value",
               F.substring(F.col("_text"), 1, 120))),
+        # Spark's JSON readers stop after the first value; Python's json refuses text after
+        # it. Wrapped in brackets, such a text is no longer one valid JSON array.
+        (F.json_array_length(F.concat(F.lit("["), F.col("_text"), F.lit("]"))).isNull(),
+         _err(f"{what}: more text after the JSON value (not one JSON document)", "value",
+              F.substring(F.col("_text"), 1, 120))),
         (top.isNull(),
          _err(F.concat(F.lit(f"{what}: a JSON object is expected, got "),
                        F.lower(_vtype(F.col("_v")))), "value",
@@ -658,18 +663,20 @@ def _finish(df: DataFrame, topics: Topics, topic: Column, value: Column,
     from pyspark.sql.avro.functions import to_avro
 
     F = _F()
+    # Every check builds its reason; should one come out null (a null operand of concat),
+    # the dead letter still says something rather than carry a null header.
+    reason = F.coalesce(F.col("_err.reason"), F.lit("unusable record"))
     hmap = F.map_from_entries(F.transform(F.col("_headers"), lambda h: F.struct(
         h["key"].alias("key"), F.coalesce(h["value"], F.lit(bytearray())).alias("value"))))
     body = to_avro(F.struct(
-        _nn("_source").alias("source"), F.coalesce(F.col("_err.reason"), F.lit(""))
-        .alias("reason"),
+        _nn("_source").alias("source"), reason.alias("reason"),
         F.col("_err.field").alias("field"), F.col("_err.value").alias("value"),
         F.coalesce(F.col("_value"), F.lit(bytearray())).alias("raw"),
         F.coalesce(hmap, F.create_map().cast("map<string,binary>")).alias("headers")),
         _schema_json("DeadLetter"))
     dead_headers = F.array(
         F.struct(F.lit(HEADER_DLQ_REASON).alias("key"),
-                 F.encode(F.col("_err.reason"), "UTF-8").alias("value")),
+                 F.encode(reason, "UTF-8").alias("value")),
         F.struct(F.lit(HEADER_DLQ_SOURCE).alias("key"),
                  F.encode(F.col("_source"), "UTF-8").alias("value")))
     ok = F.col("_err").isNull()
@@ -720,6 +727,10 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
             ]
         else:
             checks += [
+                # A number beyond float64 (1e400; Python reads it as inf) fills no member.
+                (x.isNull() & e["member2"].isNull(),
+                 _err(f"attribute {name}: value is beyond the float64 range (infinite)",
+                      a.name, "inf")),
                 (x.isNull(), _err(F.concat(F.lit(f"attribute {name}: value must be a number, "
                                                  "got "), _q(e["member2"])),
                                   a.name, e["member2"])),

@@ -333,6 +333,9 @@ def test_bad_raw_records_are_dead_letters(spark: Any) -> None:
         encode_raw_event("A", "c", "", {"sym": "IBM", "price": 1, "temp": 36}),
         encode_raw_event("A", "c", "e9", {"sym": "IBM", "price": 1, "temp": 36})[:-3],
         json.dumps({**ok, "node": "N" * 240}).encode(),
+        # a number beyond float64 (Python reads inf), and JSON followed by more text
+        json.dumps(ok).encode().replace(b'"price": 1', b'"price": 1e400'),
+        json.dumps(ok).encode() + b" x",
     ]
     values = [json.dumps(ok | {"op": "publish"}).encode(), *bad, None]
     out = map_events(space, _source(spark, values, TOPICS.raw_events), TOPICS).collect()
@@ -348,6 +351,9 @@ def test_bad_raw_records_are_dead_letters(spark: Any) -> None:
     assert reasons[6].field == "node" and "'a.b'" in reasons[6].reason
     assert reasons[15].field == "price" and "NaN" in reasons[15].reason
     assert reasons[16].field == "sym"
+    assert reasons[20].field == "price" and reasons[20].value == "inf"
+    assert "beyond the float64 range" in reasons[20].reason
+    assert "JSON" in reasons[21].reason
 
 
 def test_unsubscriptions(spark: Any) -> None:
