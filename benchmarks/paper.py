@@ -643,11 +643,17 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
     points += [("fp_m", s.fp_g, m, s.fp_length_fracs[0], "dls-tuned") for m in s.fp_ms]
     for dist in s.distributions:
         cache: dict[tuple[int, float, str], Any] = {}
+        # the workload and its exact answer, shared by both sets of cells
+        exacts: dict[tuple[int, float], tuple[Workload, Any]] = {}
         for exp, g, m, frac, system in points:
             if (g, frac, system) not in cache:
-                w = gran_workload(dist, g, s, frac)
+                if (g, frac) not in exacts:
+                    w = gran_workload(dist, g, s, frac)
+                    n = w.params.n_subs
+                    exacts[(g, frac)] = (w, exact_at(w, [n], len(w.events))[n])
+                w, exact = exacts[(g, frac)]
                 attrs = (None if system == "dls" else tuned_attributes(w, s))
-                cache = {(g, frac, system): _fp_cells(w, attrs, s)}
+                cache = {(g, frac, system): _fp_cells(w, exact, attrs, s)}
                 gc.collect()
             (w, exact, per_client, distinct, positive, in_cells, ev_labels,
              cells_fp, cells_neg, attrs, labels_per_sub) = cache[(g, frac, system)]
@@ -710,11 +716,11 @@ def tuned_attributes(w: Workload, s: PaperSettings) -> list[dict[str, Any]]:
     return list(tuned["attributes"])
 
 
-def _fp_cells(w: Workload, attrs: list[dict[str, Any]] | None, s: PaperSettings
-              ) -> tuple[Any, ...]:
+def _fp_cells(w: Workload, exact: tuple[np.ndarray, np.ndarray],
+              attrs: list[dict[str, Any]] | None, s: PaperSettings) -> tuple[Any, ...]:
     """What the false-positive points of one workload and one set of cells share."""
     n = w.params.n_subs
-    ex_off, ex_cli = exact_at(w, [n], len(w.events))[n]
+    ex_off, ex_cli = exact
     spec = space_spec(s.gran_d, w.params.g)
     if attrs is not None:
         spec["attributes"] = attrs

@@ -184,10 +184,8 @@ class NodeService:
         # no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self._removed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._delivery_error: str | None = None
-        # At least once: consumed positions whose outputs may not all be acknowledged yet.
-        # Next offset to commit per (topic, partition), from the messages consumed since the
-        # last commit (at least once); read off the batch, not Consumer.position(assignment()):
-        # assignment() waits on librdkafka's main thread, milliseconds per batch under load.
+        # At least once: the next offset to commit per (topic, partition) of the messages
+        # consumed since the last commit, whose outputs may not all be acknowledged yet.
         self._uncommitted: dict[tuple[str, int], int] = {}
         self._last_commit = time.monotonic()
         self._delivery_topics: set[str] = set()
@@ -747,10 +745,11 @@ class NodeService:
                 self._client_partition,
                 np.array([delivery_partition(c, n_parts) for c in names[have:]],
                          dtype=np.int64)])
-            self._client_names = np.concatenate([
-                self._client_names, np.array([c.encode() for c in names[have:]], dtype=object)])
-            self._client_name_len = np.array([len(b) for b in self._client_names],
-                                             dtype=np.int64)
+            new = [c.encode() for c in names[have:]]
+            self._client_names = np.concatenate([self._client_names,
+                                                 np.array(new, dtype=object)])
+            self._client_name_len = np.concatenate([
+                self._client_name_len, np.array([len(b) for b in new], dtype=np.int64)])
         if len(clients) == 0:
             return [], [], []
         n_events = len(offsets) - 1

@@ -18,7 +18,6 @@ space, tuned or not, never drops an event that a subscription matches.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -126,7 +125,6 @@ def tune_space(spec: Mapping[str, Any], samples: Mapping[str, Any], *,
         if not points:
             continue
         attr.pop("granules", None)
-        attr["breakpoints"] = [int(b) if b.is_integer() and math.isfinite(b) else b
-                               for b in points]
+        attr["breakpoints"] = [int(b) if b.is_integer() else b for b in points]
     ContentSpace.from_spec(out)  # the result is valid by construction; checked anyway
     return out

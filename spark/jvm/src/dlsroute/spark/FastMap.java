@@ -494,6 +494,33 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         return t;
     }
 
+    /** Marks a field as seen; a repeated field declines the record. */
+    static int mark(int seen, int bit) {
+        if ((seen & bit) != 0) {
+            throw DECLINE;
+        }
+        return seen | bit;
+    }
+
+    /** After a member of an object: true if another follows (','), false at its '}'. */
+    static boolean next(Reader r) {
+        if (r.peek(',')) {
+            r.i++;
+            return true;
+        }
+        r.expect('}');
+        return false;
+    }
+
+    /** The end of a record: nothing after it, every required field there, names valid. */
+    static void close(Reader r, int seen, byte[] b, int[] se) {
+        r.end();
+        if ((seen & (NODE | CLIENT | ID | BODY)) != (NODE | CLIENT | ID | BODY)) {
+            throw DECLINE;
+        }
+        checkNames(b, se);
+    }
+
     static void checkNames(byte[] b, int[] se) {
         if (!isName(b, se[0], se[1]) || !isName(b, se[2], se[3]) || se[5] <= se[4]) {
             throw DECLINE;
@@ -526,7 +553,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         if (r.peek('}')) {
             throw DECLINE;
         }
-        while (true) {
+        do {
             r.string();
             int bit = common(r, se, "publish");
             if (bit == 0) {
@@ -538,7 +565,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                         throw DECLINE;
                     }
                     long have = 0;
-                    while (true) {
+                    do {
                         r.string();
                         int a = c.attrIndex(b, r.s, r.e);
                         if (a < 0 || nAttrs >= n || (have & (1L << a)) != 0) {
@@ -590,13 +617,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                         }
                         label |= cell << c.shift[a];
                         nAttrs++;
-                        if (r.peek(',')) {
-                            r.i++;
-                            continue;
-                        }
-                        r.expect('}');
-                        break;
-                    }
+                    } while (next(r));
                     if (nAttrs != n) {
                         throw DECLINE;
                     }
@@ -610,22 +631,9 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                     throw DECLINE;
                 }
             }
-            if ((seen & bit) != 0) {
-                throw DECLINE;
-            }
-            seen |= bit;
-            if (r.peek(',')) {
-                r.i++;
-                continue;
-            }
-            r.expect('}');
-            break;
-        }
-        r.end();
-        if ((seen & (NODE | CLIENT | ID | BODY)) != (NODE | CLIENT | ID | BODY)) {
-            throw DECLINE;
-        }
-        checkNames(b, se);
+            seen = mark(seen, bit);
+        } while (next(r));
+        close(r, seen, b, se);
         byte[] topic = topic(c.topicHead, c.publishTail, c.maxTopic, b, se[0], se[1]);
         Out o = new Out();
         o.raw(c.header, 0, c.header.length);
@@ -672,7 +680,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         if (r.peek('}')) {
             throw DECLINE;
         }
-        while (true) {
+        do {
             r.string();
             int bit = common(r, se, "subscribe");
             if (bit == 0) {
@@ -685,22 +693,9 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                 whereS = r.s;
                 whereE = r.e;
             }
-            if ((seen & bit) != 0) {
-                throw DECLINE;
-            }
-            seen |= bit;
-            if (r.peek(',')) {
-                r.i++;
-                continue;
-            }
-            r.expect('}');
-            break;
-        }
-        r.end();
-        if ((seen & (NODE | CLIENT | ID | BODY)) != (NODE | CLIENT | ID | BODY)) {
-            throw DECLINE;
-        }
-        checkNames(b, se);
+            seen = mark(seen, bit);
+        } while (next(r));
+        close(r, seen, b, se);
         byte[] topic = topic(c.topicHead, c.subscribeTail, c.maxTopic, b, se[0], se[1]);
         long[][] cells = cells(c, b, whereS, whereE);
         // The cross product, the first attribute varying slowest: sorted, as the SDK's.
