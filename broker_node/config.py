@@ -69,6 +69,11 @@ class NodeSettings(BaseSettings):
     unsubscribe_grace_s: float = Field(
         default=30.0, ge=0,
         description="how long an unsubscription of a not-yet-seen id waits for it")
+    gc_freeze: bool = Field(
+        default=True,
+        description="once the state is rebuilt at start, move every live object into "
+                    "Python's permanent generation (gc.freeze): full collections then scan "
+                    "only what came later instead of stalling the loop for tens of ms")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None

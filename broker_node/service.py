@@ -27,6 +27,7 @@ guaranteed; an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -152,6 +153,25 @@ def _headers(msg: Message) -> list[tuple[str, bytes]]:
     return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs]
 
 
+def freeze_heap(node: str) -> int:
+    """Collect once, then move every live object into the permanent generation.
+
+    Python's full (generation 2) collections scan every tracked object. In a process that
+    holds a big heap (the modules, the rebuilt state, anything its host keeps), each one
+    stalled the loop: 50-200 ms at ~150,000 objects in the Kafka benchmark, where events
+    waiting out the stall made the p99 latency. Frozen objects are never scanned again;
+    an object freed later is still freed by reference counting (only a frozen reference
+    cycle would stay). Returns how many objects are frozen.
+    """
+    t0 = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    log.info("node %s: %d objects frozen out of garbage collection in %.0f ms", node, frozen,
+             1e3 * (time.perf_counter() - t0))
+    return frozen
+
+
 class NodeService:
     """One logical DLS broker connected to Kafka."""
 
@@ -248,6 +268,8 @@ class NodeService:
                                    "on_delivery": self._on_delivery_error}
             self._producer = Producer(producer_config(s.bootstrap, **alo, **sec))
         self._recover()
+        if s.gc_freeze:
+            freeze_heap(s.node)
         self._consumer.subscribe(self.input_topics)
         if s.metrics_port is not None:
             self._serve_metrics(s.metrics_port)

@@ -458,3 +458,24 @@ def test_a_client_reading_the_wrong_place_is_warned(net_shared: Net,
     lost.close()
     assert f"{net_shared.prefix}.deliver.lost" in \
         admin(net_shared.bootstrap).list_topics(timeout=10).topics  # where it looked
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_start_freezes_the_heap_only_when_asked(kafka_bootstrap: str, topic_prefix: str,
+                                                tmp_path: Path, freeze: bool) -> None:
+    import gc
+
+    space_path = tmp_path / "space.json"
+    space_path.write_text(json.dumps(SPEC))
+    settings = NodeSettings(node="A", space=space_path, bootstrap=kafka_bootstrap,
+                            topic_prefix=topic_prefix, gc_freeze=freeze)
+    gc.unfreeze()
+    svc = NodeService(settings)
+    try:
+        svc.start()
+        assert (gc.get_freeze_count() > 0) is freeze
+        state_scanned = any(o is svc.state for o in gc.get_objects())
+        assert state_scanned is not freeze
+    finally:
+        svc.close()
+        gc.unfreeze()
