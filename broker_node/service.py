@@ -71,12 +71,42 @@ from connectors.topics import (
 from dls.exceptions import DLSError
 from dls.space import ContentSpace
 
-__all__ = ["Metrics", "NodeService"]
+__all__ = ["Metrics", "NodeService", "RecentKeys"]
 
 log = logging.getLogger("dlsroute.node")
 
 FOREVER = dict(CONTROL_TOPIC_CONFIG)
 ROUTED_MEMORY = 100_000
+
+
+class RecentKeys:
+    """Remembers at least the last ``size`` keys added, and at most twice that many.
+
+    Two generations of plain dicts: keys go into ``new``; once it holds ``size`` keys it
+    becomes ``old`` and the previous ``old`` is dropped whole. Unlike evicting the oldest
+    key one at a time (an ``OrderedDict`` trimmed after each commit, which cost up to
+    28 ms of the loop at 25,000 events/s), the work is a dict update per commit and one
+    dict freed per ``size`` keys. A membership test is two dict lookups.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"size must be at least 1, got {size!r}")
+        self.size = size
+        self.old: dict[Any, None] = {}
+        self.new: dict[Any, None] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.new or key in self.old
+
+    def __len__(self) -> int:
+        return len(self.new) + len(self.old)
+
+    def update(self, keys: dict[Any, None]) -> None:
+        """Add ``keys`` (a dict used as an ordered set)."""
+        self.new.update(keys)
+        if len(self.new) >= self.size:
+            self.old, self.new = self.new, {}
 
 
 @dataclass
@@ -195,10 +225,10 @@ class NodeService:
         self._stop = threading.Event()
         self._pending: dict[str, _PendingUnsub] = {}
         # (origin, event id) of the events routed in committed batches (the most recent
-        # ROUTED_MEMORY): a repeat is skipped (an at-least-once writer upstream, such as
+        # ROUTED_MEMORY at least): a repeat is skipped (an at-least-once writer upstream, such as
         # Spark's Kafka sink, may send one twice), and a driver such as ``dlsroute replay``
         # can tell when an event has passed this node.
-        self.routed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.routed = RecentKeys(ROUTED_MEMORY)
         self._batch_routed: dict[tuple[str, str], None] = {}
         # (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         # no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
@@ -400,8 +430,6 @@ class NodeService:
     def _remember_routed(self) -> None:
         self.routed.update(self._batch_routed)
         self._batch_routed.clear()
-        while len(self.routed) > ROUTED_MEMORY:
-            self.routed.popitem(last=False)
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -677,7 +705,8 @@ class NodeService:
         about 1.3 µs per event either way.)
         """
         node, state = self.settings.node, self.state
-        link_source, routed, batch_routed = self._link_source, self.routed, self._batch_routed
+        link_source, batch_routed = self._link_source, self._batch_routed
+        routed_new, routed_old = self.routed.new, self.routed.old  # fixed during a run
         from_bytes = int.from_bytes
         good: list[Message] = []
         carried_of: list[Any] = []  # each good event's headers, passed on as they came
@@ -714,7 +743,7 @@ class NodeService:
             eid = headers.get(HEADER_EVENT_ID)
             if eid is not None:
                 key = (origin, eid.decode("utf-8", "replace"))
-                if key in routed or key in batch_routed:
+                if key in routed_new or key in routed_old or key in batch_routed:
                     self.metrics.duplicates += 1
                     log.debug("node %s: %s repeats event %r of %s: skipped", node,
                               source_of(msg), key[1], origin)

@@ -1,0 +1,42 @@
+"""``RecentKeys``: the node's memory of routed event ids; no broker needed."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker_node.service import RecentKeys
+
+
+@given(size=st.integers(1, 20),
+       batches=st.lists(st.lists(st.integers(0, 10_000), max_size=15), max_size=30))
+def test_the_last_size_keys_are_always_remembered(size: int, batches: list[list[int]]) -> None:
+    recent = RecentKeys(size)
+    added: list[int] = []
+    biggest = 0
+    for batch in batches:
+        keys = {k: None for k in batch if k not in recent}  # the node adds unseen keys only
+        recent.update(keys)
+        added.extend(keys)
+        biggest = max(biggest, len(keys))
+        for k in added[-size:]:
+            assert k in recent
+        # a generation is replaced once it reaches size: it holds less than size plus
+        # the batch that filled it
+        assert len(recent) <= 2 * (size - 1 + biggest)
+
+
+def test_old_keys_are_forgotten_a_generation_at_a_time() -> None:
+    recent = RecentKeys(3)
+    recent.update({1: None, 2: None})
+    recent.update({3: None})  # new is full: it becomes old
+    assert all(k in recent for k in (1, 2, 3)) and len(recent) == 3
+    recent.update({4: None, 5: None, 6: None})  # and again: 1, 2, 3 are dropped
+    assert 1 not in recent and 3 not in recent and 6 in recent
+    assert len(recent) == 3
+
+
+def test_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="size must be at least 1, got 0"):
+        RecentKeys(0)
