@@ -3,6 +3,7 @@
 import argparse
 import json
 
+import numpy as np
 import pytest
 
 from benchmarks import kafka
@@ -59,6 +60,34 @@ def test_quick_metrics_present(quick_run):
             assert {"batch_size", "poll_timeout_s", "rate_events_s", "met"} <= set(r["params"])
         if r["metric"] == "throughput":
             assert {"batch_size", "poll_timeout_s", "transactional"} <= set(r["params"])
+
+
+def test_quick_paired_rounds_and_like_for_like_latency(quick_run):
+    """Shared-topic nodes: a paired ratio over alternating rounds, and the passthrough of
+    the same kind measured at the node's latency rate."""
+    _, records = quick_run
+    names = ["dls-shared", *(f"dls-shared-p{n}" for n in kafka.QUICK.shared_partitions[1:])]
+    for name in names:
+        for system, base in ((name, "passthrough-nontx"), (f"{name}-eos", "passthrough")):
+            paired = [r for r in records if r["system"] == system
+                      and r["metric"] == "throughput_ratio_paired_median"]
+            assert len(paired) == 1, system
+            pp = paired[0]["params"]
+            assert pp["baseline"] == base and pp["rounds"] == kafka.QUICK.paired_rounds
+            assert paired[0]["value"] == pytest.approx(float(np.median(pp["ratios"])), abs=1e-4)
+            firsts = [r["params"]["first"] for r in records if r["system"] == system
+                      and r["metric"] == "throughput_round"]
+            assert firsts == [base, "node"][:kafka.QUICK.paired_rounds]
+            assert len([r for r in records if r["system"] == base
+                        and r["metric"] == "throughput_round"
+                        and r["params"]["rate_of"] == system]) == kafka.QUICK.paired_rounds
+            node_rate = next(r["params"]["rate_events_s"] for r in records
+                             if r["system"] == system and r["metric"] == "latency_p99")
+            floor = [r for r in records if r["system"] == base and r["metric"] == "latency_p99"
+                     and r["params"].get("rate_of") == system]
+            assert len(floor) == 1 and floor[0]["params"]["rate_events_s"] == node_rate
+    assert all(r["params"].get("gc_freeze") is True for r in records
+               if r["metric"] == "throughput")
 
 
 def test_quick_side_files(quick_run):
