@@ -84,7 +84,10 @@ class Client:
         """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space.
 
         ``shared_delivery_partitions`` must equal the nodes' setting of that name: 0 reads
-        this client's own delivery topic, N > 0 its partition of the shared one.
+        this client's own delivery topic, N > 0 its partition of the shared one. The
+        consumer group defaults to ``<topic_prefix>-sdk-<client_id>`` (``dls-sdk-alice``):
+        one per client and network, so that the same client name in another network (or
+        another test) never joins, and stalls, the same group.
         """
         if not isinstance(shared_delivery_partitions, int) or shared_delivery_partitions < 0:
             raise ConnectorError(f"shared_delivery_partitions must be an integer >= 0, got "
@@ -98,7 +101,7 @@ class Client:
         self.topics.deliver(client_id)  # validates the name
         self.topics.node_subscribe(node)
         self._kafka = kafka
-        self._group = group_id or f"dls-sdk-{client_id}"
+        self._group = group_id or f"{topic_prefix}-sdk-{client_id}"
         self._producer = Producer(producer_config(bootstrap, **kafka))
         self._consumer: Consumer | None = None
         self._where: TopicPartition | None = None
