@@ -7,8 +7,9 @@ in the same Kafka transaction. A crash therefore loses nothing and duplicates no
 ``read_committed`` readers.
 
 With ``delivery = "at_least_once"`` the loop uses no transaction: it commits input offsets
-only once everything produced before is acknowledged by the broker (it does not stop to
-wait for that, except once per ``commit_interval_s`` under steady load). A crash repeats
+only once everything produced before is acknowledged by the broker, which it learns from
+one delivery callback per batch and partition written, without ever stopping to wait
+(``_step_at_least_once``). A crash repeats
 the outputs of the batches not yet committed; nothing is lost. Repeats are dropped by
 event id: the node keeps the ids of the most recent events it routed (``ROUTED_MEMORY``,
 keyed by origin and id) and skips an event it has already routed, and the client SDK does
