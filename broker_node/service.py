@@ -47,6 +47,7 @@ from broker_node.exceptions import BrokerError, UnknownSubscriptionError
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
+    committed_offsets,
     consume_batch,
     consumer_config,
     ensure_partitioned_topic,
@@ -521,7 +522,7 @@ class NodeService:
         s = self.settings
         assert self._consumer is not None  # noqa: S101
         parts = [TopicPartition(topic, 0) for topic in self.control_topics]
-        committed = self._consumer.committed(parts, timeout=30)
+        committed = committed_offsets(self._consumer, parts)
         todo = [tp for tp in committed if tp.offset > 0]
         if not todo:
             return

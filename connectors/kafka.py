@@ -36,6 +36,7 @@ __all__ = [
     "PRODUCER_DEFAULTS",
     "admin",
     "check_message",
+    "committed_offsets",
     "consume_batch",
     "consumer_config",
     "ensure_partitioned_topic",
@@ -290,6 +291,36 @@ def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
             f"topic {name!r} has {found} partitions, this network is configured for "
             f"{partitions}; the partition of each client would differ between writers and "
             f"readers", field="partitions", value=found)
+
+
+# A group coordinator that is not there yet: on a fresh broker the first group use creates
+# __consumer_offsets, and for a moment lookups answer with these.
+_COORDINATOR_NOT_READY = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+})
+
+
+def committed_offsets(consumer: Consumer, partitions: list[TopicPartition],
+                      timeout: float = 60.0, retry_s: float = 0.5) -> list[TopicPartition]:
+    """``consumer.committed(partitions)``, retried while the group coordinator is not ready.
+
+    Raises:
+        ConnectorError: Still failing after ``timeout`` seconds, or a non-retriable error.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return consumer.committed(partitions, timeout=max(1.0, min(30.0, left)))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            retriable = err is not None and (err.code() in _COORDINATOR_NOT_READY
+                                             or err.retriable())
+            if not retriable or time.monotonic() + retry_s > deadline:
+                raise ConnectorError(f"reading committed offsets failed: {exc}") from exc
+            _log.warning("reading committed offsets: %s; retrying", err)
+            time.sleep(retry_s)
 
 
 def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> None:

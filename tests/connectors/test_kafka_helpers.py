@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.exceptions import ConnectorError
-from connectors.kafka import ensure_topics, next_offsets, offsets_to_commit
+from connectors.kafka import committed_offsets, ensure_topics, next_offsets, offsets_to_commit
 
 
 def test_ensure_topics_without_a_broker_names_it_and_the_timeout() -> None:
@@ -25,3 +25,36 @@ def test_next_offsets_is_one_past_the_last_message_of_each_partition() -> None:
     assert [(tp.topic, tp.partition, tp.offset) for tp in tps] == [
         ("a", 0, 6), ("b", 0, 10), ("a", 1, 1)]
     assert next_offsets([]) == {}
+
+
+class _Coordinator:
+    """A consumer stand-in whose ``committed`` fails ``fails`` times with ``code``."""
+
+    def __init__(self, fails: int, code: int) -> None:
+        self.fails, self.code, self.calls = fails, code, 0
+
+    def committed(self, partitions, timeout):
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise KafkaException(KafkaError(self.code))
+        return partitions
+
+
+def test_committed_offsets_waits_for_the_coordinator() -> None:
+    parts = [TopicPartition("t", 0)]
+    c = _Coordinator(2, KafkaError.NOT_COORDINATOR)
+    assert committed_offsets(c, parts, timeout=5, retry_s=0.01) == parts  # type: ignore[arg-type]
+    assert c.calls == 3
+
+
+def test_committed_offsets_gives_up_on_other_errors_and_after_the_timeout() -> None:
+    from connectors.exceptions import ConnectorError
+    parts = [TopicPartition("t", 0)]
+    c = _Coordinator(1, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(ConnectorError, match="reading committed offsets failed"):
+        committed_offsets(c, parts, timeout=5, retry_s=0.01)  # type: ignore[arg-type]
+    assert c.calls == 1
+    c = _Coordinator(1000, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+    with pytest.raises(ConnectorError, match="reading committed offsets failed"):
+        committed_offsets(c, parts, timeout=0.2, retry_s=0.05)  # type: ignore[arg-type]
+    assert 1 < c.calls < 1000
