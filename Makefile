@@ -42,6 +42,7 @@ bench: setup ## Benchmarks (core, then on the local Kafka); results in benchmark
 	$(PY) -m benchmarks.core --out benchmarks/results/core.json
 	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
 	$(PY) -m benchmarks.kafka --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/kafka.json
+	$(PY) -m benchmarks.kafka_latency --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/kafka_latency.json
 	$(PY) -m benchmarks.spark --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/spark.json
 
 PAPER_OUT := $(if $(QUICK),/tmp/dlsroute-paper-quick,benchmarks/results)

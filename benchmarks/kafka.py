@@ -5,6 +5,7 @@ Run (a Kafka must answer at ``--bootstrap``; ``KAFKA_PORT=19092 make kafka-up`` 
     .venv/bin/python -m benchmarks.kafka [--quick] [--bootstrap 127.0.0.1:19092]
         [--out benchmarks/results/kafka.json] [--no-plot] [--no-profile] [--no-latency]
         [--keep-topics] [--events N] [--batch-size B] [--poll-timeout S]
+        [--shared-partitions N[,N...]] [--no-gc-freeze]
 
 Everything runs in one process tree on loopback against one broker, under a fresh topic
 prefix (``kb<hex>``) whose topics and consumer groups are deleted at the end.
@@ -72,10 +73,24 @@ Phases (every count and wait is bounded; see :class:`RunSettings`):
    ``latency_mean`` (ms), ``latency_samples``, ``achieved_rate``, ``events_per_transaction``
    (mean batch in the window) and ``backlog_at_end`` (events sent but not yet consumed when
    the publisher stopped).
+9. **Variants** (``at_least_once``, ``shared_partitions``): further nodes with the same
+   subscriptions and events, each through throughput and latency as above: ``dls-alo``
+   (at least once), ``dls-shared`` / ``dls-shared-eos`` (one shared delivery topic of the
+   first partition count, at least / exactly once) and ``dls-shared-p<N>`` /
+   ``dls-shared-p<N>-eos`` for the others. A shared-topic node also gets
+   ``paired_rounds`` rounds of the passthrough of the same kind and the node, back to back
+   on fresh event ids, alternating which goes first (``throughput_round`` records and
+   ``throughput_ratio_paired_median``), and that passthrough's latency at the node's
+   latency rate (records with ``rate_of``): the floor of that rate on this machine.
+
+Garbage collection: with ``gc_freeze`` (default) the workload is frozen out of Python's
+collector before any phase, and every node freezes its heap at start
+(``NodeSettings.gc_freeze``); ``--no-gc-freeze`` measures both without.
 
 The issue's bars are read off the records (never asserted): ``throughput_ratio``
-(``dls`` / ``passthrough``) at least 0.7; ``latency_p99`` under 20 ms at half the node's
-maximum rate. The log says whether each is met.
+(``dls`` / ``passthrough``; for shared-topic nodes ``throughput_ratio_paired_median``) at
+least 0.7; ``latency_p99`` under 20 ms at half the node's maximum rate. The log says
+whether each is met.
 
 Output: ``kafka.json`` (records ``{"benchmark", "system", "params", "metric", "value",
 "unit"}``), ``kafka.meta.json`` (machine, commit, command, wall time, settings, topic count
@@ -546,7 +561,11 @@ def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.n
 
 def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, ready: Any,
                    stop: Any, result: Any) -> None:
-    """Read ``(topic, partition)`` pairs from their end offsets; put (sent_ns, latency_ns)."""
+    """Read ``(topic, partition)`` pairs from their end offsets; put the latencies.
+
+    Per delivery: its send time, its latency and the part of it up to the forwarder's
+    produce (the output message's timestamp, set when the forwarder produced it).
+    """
     consumer = Consumer(consumer_config(bootstrap, group))
     parts = []
     for t, part in topics:
@@ -557,6 +576,7 @@ def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, re
     ready.set()
     sent: list[int] = []
     lat: list[int] = []
+    fwd: list[int] = []
     quiet_since = None
     while True:
         # consume(n, timeout) returns only when n messages are there or the timeout ends:
@@ -572,6 +592,7 @@ def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, re
                     t = _SENT.unpack(v)[0]
                     sent.append(t)
                     lat.append(now - t)
+                    fwd.append(msg.timestamp()[1] * 1_000_000 - t)
                     break
         if stop.is_set():
             if msgs:
@@ -582,7 +603,8 @@ def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, re
                 break
     consumer.close()
     result.put({"sent_ns": np.array(sent, dtype=np.int64),
-                "latency_ns": np.array(lat, dtype=np.int64)})
+                "latency_ns": np.array(lat, dtype=np.int64),
+                "to_forwarder_ns": np.array(fwd, dtype=np.int64)})
 
 
 def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]], group: str,
@@ -628,7 +650,8 @@ def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]]
     hi = t_pub + int(total * 1e9)
     keep = (sent_ns >= lo) & (sent_ns < hi)
     events, batches = after[0] - before[0], after[2] - before[2]
-    return {"latency_ms": lat_ns[keep] / 1e6, "sent": pub["sent"],
+    return {"latency_ms": lat_ns[keep] / 1e6,
+            "to_forwarder_ms": got["to_forwarder_ns"][keep] / 1e6, "sent": pub["sent"],
             "achieved_rate": pub["sent"] / pub["seconds"], "events": events,
             "messages": after[1] - before[1], "batches": batches,
             "events_per_transaction": events / batches if batches else 0.0,
