@@ -74,12 +74,24 @@ from connectors.topics import (
 from dls.exceptions import DLSError
 from dls.space import ContentSpace
 
-__all__ = ["Metrics", "NodeService", "RecentKeys"]
+__all__ = ["Metrics", "NodeService", "RecentKeys", "routed_key"]
 
 log = logging.getLogger("dlsroute.node")
 
 FOREVER = dict(CONTROL_TOPIC_CONFIG)
 ROUTED_MEMORY = 100_000
+
+
+def routed_key(origin: str | bytes, event_id: str | bytes) -> bytes:
+    """The key of an event in a node's routed-id memory: origin, a NUL, the event id.
+
+    One bytes object rather than a tuple: a dict holding only bytes (and None) is never
+    tracked by the garbage collector, so the memory of 100,000 ids costs collections
+    nothing (a dict of tuples was traversed by every one while it grew).
+    """
+    o = origin.encode() if isinstance(origin, str) else origin
+    e = event_id.encode() if isinstance(event_id, str) else event_id
+    return o + b"\x00" + e
 
 
 class RecentKeys:
@@ -100,6 +112,9 @@ class RecentKeys:
         self.new: dict[Any, None] = {}
 
     def __contains__(self, key: object) -> bool:
+        """Membership; an ``(origin, event id)`` pair is looked up as its routed_key."""
+        if isinstance(key, tuple) and len(key) == 2:
+            key = routed_key(*key)
         return key in self.new or key in self.old
 
     def __len__(self) -> int:
@@ -232,7 +247,7 @@ class NodeService:
         # Spark's Kafka sink, may send one twice), and a driver such as ``dlsroute replay``
         # can tell when an event has passed this node.
         self.routed = RecentKeys(ROUTED_MEMORY)
-        self._batch_routed: dict[tuple[str, str], None] = {}
+        self._batch_routed: dict[bytes, None] = {}  # keys: routed_key
         # (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         # no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self._removed: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -813,7 +828,7 @@ class NodeService:
         # Origin header value -> (origin, bank index of a local publisher or -1), once per
         # distinct origin of the run: a batch comes from few publishers, and the state does
         # not change while a run is routed.
-        origins: dict[bytes | None, tuple[str, int]] = {}
+        origins: dict[bytes | None, tuple[str, int, bytes]] = {}
         for msg in run:
             carried = msg.headers() or []
             # Values of consumed headers are bytes (or None), never str.
@@ -834,16 +849,16 @@ class NodeService:
                 o_node, _, o_client = origin.partition("/")
                 known = origins[raw_origin] = (
                     origin, state.client_index(o_client, create=False) if o_node == node
-                    else -1)
-            origin, local = known
+                    else -1, (raw_origin or b"") + b"\x00")
+            origin, local, id_prefix = known
             came_from = link_source.get(msg.topic())  # type: ignore[arg-type]
             eid = headers.get(HEADER_EVENT_ID)
             if eid is not None:
-                key = (origin, eid.decode("utf-8", "replace"))
+                key = id_prefix + eid  # routed_key(origin, event id), from the raw bytes
                 if key in routed_new or key in routed_old or key in batch_routed:
                     self.metrics.duplicates += 1
                     log.debug("node %s: %s repeats event %r of %s: skipped", node,
-                              source_of(msg), key[1], origin)
+                              source_of(msg), eid.decode("utf-8", "replace"), origin)
                     continue
                 batch_routed[key] = None
             good.append(msg)

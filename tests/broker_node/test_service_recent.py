@@ -40,3 +40,16 @@ def test_old_keys_are_forgotten_a_generation_at_a_time() -> None:
 def test_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="size must be at least 1, got 0"):
         RecentKeys(0)
+
+
+def test_routed_ids_are_bytes_keys_that_the_collector_never_scans() -> None:
+    import gc
+
+    from broker_node.service import routed_key
+
+    assert routed_key("A/pub", "e1") == routed_key(b"A/pub", b"e1") == b"A/pub\x00e1"
+    recent = RecentKeys(10)
+    recent.update({routed_key("A/pub", f"e{i}"): None for i in range(5)})
+    assert ("A/pub", "e3") in recent and routed_key("A/pub", "e3") in recent
+    assert ("A/pub", "e9") not in recent
+    assert not gc.is_tracked(recent.new)  # only bytes and None inside
