@@ -730,6 +730,27 @@ def profile_shares(stats: pstats.Stats, total: float) -> dict[str, float]:
 
 
 # -- the run ------------------------------------------------------------------------------
+def run_on_thread(service: NodeService, name: str
+                  ) -> tuple[threading.Thread, threading.Event, list[BaseException]]:
+    """Start ``service``'s loop (in 0.1 s slices) on a daemon thread.
+
+    Returns the thread, the event that stops it and the list its exception lands in.
+    """
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                service.run(max_seconds=0.1)
+        except BaseException as exc:  # surfaced by the caller
+            errors.append(exc)
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread, stop, errors
+
+
 @dataclass
 class _Latency:
     """The latency measurements of one run: a node or a passthrough under paced load."""
@@ -755,22 +776,11 @@ class _Latency:
                 for batch, poll_s in s.latency_configs]
         if s.latency_configs:
             runs += [(*s.latency_configs[-1], low, low / max_rate) for low in low_rates]
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def loop() -> None:
-            try:
-                while not stop.is_set():
-                    service.run(max_seconds=0.1)
-            except BaseException as exc:  # surfaced below
-                errors.append(exc)
-
         def node_counts() -> tuple[int, int, int]:
             m = service.metrics
             return m.events_in, m.delivery_messages, m.batches
 
-        node_thread = threading.Thread(target=loop, name=f"node-{system}", daemon=True)
-        node_thread.start()
+        node_thread, stop, errors = run_on_thread(service, f"node-{system}")
         try:
             for k, (batch, poll_s, rate, frac) in enumerate(runs):
                 service.settings = settings.model_copy(update={"batch_size": batch,

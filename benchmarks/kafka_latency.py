@@ -101,20 +101,9 @@ def _node_run(s: bk.RunSettings, boot: str, p: bk.Prepared, space_path: Path, pr
     svc = NodeService(st, p.space)
     svc.start()
     bk.drive(svc, lambda: len(svc.state) >= s.n_subs, s.load_timeout_s, "load", slice_s=0.2)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop() -> None:
-        try:
-            while not stop.is_set():
-                svc.run(max_seconds=0.1)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
     m = svc.metrics
     clock = _GcClock()
-    th = threading.Thread(target=loop, name="node", daemon=True)
-    th.start()
+    th, stop, errors = bk.run_on_thread(svc, "node")
     gc.callbacks.append(clock)
     try:
         watched = [(topics.shared_deliver, delivery_partition(svc.state.clients[0], parts))]
