@@ -730,6 +730,44 @@ def profile_shares(stats: pstats.Stats, total: float) -> dict[str, float]:
 
 
 # -- the run ------------------------------------------------------------------------------
+def passthrough_latency(bootstrap: str, lat_in: str, out_topic: str, group: str, batch: int,
+                        poll_s: float, transactional: bool, p: Prepared, s: RunSettings,
+                        rate: float, tag: str) -> dict[str, Any]:
+    """One paced run (:func:`measure_latency`) through a passthrough on a thread.
+
+    The passthrough reads ``lat_in`` with ``group`` and writes ``out_topic``; the receiver
+    uses the group ``<group>-recv``.
+    """
+    stop = threading.Event()
+    samples: list[tuple[float, int, int]] = []
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            passthrough(bootstrap, lat_in, group, None, batch, poll_s,
+                        transactional=transactional, out_topic=out_topic, stop=stop,
+                        samples=samples, timeout=s.phase_timeout_s)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    def counts() -> tuple[int, int, int]:
+        last = samples[-1] if samples else (0.0, 0, 0)
+        return last[1], last[2], max(0, len(samples) - 1)
+
+    thread = threading.Thread(target=loop, name=f"passthrough-{group}", daemon=True)
+    thread.start()
+    time.sleep(1.0)  # group join
+    try:
+        r = measure_latency(bootstrap, lat_in, [(out_topic, 0)], f"{group}-recv", counts, p,
+                            s, rate, tag)
+    finally:
+        stop.set()
+        thread.join(60)
+    if errors:
+        raise errors[0]
+    return r
+
+
 def run_on_thread(service: NodeService, name: str
                   ) -> tuple[threading.Thread, threading.Event, list[BaseException]]:
     """Start ``service``'s loop (in 0.1 s slices) on a daemon thread.
@@ -813,38 +851,8 @@ class _Latency:
                                             else configs):
             group = f"{group_stem}-{k}"
             self.groups.extend([group, f"{group}-recv"])
-            pt_stop = threading.Event()
-            pt_samples: list[tuple[float, int, int]] = []
-            pt_errors: list[BaseException] = []
-
-            def pt_loop(group: str = group, batch: int = batch, poll_s: float = poll_s,
-                        pt_stop: threading.Event = pt_stop,
-                        pt_samples: list[tuple[float, int, int]] = pt_samples,
-                        pt_errors: list[BaseException] = pt_errors) -> None:
-                try:
-                    passthrough(self.bootstrap, lat_in, group, None, batch, poll_s,
-                                transactional=transactional, out_topic=out_topic,
-                                stop=pt_stop, samples=pt_samples,
-                                timeout=self.s.phase_timeout_s)
-                except BaseException as exc:  # surfaced below
-                    pt_errors.append(exc)
-
-            def pt_counts(pt_samples: list[tuple[float, int, int]] = pt_samples
-                          ) -> tuple[int, int, int]:
-                last = pt_samples[-1] if pt_samples else (0.0, 0, 0)
-                return last[1], last[2], max(0, len(pt_samples) - 1)
-
-            th = threading.Thread(target=pt_loop, name=system, daemon=True)
-            th.start()
-            time.sleep(1.0)  # group join
-            try:
-                r = measure_latency(self.bootstrap, lat_in, [(out_topic, 0)], f"{group}-recv",
-                                    pt_counts, self.p, self.s, rate, f"{tag}{k}")
-            finally:
-                pt_stop.set()
-                th.join(60)
-            if pt_errors:
-                raise pt_errors[0]
+            r = passthrough_latency(self.bootstrap, lat_in, out_topic, group, batch, poll_s,
+                                    transactional, self.p, self.s, rate, f"{tag}{k}")
             latency_records(self.rec, system, {**params, "batch_size": batch,
                                                "poll_timeout_s": poll_s}, r, self.facts)
 

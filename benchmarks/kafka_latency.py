@@ -30,7 +30,6 @@ import gc
 import json
 import os
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -54,12 +53,19 @@ DEFAULT_OUT = Path(__file__).parent / "results" / "kafka_latency.json"
 
 
 class _GcClock:
-    """Total time spent in garbage collections while installed."""
+    """Total and longest time spent in garbage collections inside a ``with`` block."""
 
     def __init__(self) -> None:
         self.total = 0.0
         self.longest = 0.0
         self._t0 = 0.0
+
+    def __enter__(self) -> _GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -102,18 +108,16 @@ def _node_run(s: bk.RunSettings, boot: str, p: bk.Prepared, space_path: Path, pr
     svc.start()
     bk.drive(svc, lambda: len(svc.state) >= s.n_subs, s.load_timeout_s, "load", slice_s=0.2)
     m = svc.metrics
-    clock = _GcClock()
     th, stop, errors = bk.run_on_thread(svc, "node")
-    gc.callbacks.append(clock)
     try:
         watched = [(topics.shared_deliver, delivery_partition(svc.state.clients[0], parts))]
         group = f"{prefix}-recv"
         groups.append(group)
-        r = bk.measure_latency(boot, topics.node_publish(node), watched, group,
-                               lambda: (m.events_in, m.delivery_messages, m.batches), p, s,
-                               rate, tag)
+        with _GcClock() as clock:
+            r = bk.measure_latency(boot, topics.node_publish(node), watched, group,
+                                   lambda: (m.events_in, m.delivery_messages, m.batches), p,
+                                   s, rate, tag)
     finally:
-        gc.callbacks.remove(clock)
         stop.set()
         th.join(60)
         svc.close()
@@ -126,41 +130,14 @@ def _node_run(s: bk.RunSettings, boot: str, p: bk.Prepared, space_path: Path, pr
 def _passthrough_run(s: bk.RunSettings, boot: str, p: bk.Prepared, prefix: str,
                      groups: list[str], rate: float, transactional: bool,
                      tag: str) -> dict[str, Any]:
-    """The same paced load through a passthrough of the kind on a thread."""
+    """The same paced load through a passthrough of the kind."""
     lat_in, out = f"{prefix}.lat-in", f"{prefix}.pt-out"
     ensure_topics(boot, [lat_in, out])
     group = f"{prefix}-pt"
     groups.extend([group, f"{group}-recv"])
-    stop = threading.Event()
-    samples: list[tuple[float, int, int]] = []
-    errors: list[BaseException] = []
-
-    def loop() -> None:
-        try:
-            bk.passthrough(boot, lat_in, group, None, s.batch_size, s.poll_timeout_s,
-                           transactional=transactional, out_topic=out, stop=stop,
-                           samples=samples, timeout=s.phase_timeout_s)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    def counts() -> tuple[int, int, int]:
-        last = samples[-1] if samples else (0.0, 0, 0)
-        return last[1], last[2], max(0, len(samples) - 1)
-
-    clock = _GcClock()
-    th = threading.Thread(target=loop, name="passthrough", daemon=True)
-    th.start()
-    time.sleep(1.0)  # group join
-    gc.callbacks.append(clock)
-    try:
-        r = bk.measure_latency(boot, lat_in, [(out, 0)], f"{group}-recv", counts, p, s, rate,
-                               tag)
-    finally:
-        gc.callbacks.remove(clock)
-        stop.set()
-        th.join(60)
-    if errors:
-        raise errors[0]
+    with _GcClock() as clock:
+        r = bk.passthrough_latency(boot, lat_in, out, group, s.batch_size, s.poll_timeout_s,
+                                   transactional, p, s, rate, tag)
     r["gc_s"], r["gc_longest_ms"] = clock.total, clock.longest * 1e3
     return r
 

@@ -242,10 +242,10 @@ class NodeService:
                 self._stat("ert_estimated_fpr", n)
         self._stop = threading.Event()
         self._pending: dict[str, _PendingUnsub] = {}
-        # (origin, event id) of the events routed in committed batches (the most recent
-        # ROUTED_MEMORY at least): a repeat is skipped (an at-least-once writer upstream, such as
-        # Spark's Kafka sink, may send one twice), and a driver such as ``dlsroute replay``
-        # can tell when an event has passed this node.
+        # routed_key(origin, event id) of the events routed in committed batches (the most
+        # recent ROUTED_MEMORY at least): a repeat is skipped (an at-least-once writer
+        # upstream, such as Spark's Kafka sink, may send one twice), and a driver such as
+        # ``dlsroute replay`` can tell when an event has passed this node.
         self.routed = RecentKeys(ROUTED_MEMORY)
         self._batch_routed: dict[bytes, None] = {}  # keys: routed_key
         # (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
@@ -254,13 +254,10 @@ class NodeService:
         self._delivery_error: str | None = None
         # At least once (see _step_at_least_once): the last message of the current batch for
         # each (topic, partition), held back to be produced with a delivery callback; the
-        # batches whose outputs are not all acknowledged yet, oldest first, as [sequence,
-        # offsets to commit, callbacks still to come]; the offsets of those that are, not
-        # committed yet.
+        # batches whose outputs are not all acknowledged yet, oldest first, as [offsets to
+        # commit, callbacks still to come]; the offsets of those that are, not committed yet.
         self._tails: dict[tuple[str, int], tuple[bytes | None, Any]] = {}
         self._inflight: deque[list[Any]] = deque()
-        self._inflight_by_seq: dict[int, list[Any]] = {}
-        self._batch_seq = 0
         self._ready: dict[tuple[str, int], int] = {}
         self._last_commit = time.monotonic()
         self._delivery_topics: set[str] = set()
@@ -417,12 +414,9 @@ class NodeService:
         """
         try:
             self._outputs(msgs, expired)
-            seq = self._batch_seq
-            self._batch_seq += 1
-            entry = [seq, next_offsets(msgs) if msgs else {}, len(self._tails)]
+            entry = [next_offsets(msgs) if msgs else {}, len(self._tails)]
             self._inflight.append(entry)
-            self._inflight_by_seq[seq] = entry
-            self._send_tails(seq)
+            self._send_tails(entry)
             self._commit_delivered(consumer, producer, wait=False)
         except Exception as exc:
             # Offsets not committed: a restart repeats what was not (at least once).
@@ -430,20 +424,18 @@ class NodeService:
                       self.settings.node, exc)
             raise
 
-    def _send_tails(self, seq: int) -> None:
-        """Produce the held-back last messages of batch ``seq``, each with a callback."""
+    def _send_tails(self, entry: list[Any]) -> None:
+        """Produce the held-back last messages of a batch, each with a callback."""
         tails, self._tails = self._tails, {}
         for (topic, partition), (value, headers) in tails.items():
-            self._send(topic, value, headers, partition, partial(self._tail_delivered, seq))
+            self._send(topic, value, headers, partition, partial(self._tail_delivered, entry))
 
-    def _tail_delivered(self, seq: int, err: Any, msg: Message) -> None:
+    def _tail_delivered(self, entry: list[Any], err: Any, msg: Message) -> None:
         """A held-back last message was delivered (or failed): count it for its batch."""
         if err is not None:
             self._on_delivery_error(err, msg)
             return
-        entry = self._inflight_by_seq.get(seq)
-        if entry is not None:
-            entry[2] -= 1
+        entry[1] -= 1
 
     def _commit_delivered(self, consumer: Consumer, producer: Producer, *, wait: bool,
                           idle: bool = False) -> None:
@@ -462,10 +454,8 @@ class NodeService:
             raise BrokerError(f"node {self.settings.node}: {self._delivery_error}",
                               field="delivery", value=self._delivery_error)
         inflight = self._inflight
-        while inflight and inflight[0][2] <= 0:
-            entry = inflight.popleft()
-            del self._inflight_by_seq[entry[0]]
-            self._ready.update(entry[1])
+        while inflight and inflight[0][1] <= 0:
+            self._ready.update(inflight.popleft()[0])
         if not (wait or idle) and (time.monotonic() - self._last_commit
                                    < self.settings.commit_interval_s):
             return
@@ -488,7 +478,7 @@ class NodeService:
                         self.settings.node, err)
 
     def _on_delivery_error(self, err: Any, msg: Message) -> None:
-        """Remember the first failure reported by librdkafka (errors only are reported)."""
+        """Remember the first failure librdkafka reports (a success returns at once)."""
         if err is not None and self._delivery_error is None:
             self._delivery_error = (f"delivery to {msg.topic()}[{msg.partition()}] failed: "
                                     f"{err}")

@@ -125,17 +125,21 @@ def _events() -> list[bytes]:
     return out
 
 
+def _both_paths(spark: Any, mapper: Any, values: list[Any], topic: str) -> list[Any]:
+    """Map ``values`` both ways, check both give the same rows; the (raw, row) pairs that
+    are not dead letters."""
+    src = _source(spark, values, topic)
+    fast = _rows(mapper(SPACE, src, TOPICS, fast=True))
+    slow = _rows(mapper(SPACE, src, TOPICS, fast=False))
+    assert fast == slow
+    return [(raw, row) for raw, row in zip(values, fast, strict=True)
+            if row[0] != TOPICS.deadletter]
+
+
 def test_events_fast_path_matches_catalyst_and_python(spark: Any) -> None:
     values = _events()
-    src = _source(spark, values, TOPICS.raw_events)
-    fast = _rows(map_events(SPACE, src, TOPICS, fast=True))
-    slow = _rows(map_events(SPACE, src, TOPICS, fast=False))
-    assert fast == slow
-    n_good = 0
-    for raw, (topic, _key, value, headers) in zip(values, fast, strict=True):
-        if topic == TOPICS.deadletter:
-            continue
-        n_good += 1
+    good = _both_paths(spark, map_events, values, TOPICS.raw_events)
+    for raw, (_topic, _key, value, headers) in good:
         if raw[:2] == b"\xc3\x01":
             assert value == raw
             continue
@@ -144,7 +148,7 @@ def test_events_fast_path_matches_catalyst_and_python(spark: Any) -> None:
         assert value == encode_raw_event(e["node"], e["client"], e["id"], e["attrs"],
                                          e.get("payload", "").encode())
         assert dict(headers)[HEADER_LABEL] == encode_label(event_label(SPACE, e["attrs"]))
-    assert n_good >= 15
+    assert len(good) >= 15
 
 
 def test_subscriptions_fast_path_matches_catalyst_and_python(spark: Any) -> None:
@@ -161,15 +165,8 @@ def test_subscriptions_fast_path_matches_catalyst_and_python(spark: Any) -> None
         b'{"node": "A", "client": "c", "id": "s-esc", "where": "price < 3 and sym = \\"IBM\\""}',
         encode_raw_subscription("A", "c", "s-avro", "price < 3"),
     ]
-    src = _source(spark, values, TOPICS.raw_subscriptions)
-    fast = _rows(map_subscriptions(SPACE, src, TOPICS, fast=True))
-    slow = _rows(map_subscriptions(SPACE, src, TOPICS, fast=False))
-    assert fast == slow
-    n_good = 0
-    for raw, (topic, _key, value, _headers) in zip(values, fast, strict=True):
-        if topic == TOPICS.deadletter:
-            continue
-        n_good += 1
+    good = _both_paths(spark, map_subscriptions, values, TOPICS.raw_subscriptions)
+    for raw, (_topic, _key, value, _headers) in good:
         m = decode_label_subscription(value)
         if raw[:2] == b"\xc3\x01":
             continue
@@ -180,7 +177,7 @@ def test_subscriptions_fast_path_matches_catalyst_and_python(spark: Any) -> None
             pytest.fail(f"{where!r} should be refused")
         assert np.array_equal(m.labels, want), where
         assert m.where == (where if isinstance(where, str) else m.where)
-    assert n_good >= 10
+    assert len(good) >= 10
 
 
 def test_fast_map_takes_the_common_records_and_declines_the_rest(spark: Any) -> None:
