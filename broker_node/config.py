@@ -69,6 +69,11 @@ class NodeSettings(BaseSettings):
     unsubscribe_grace_s: float = Field(
         default=30.0, ge=0,
         description="how long an unsubscription of a not-yet-seen id waits for it")
+    route_cache_mb: float = Field(
+        default=64.0, ge=0, le=65536,
+        description="memory for routes remembered per (label, origin): the messages an "
+                    "event of that label is sent as, kept until the subscriptions or a "
+                    "neighbour's labels change (emptied when full); 0: match every event")
     gc_freeze: bool = Field(
         default=True,
         description="once the state is rebuilt at start, move every live object into "

@@ -313,6 +313,10 @@ class BrokerState:
         self._sff = ({n: self._new_routing_cbf() for n in self.neighbours}
                      if cfg.mode == "paper" else {})
         self.counters = _Counters(per_neighbour_live=dict.fromkeys(self.neighbours, 0))
+        #: Bumped by every call that may change what :meth:`route` returns (subscribe,
+        #: unsubscribe, link messages, a new client): a cache of routes is valid while it
+        #: stays the same.
+        self.version = 0
 
     @classmethod
     def for_space(cls, node_id: str, neighbours: Sequence[str], space: ContentSpace,
@@ -346,6 +350,7 @@ class BrokerState:
         if idx is None:
             if not create:
                 return -1
+            self.version += 1
             idx = len(self._client_names)
             self._clients[name] = idx
             self._client_names.append(name)
@@ -414,6 +419,7 @@ class BrokerState:
         repeated id with the same client and labels is a no-op (replays are harmless); with
         other content it is refused.
         """
+        self.version += 1
         n = len(sub_ids)
         offs = np.asarray(offsets, dtype=np.int64)
         if len(clients) != n or offs.shape != (n + 1,):
@@ -472,6 +478,7 @@ class BrokerState:
     def unsubscribe_many(self, clients: Sequence[str], sub_ids: Sequence[str]
                          ) -> list[LinkMessage]:
         """Remove a batch of subscriptions; an unknown id or a wrong owner changes nothing."""
+        self.version += 1
         if len(clients) != len(sub_ids):
             raise BrokerError("unsubscribe_many: clients and ids disagree in length",
                               field="id", value=len(sub_ids))
@@ -512,6 +519,7 @@ class BrokerState:
         Re-advertising a label the neighbour already advertised, or withdrawing one it
         never did, is ignored (link topics are at-least-once).
         """
+        self.version += 1
         if source not in self._nidx:
             raise UnknownNeighbourError(f"node {self.node_id!r}: {source!r} is not a "
                                         f"neighbour", field="source", value=source)

@@ -75,9 +75,21 @@ def test_quick_paired_rounds_and_like_for_like_latency(quick_run):
             pp = paired[0]["params"]
             assert pp["baseline"] == base and pp["rounds"] == kafka.QUICK.paired_rounds
             assert paired[0]["value"] == pytest.approx(float(np.median(pp["ratios"])), abs=1e-4)
-            firsts = [r["params"]["first"] for r in records if r["system"] == system
+            # each round: passthrough, node, node without its route cache; order rotated
+            runs = [base, system, f"{system}-nocache"]
+            orders = [r["params"]["order"] for r in records if r["system"] == system
                       and r["metric"] == "throughput_round"]
-            assert firsts == [base, "node"][:kafka.QUICK.paired_rounds]
+            assert orders == [runs[i:] + runs[:i] for i in range(kafka.QUICK.paired_rounds)]
+            nocache = [r for r in records if r["system"] == f"{system}-nocache"]
+            assert {r["metric"] for r in nocache} == {
+                "throughput_round", "route_cache_hit_rate", "throughput_ratio_paired_median"}
+            # without the cache only repeats within one batch reuse a plan; with it, the
+            # rounds replay the labels of the first window, whose plans are cached
+            cold = [r["value"] for r in nocache if r["metric"] == "route_cache_hit_rate"]
+            warm = [r["value"] for r in records if r["system"] == system
+                    and r["metric"] == "route_cache_hit_rate" and "round" in r["params"]]
+            assert len(cold) == len(warm) == kafka.QUICK.paired_rounds
+            assert max(cold) < 0.5 < min(warm) <= 1
             assert len([r for r in records if r["system"] == base
                         and r["metric"] == "throughput_round"
                         and r["params"]["rate_of"] == system]) == kafka.QUICK.paired_rounds

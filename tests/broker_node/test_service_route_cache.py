@@ -1,0 +1,172 @@
+"""The node's route cache changes no output: cached and uncached nodes send the same.
+
+No broker: the messages are built by hand, and the producer records what it is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker_node.config import NodeSettings
+from broker_node.service import NodeService
+from broker_node.state import ADVERTISE, WITHDRAW
+from connectors.topics import HEADER_CLIENTS, HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN
+from dls.mapping import event_label
+from dls.space import ContentSpace
+
+SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
+                        "granules": 8}]}
+CLIENTS = ("ann", "bob", "cy", "dee", "eve")
+
+
+def _msg(topic: str, offset: int, headers: list[tuple[str, bytes]]) -> Message:
+    return Message(topic=topic, partition=0, offset=offset, value=b"payload-%d" % offset,
+                   headers=headers)
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, list[tuple[str, bytes]], int]] = []
+
+    def produce(self, topic: str, value: bytes, headers: Any = None, partition: int = -1,
+                on_delivery: Any = None) -> None:
+        self.sent.append((topic, value, list(headers or []), partition))
+
+
+def _node(space_file: Path, *, cache: float, partitions: int, delivery: str
+          ) -> NodeService:
+    svc = NodeService(NodeSettings(node="A", neighbours=("B",), space=space_file,
+                                   route_cache_mb=cache, delivery=delivery,
+                                   shared_delivery_partitions=partitions))
+    svc._producer = _Producer()  # type: ignore[assignment]
+    return svc
+
+
+def _outputs(svc: NodeService) -> list[Any]:
+    """Everything sent, plus the messages held back at least once, as one sorted list."""
+    sent = list(svc._producer.sent)  # type: ignore[union-attr]
+    for (topic, part), (value, hdrs) in svc._tails.items():
+        sent.append((topic, value, list(hdrs), part))
+    return sorted(sent, key=repr)
+
+
+_OP = st.one_of(
+    st.tuples(st.just("sub"), st.sampled_from(CLIENTS), st.integers(0, 100),
+              st.integers(0, 40)),
+    st.tuples(st.just("unsub"), st.integers(0, 50)),
+    st.tuples(st.just("link"), st.sampled_from((ADVERTISE, WITHDRAW)),
+              st.lists(st.integers(0, 100), min_size=1, max_size=6)),
+    st.tuples(st.just("events"),
+              st.lists(st.tuples(st.integers(0, 100),
+                                 st.sampled_from(("pub", *CLIENTS, "B"))),
+                       min_size=1, max_size=25)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.lists(_OP, max_size=25), cache=st.sampled_from([0.0005, 0.002, 64.0]),
+       partitions=st.sampled_from([0, 1, 3]),
+       delivery=st.sampled_from(["exactly_once", "at_least_once"]))
+def test_cached_routes_equal_fresh_ones(tmp_path_factory: pytest.TempPathFactory,
+                                        ops: list[Any], cache: float, partitions: int,
+                                        delivery: str) -> None:
+    space_file = tmp_path_factory.mktemp("s") / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    space = ContentSpace.from_json(space_file)
+    label_of = [event_label(space, {"x": x}) for x in range(101)]
+    cached = _node(space_file, cache=cache, partitions=partitions, delivery=delivery)
+    fresh = _node(space_file, cache=0, partitions=partitions, delivery=delivery)
+    subs: list[tuple[str, str]] = []
+    offset = 0
+    for op in ops:
+        for svc in (cached, fresh):  # the same change on both nodes
+            if op[0] == "sub":
+                _, client, lo, width = op
+                labels = sorted({label_of[x] for x in range(lo, min(100, lo + width) + 1)})
+                svc.state.subscribe(client, f"s{len(subs)}", labels)
+            elif op[0] == "unsub" and op[1] < len(subs) and subs[op[1]][0]:
+                svc.state.unsubscribe(*subs[op[1]])
+            elif op[0] == "link":
+                svc.state.on_link("B", op[1], [label_of[x] for x in op[2]])
+        if op[0] == "sub":
+            subs.append((op[1], f"s{len(subs)}"))
+        elif op[0] == "unsub" and op[1] < len(subs):
+            subs[op[1]] = ("", "")
+        elif op[0] == "events":
+            run = []
+            for x, who in op[1]:
+                offset += 1
+                topic = "dls.link.B.A" if who == "B" else "dls.node.A.publish"
+                origin = b"B/pub" if who == "B" else b"A/" + who.encode()
+                run.append(_msg(topic, offset, [
+                    (HEADER_LABEL, label_of[x].to_bytes(8, "big")),
+                    (HEADER_ORIGIN, origin), (HEADER_EVENT_ID, b"e%d" % offset)]))
+            cached._route(list(run))
+            fresh._route(list(run))
+            assert _outputs(cached) == _outputs(fresh)
+    assert cached.metrics.deliveries == fresh.metrics.deliveries
+    assert cached.metrics.events_forwarded == fresh.metrics.events_forwarded
+    assert not fresh._route_cache
+    assert cached._route_cache_bytes <= cache * 1e6
+
+
+def test_a_repeated_label_is_routed_once_and_a_subscription_change_is_seen(
+        tmp_path: Path) -> None:
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    label = event_label(ContentSpace.from_json(space_file), {"x": 50})
+    svc = _node(space_file, cache=1.0, partitions=1, delivery="exactly_once")
+
+    def publish(n: int) -> list[bytes]:
+        start = len(svc._producer.sent)  # type: ignore[union-attr]
+        svc._route([_msg("dls.node.A.publish", svc.metrics.events_in + i, [
+            (HEADER_LABEL, label.to_bytes(8, "big")), (HEADER_ORIGIN, b"A/pub"),
+            (HEADER_EVENT_ID, b"e%d" % (svc.metrics.events_in + i))]) for i in range(n)])
+        return [dict(h)[HEADER_CLIENTS]
+                for _, _, h, _ in svc._producer.sent[start:]]  # type: ignore[union-attr]
+
+    svc.state.subscribe("ann", "s1", [label])
+    assert publish(4) == [b"ann"] * 4
+    assert (svc.metrics.route_cache_misses, svc.metrics.route_cache_hits) == (1, 3)
+    assert publish(2) == [b"ann"] * 2
+    assert svc.metrics.route_cache_hits == 5
+    svc.state.subscribe("bob", "s2", [label])  # the cached plan names ann only
+    assert publish(1) == [b"ann,bob"]
+    svc.state.unsubscribe("ann", "s1")
+    assert publish(1) == [b"bob"]
+    svc.state.unsubscribe("bob", "s2")
+    assert publish(1) == []
+    assert svc.metrics.route_cache_misses == 4
+
+
+def test_every_state_change_moves_the_version(tmp_path: Path) -> None:
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    space = ContentSpace.from_json(space_file)
+    state = _node(space_file, cache=1.0, partitions=0, delivery="exactly_once").state
+    label = event_label(space, {"x": 1})
+    seen = [state.version]
+
+    def moved() -> bool:
+        seen.append(state.version)
+        return seen[-1] != seen[-2]
+
+    state.client_index("ann", create=False)
+    assert not moved()  # a lookup changes nothing
+    state.client_index("ann")
+    assert moved()
+    state.subscribe("ann", "s1", [label])
+    assert moved()
+    state.on_link("B", ADVERTISE, [label])
+    assert moved()
+    state.on_link("B", WITHDRAW, [label])
+    assert moved()
+    state.unsubscribe("ann", "s1")
+    assert moved()
