@@ -956,7 +956,7 @@ class NodeService:
                     origin, state.client_index(o_client, create=False) if o_node == node
                     else -1, (raw_origin or b"") + b"\x00")
             origin, local, id_prefix = known
-            came_from = link_source.get(msg.topic())  # type: ignore[arg-type]
+            came_from = link_source.get(msg.topic()) if link_source else None  # type: ignore[arg-type]
             if eid is not None:
                 key = id_prefix + eid  # routed_key(origin, event id), from the raw bytes
                 if key in routed_new or key in routed_old or key in batch_routed:
