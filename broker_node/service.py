@@ -904,8 +904,10 @@ class NodeService:
     def _parse(self, run: list[Message]) -> _Parsed:
         """The headers of a run, event by event: dead letters and repeats, in order.
 
-        (A bulk version, one comprehension per header over the run, measured no faster
-        than the dict per event it replaced: about 1.3 µs per event either way.)
+        Events with the usual three headers in the usual order are read by position:
+        0.79-0.94 µs per event against 1.18-1.25 µs through a dict (offline, messages
+        built by hand, 100,000 events). (A bulk version, one comprehension per header over
+        the run, measured no faster than the dict per event.)
         """
         node, state = self.settings.node, self.state
         link_source, batch_routed = self._link_source, self._batch_routed
