@@ -108,6 +108,7 @@ imports).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import functools
 import gc
@@ -121,7 +122,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -776,11 +777,13 @@ def passthrough_latency(bootstrap: str, lat_in: str, out_topic: str, group: str,
     return r
 
 
-def run_on_thread(service: NodeService, name: str
-                  ) -> tuple[threading.Thread, threading.Event, list[BaseException]]:
-    """Start ``service``'s loop (in 0.1 s slices) on a daemon thread.
+@contextlib.contextmanager
+def run_on_thread(service: NodeService, name: str) -> Iterator[list[BaseException]]:
+    """Run ``service``'s loop (in 0.1 s slices) on a daemon thread for the ``with`` body.
 
-    Returns the thread, the event that stops it and the list its exception lands in.
+    Yields the list the loop's exception lands in (the body may check it between
+    steps). On leaving, the loop is stopped, joined and the service closed; then the
+    loop's exception, if any, is raised.
     """
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -789,12 +792,19 @@ def run_on_thread(service: NodeService, name: str
         try:
             while not stop.is_set():
                 service.run(max_seconds=0.1)
-        except BaseException as exc:  # surfaced by the caller
+        except BaseException as exc:  # raised on leaving the context
             errors.append(exc)
 
     thread = threading.Thread(target=loop, name=name, daemon=True)
     thread.start()
-    return thread, stop, errors
+    try:
+        yield errors
+    finally:
+        stop.set()
+        thread.join(60)
+        service.close()
+    if errors:
+        raise errors[0]
 
 
 @dataclass
@@ -826,8 +836,7 @@ class _Latency:
             m = service.metrics
             return m.events_in, m.delivery_messages, m.batches
 
-        node_thread, stop, errors = run_on_thread(service, f"node-{system}")
-        try:
+        with run_on_thread(service, f"node-{system}") as errors:
             for k, (batch, poll_s, rate, frac) in enumerate(runs):
                 service.settings = settings.model_copy(update={"batch_size": batch,
                                                                "poll_timeout_s": poll_s})
@@ -837,16 +846,10 @@ class _Latency:
                 r = measure_latency(self.bootstrap, publish, watched, group, node_counts,
                                     self.p, self.s, rate, f"{tag}{k}")
                 if errors:
-                    raise errors[0]
+                    break  # raised on leaving the context
                 latency_records(self.rec, system, {
                     **params, "batch_size": batch, "poll_timeout_s": poll_s,
                     "rate_events_s": rate, "rate_fraction_of_max": frac}, r, self.facts)
-        finally:
-            stop.set()
-            node_thread.join(60)
-            service.close()
-        if errors:
-            raise errors[0]
 
     def passthrough(self, system: str, lat_in: str, out_topic: str, rate: float,
                     transactional: bool, params: dict[str, Any], group_stem: str,

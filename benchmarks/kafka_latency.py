@@ -108,8 +108,7 @@ def _node_run(s: bk.RunSettings, boot: str, p: bk.Prepared, space_path: Path, pr
     svc.start()
     bk.drive(svc, lambda: len(svc.state) >= s.n_subs, s.load_timeout_s, "load", slice_s=0.2)
     m = svc.metrics
-    th, stop, errors = bk.run_on_thread(svc, "node")
-    try:
+    with bk.run_on_thread(svc, "node"):
         watched = [(topics.shared_deliver, delivery_partition(svc.state.clients[0], parts))]
         group = f"{prefix}-recv"
         groups.append(group)
@@ -117,12 +116,6 @@ def _node_run(s: bk.RunSettings, boot: str, p: bk.Prepared, space_path: Path, pr
             r = bk.measure_latency(boot, topics.node_publish(node), watched, group,
                                    lambda: (m.events_in, m.delivery_messages, m.batches), p,
                                    s, rate, tag)
-    finally:
-        stop.set()
-        th.join(60)
-        svc.close()
-    if errors:
-        raise errors[0]
     r["gc_s"], r["gc_longest_ms"] = clock.total, clock.longest * 1e3
     return r
 

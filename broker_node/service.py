@@ -187,10 +187,10 @@ _Key = tuple[int, int, int]
 _Plan = tuple[tuple[Any, ...], int, tuple[int, ...]]
 
 
-def _plan_bytes(plan: _Plan) -> int:
+def _plan_bytes(plan: _Plan, shared: bool) -> int:
     """About how much memory a cached plan holds (with its key and its dict slot)."""
     msgs = plan[0]
-    if msgs and type(msgs[0]) is tuple:  # (partition, (HEADER_CLIENTS, header bytes))
+    if shared:  # (partition, (HEADER_CLIENTS, header bytes)) pairs
         return 250 + sum(len(h[1]) + 150 for _, h in msgs)
     return 250 + 40 * len(msgs)  # client indexes
 
@@ -485,7 +485,7 @@ class NodeService:
             return
         if self._ready:
             offsets = offsets_to_commit(self._ready)
-            if wait:
+            if wait:  # two calls: the stubs type each value of asynchronous apart
                 consumer.commit(offsets=offsets, asynchronous=False)
             else:
                 consumer.commit(offsets=offsets, asynchronous=True)
@@ -870,7 +870,8 @@ class NodeService:
             return found  # type: ignore[return-value]
         made = dict(zip(todo, self._route_keys(todo), strict=True))
         if budget:
-            size = sum(map(_plan_bytes, made.values()))
+            shared = bool(self.settings.shared_delivery_partitions)
+            size = sum(_plan_bytes(plan, shared) for plan in made.values())
             if self._route_cache_bytes + size > budget:
                 cache.clear()  # bounded: start over rather than track ages
                 self._route_cache_bytes = 0
