@@ -22,9 +22,10 @@ import inspect
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
+from _pytest.faulthandler import fault_handler_stderr_fd_key
 
 from connectors.local_kafka import (
     docker_engine_available,
@@ -32,6 +33,7 @@ from connectors.local_kafka import (
     port_answers,
     stop_local_kafka,
 )
+from tests.hang_watchdog import HangWatchdog, limit_from_env
 
 DEFAULT_TEST_KAFKA_PORT = 19092
 
@@ -58,6 +60,32 @@ def _delete_test_topics(bootstrap: str) -> None:
                     pass
     except Exception:  # noqa: S110 - the broker may be gone already
         pass
+
+
+_WATCHDOG: HangWatchdog | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the hang watchdog (see ``tests/hang_watchdog.py``), writing past capture."""
+    global _WATCHDOG
+    limit = limit_from_env()
+    if limit > 0 and _WATCHDOG is None:
+        fd = config.stash.get(fault_handler_stderr_fd_key, None)
+        if fd is None:
+            fd = os.dup(2)
+        _WATCHDOG = HangWatchdog(limit, fd)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Arm the hang watchdog for the whole of one test: setup, call and teardown."""
+    if _WATCHDOG is None:
+        return (yield)
+    _WATCHDOG.arm(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        _WATCHDOG.disarm()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
