@@ -112,7 +112,7 @@ running_pid() {
     echo "$pid"
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/${1:-$KAFKA_PORT}") 2>/dev/null; }
 
 have_py_kafka() { [[ -x "$PY" ]] && "$PY" -c 'import confluent_kafka' 2>/dev/null; }
 
@@ -230,6 +230,11 @@ cmd_up() {
             return 0
         fi
         die "port 127.0.0.1:$KAFKA_PORT is taken by something that is not a Kafka broker"
+    fi
+    # The controller listener is KAFKA_PORT+1 by default: a broker on the port below
+    # (its client port) would take it, and this broker would die at start with no clear word.
+    if port_open "$KAFKA_CONTROLLER_PORT"; then
+        die "controller port 127.0.0.1:$KAFKA_CONTROLLER_PORT (KAFKA_CONTROLLER_PORT, default KAFKA_PORT+1) is taken; pick KAFKA_PORT values at least 2 apart, or set KAFKA_CONTROLLER_PORT"
     fi
 
     local t0=$SECONDS

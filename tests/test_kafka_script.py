@@ -1,0 +1,44 @@
+"""docker/kafka/kafka.sh refuses to start when its controller port is taken, and says so."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _two_free_ports() -> int:
+    """A port P with P and P+1 both free (P is the client port, P+1 the controller's)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = int(s.getsockname()[1])
+        if p >= 65535:
+            continue
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
+            except OSError:
+                continue
+        return p
+    raise RuntimeError("no two adjacent free ports")
+
+
+def test_up_names_a_taken_controller_port(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port + 1))
+        squatter.listen()
+        env = dict(os.environ, KAFKA_PORT=str(port), DLS_CACHE=str(tmp_path))
+        proc = subprocess.run(["bash", str(ROOT / "docker/kafka/kafka.sh"), "up"],  # noqa: S603,S607
+                              env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert f"controller port 127.0.0.1:{port + 1}" in proc.stderr + proc.stdout
+    assert "is taken" in proc.stderr + proc.stdout
+    # Nothing was fetched or formatted for a start that could not happen.
+    assert not (tmp_path / "kafka" / f"broker-{port}" / "formatted-for").exists()
+    assert not (tmp_path / "kafka" / "kafka-libs").exists()
