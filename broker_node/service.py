@@ -304,6 +304,11 @@ class NodeService:
         """True when outputs and offsets go in one Kafka transaction (exactly once)."""
         return self.settings.delivery == "exactly_once"
 
+    @property
+    def _tx_call_timeout_s(self) -> float:
+        """Bound of each transactional call: the transaction's own timeout."""
+        return self.settings.transaction_timeout_ms / 1000.0
+
     def _stat(self, key: str, neighbour: str) -> Callable[[], float]:
         return lambda: float(self.state.stats()[key][neighbour])
 
@@ -338,7 +343,7 @@ class NodeService:
                 s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
                 **{"transaction.timeout.ms": s.transaction_timeout_ms,
                    "queue.buffering.max.messages": s.producer_queue_messages}, **sec))
-            self._producer.init_transactions()
+            self._producer.init_transactions(self._tx_call_timeout_s)
         else:
             # Every message gets a delivery report: the held-back last ones of a batch
             # carry their own callback (its success is what completes the batch); the
@@ -403,12 +408,16 @@ class NodeService:
     def _step_transactional(self, consumer: Consumer, producer: Producer, msgs: list[Message],
                             expired: list[_PendingUnsub]) -> None:
         producer.begin_transaction()
+        # Every call that waits on the broker is bounded (librdkafka's default is forever):
+        # a stuck coordinator stops the node with an error instead of hanging it silently.
+        limit = self._tx_call_timeout_s
         try:
             self._outputs(msgs, expired)
             if msgs:
                 producer.send_offsets_to_transaction(
-                    offsets_to_commit(next_offsets(msgs)), consumer.consumer_group_metadata())
-            producer.commit_transaction()
+                    offsets_to_commit(next_offsets(msgs)), consumer.consumer_group_metadata(),
+                    limit)
+            producer.commit_transaction(limit)
         except Exception as exc:  # KafkaException, BufferError, a bug: all the same here
             # The state already holds this batch: the safe recovery is a restart,
             # which rebuilds it from what was committed.
@@ -416,7 +425,7 @@ class NodeService:
                       self.settings.node, exc)
             self._batch_routed.clear()
             try:
-                producer.abort_transaction()
+                producer.abort_transaction(limit)
             finally:
                 raise
         self._remember_routed()
