@@ -50,7 +50,7 @@ def test_describe_stack_keeps_project_frames_and_the_library_call() -> None:
     assert not any("_pytest" in ln for ln in lines)
 
 
-@pytest.mark.parametrize("raw, want", [("", 300.0), ("0", 0.0), (" 12.5 ", 12.5)])
+@pytest.mark.parametrize("raw, want", [("", 480.0), ("0", 0.0), (" 12.5 ", 12.5)])
 def test_limit_from_env(monkeypatch, raw, want) -> None:
     monkeypatch.setenv("DLS_TEST_HANG_SECONDS", raw)
     assert limit_from_env() == want
