@@ -76,6 +76,14 @@ def pytest_configure(config: pytest.Config) -> None:
         _WATCHDOG = HangWatchdog(limit, fd)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the hang watchdog's process."""
+    global _WATCHDOG
+    if _WATCHDOG is not None:
+        _WATCHDOG.close()
+        _WATCHDOG = None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     """Arm the hang watchdog for the whole of one test: setup, call and teardown."""
