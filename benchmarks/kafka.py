@@ -146,6 +146,7 @@ from broker_node.service import NodeService
 from connectors.kafka import (
     PRODUCER_DEFAULTS,
     admin,
+    close_consumer,
     consume_batch,
     consumer_config,
     ensure_topics,
@@ -508,7 +509,7 @@ def passthrough(bootstrap: str, source: str, group: str, n: int | None, batch: i
                 raise RuntimeError(f"passthrough {group}: {left} messages not acknowledged")
             samples.append((time.perf_counter(), seen, sent))
     finally:
-        consumer.close()
+        close_consumer(consumer)
     return samples
 
 

@@ -47,6 +47,7 @@ from broker_node.exceptions import BrokerError, UnknownSubscriptionError
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
+    close_consumer,
     committed_offsets,
     consume_batch,
     consumer_config,
@@ -369,7 +370,7 @@ class NodeService:
             except Exception as exc:  # the restart repeats the uncommitted batches
                 log.error("node %s: final commit failed (%r)", self.settings.node, exc)
         if self._consumer is not None:
-            self._consumer.close()
+            close_consumer(self._consumer)  # a plain close() can hang mid-rebalance
             self._consumer = None
         if self._producer is not None:
             self._producer.flush(10)

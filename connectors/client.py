@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
     admin,
+    close_consumer,
     consume_batch,
     consumer_config,
     ensure_partitioned_topic,
@@ -301,7 +302,10 @@ class Client:
         """Flush and close."""
         self._producer.flush(10)
         if self._consumer is not None:
-            self._consumer.close()
+            if self.shared_partitions:  # assigned, no group rebalance to serve
+                self._consumer.close()
+            else:
+                close_consumer(self._consumer)  # a plain close() can hang mid-rebalance
             self._consumer = None
 
     def __enter__(self) -> Client:

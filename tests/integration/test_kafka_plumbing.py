@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 
@@ -267,3 +270,42 @@ def test_partition_eof_is_skipped(kafka_bootstrap: str, topic_prefix: str) -> No
         assert consume_batch(consumer, 10, 0.3) == []
     finally:
         consumer.close()
+
+
+# A static member (the node's consumer) closed soon after subscribe(): a plain close() hung
+# for good, holding the GIL, within 1-3 tries here; close_consumer must not. A hang freezes
+# every thread, so the tries run in a child process that the test can time out.
+_CLOSE_TRIES = """
+import random, sys, time
+from confluent_kafka import Consumer
+from connectors.kafka import close_consumer, consumer_config
+boot, prefix, tries, plain = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "plain"
+rnd = random.Random(7)
+for i in range(tries):
+    group = f"{prefix}-close-{i}"
+    c = Consumer(consumer_config(boot, group, **{"group.instance.id": f"{group}-0"}))
+    c.subscribe([f"{prefix}.close.a", f"{prefix}.close.b"])
+    time.sleep(rnd.uniform(0, 0.3))
+    c.close() if plain else close_consumer(c)
+    print(i, flush=True)
+"""
+
+
+def _close_tries(bootstrap: str, prefix: str, tries: int, how: str,
+                 timeout: float) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(  # noqa: S603 - this interpreter, a script of this test
+            [sys.executable, "-c", _CLOSE_TRIES, bootstrap, prefix, str(tries), how],
+            capture_output=True, text=True, timeout=timeout,
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def test_close_soon_after_subscribe_does_not_hang(kafka_bootstrap: str,
+                                                  topic_prefix: str) -> None:
+    ensure_topics(kafka_bootstrap, [f"{topic_prefix}.close.a", f"{topic_prefix}.close.b"])
+    done = _close_tries(kafka_bootstrap, topic_prefix, 25, "helper", timeout=120)
+    assert done is not None, "close_consumer hung"
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(i) for i in range(25)]
