@@ -606,8 +606,7 @@ class NodeService:
         """
         publish = self.topics.node_publish(self.settings.node)
         if msgs and list(map(Message.topic, msgs)).count(publish) == len(msgs):  # events only
-            self._route(list(msgs))
-            self._create_new_topics()
+            self._route(list(msgs))  # no control message: no new delivery topic after it
             return
         events: list[Message] = []
         controls: list[Message] = []

@@ -171,8 +171,9 @@ class HangWatchdog:
 
     def __init__(self, limit_s: float, out_fd: int) -> None:
         self.limit_s = limit_s
-        self._dump = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as we do
-            prefix="dls-hang-", suffix=".txt", delete=False)
+        # Kept open as long as the watchdog: faulthandler writes to its descriptor.
+        self._dump = tempfile.NamedTemporaryFile(prefix="dls-hang-", suffix=".txt",
+                                                 delete=False)
         faulthandler.register(signal.SIGUSR1, file=self._dump, all_threads=True, chain=False)
         self._proc = subprocess.Popen(  # noqa: S603 - this interpreter, this module
             [sys.executable, os.path.abspath(__file__), str(os.getpid()), str(limit_s),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import (
@@ -279,25 +279,25 @@ _CLOSE_TRIES = """
 import random, sys, time
 from confluent_kafka import Consumer
 from connectors.kafka import close_consumer, consumer_config
-boot, prefix, tries, plain = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "plain"
+boot, prefix, tries = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rnd = random.Random(7)
 for i in range(tries):
     group = f"{prefix}-close-{i}"
     c = Consumer(consumer_config(boot, group, **{"group.instance.id": f"{group}-0"}))
     c.subscribe([f"{prefix}.close.a", f"{prefix}.close.b"])
     time.sleep(rnd.uniform(0, 0.3))
-    c.close() if plain else close_consumer(c)
+    close_consumer(c)
     print(i, flush=True)
 """
 
 
-def _close_tries(bootstrap: str, prefix: str, tries: int, how: str,
+def _close_tries(bootstrap: str, prefix: str, tries: int,
                  timeout: float) -> subprocess.CompletedProcess[str] | None:
     try:
         return subprocess.run(  # noqa: S603 - this interpreter, a script of this test
-            [sys.executable, "-c", _CLOSE_TRIES, bootstrap, prefix, str(tries), how],
+            [sys.executable, "-c", _CLOSE_TRIES, bootstrap, prefix, str(tries)],
             capture_output=True, text=True, timeout=timeout,
-            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+            cwd=Path(__file__).resolve().parents[2])
     except subprocess.TimeoutExpired:
         return None
 
@@ -305,7 +305,7 @@ def _close_tries(bootstrap: str, prefix: str, tries: int, how: str,
 def test_close_soon_after_subscribe_does_not_hang(kafka_bootstrap: str,
                                                   topic_prefix: str) -> None:
     ensure_topics(kafka_bootstrap, [f"{topic_prefix}.close.a", f"{topic_prefix}.close.b"])
-    done = _close_tries(kafka_bootstrap, topic_prefix, 25, "helper", timeout=120)
+    done = _close_tries(kafka_bootstrap, topic_prefix, 25, timeout=120)
     assert done is not None, "close_consumer hung"
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(i) for i in range(25)]
