@@ -64,6 +64,8 @@ false_positive_rate          fraction    deliveries not in the exact set / deliv
 memory_bytes                 bytes       ``memory_bytes()`` at that size
 bytes_per_subscription       bytes/sub   memory_bytes / live subscriptions
 labels_per_subscription      labels      mean labels of a subscription (DLS mapping)
+labels_per_subscription_     labels      the same, on cells fitted to the measured workload
+in_sample                                (``fp``, system ``dls-fitted``)
 speedup_vs_<system>          x           that system's matching_time / this one's
 fp_*                         fraction    see :func:`run_fp`
 ===========================  ==========  ==============================================
@@ -94,6 +96,7 @@ import numpy as np
 from benchmarks import core
 from benchmarks.baselines.base import Matcher
 from benchmarks.baselines.bruteforce import BruteForceMatcher
+from benchmarks.cells_fit import fit_attributes
 from benchmarks.paper_systems import (
     BrokerMatcher,
     SystemSpec,
@@ -641,6 +644,9 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
     # Beyond the paper: the Table 10 sweep again with equi-depth cells (dls.tuning) fitted
     # to the events of a training workload (another seed), as system ``dls-tuned``.
     points += [("fp_m", s.fp_g, m, s.fp_length_fracs[0], "dls-tuned") for m in s.fp_ms]
+    # And with cells fitted to the slack of the training workload's events and
+    # subscriptions (benchmarks.cells_fit), as ``dls-fitted``: where the cells' floor is.
+    points += [("fp_m", s.fp_g, m, s.fp_length_fracs[0], "dls-fitted") for m in s.fp_ms]
     for dist in s.distributions:
         cache: dict[tuple[int, float, str], Any] = {}
         # the workload and its exact answer, shared by both sets of cells
@@ -652,9 +658,13 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                     n = w.params.n_subs
                     exacts[(g, frac)] = (w, exact_at(w, [n], len(w.events))[n])
                 w, exact = exacts[(g, frac)]
-                attrs = (None if system == "dls" else tuned_attributes(w, s))
+                attrs = (None if system == "dls" else tuned_attributes(w, s)
+                         if system == "dls-tuned" else fitted_attributes(w, s))
                 cache = {(g, frac, system): _fp_cells(w, exact, attrs, s)}
                 gc.collect()
+                if system == "dls-fitted":
+                    _fp_floor(rec, w, exact, s, {**w.params.as_dict(), "experiment": exp,
+                                                 "length_frac": frac}, log)
             (w, exact, per_client, distinct, positive, in_cells, ev_labels,
              cells_fp, cells_neg, attrs, labels_per_sub) = cache[(g, frac, system)]
             nc = w.params.n_clients
@@ -666,8 +676,7 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                     "distinct_labels_per_client": per_client,
                     "k_rule": "round(m / n * ln 2) clipped to [1, 16]"}
             if attrs is not None:
-                base.update(cells="equi-depth (dls.tuning), fitted to the events of a "
-                                  "training workload (seed + 1)",
+                base.update(cells=CELLS_OF[system],
                             cells_per_attribute=[len(a["breakpoints"]) + 1 for a in attrs])
             bm = BrokerMatcher(s.gran_d, g, nc, client_m=m, client_k=k_client,
                                attributes=attrs)
@@ -702,6 +711,48 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                 f"{fp_ev.mean():.4%} of events; fn {fn}")
 
 
+CELLS_OF = {
+    "dls-tuned": "equi-depth (dls.tuning), fitted to the events of a training workload "
+                 "(seed + 1)",
+    "dls-fitted": "slack-optimal (benchmarks.cells_fit), fitted to the events and "
+                  "subscriptions of a training workload (seed + 1)",
+}
+
+
+def _training(w: Workload) -> Workload:
+    """A workload with ``w``'s parameters and the next seed: what cells are fitted to."""
+    return generate(WorkloadParams(**{**w.params.as_dict(), "seed": w.params.seed + 1}))
+
+
+def fitted_attributes(w: Workload, s: PaperSettings, *, in_sample: bool = False
+                      ) -> list[dict[str, Any]]:
+    """Slack-optimal cells (as many as ``g``) fitted to another seed's workload.
+
+    ``in_sample``: fitted to ``w`` itself instead, the events and subscriptions they are
+    then measured on. No deployment knows its future events; it shows how low any grid of
+    ``g`` cells per attribute gets on this workload (:func:`_fp_floor`).
+    """
+    train = w if in_sample else _training(w)
+    attrs = space_spec(w.params.d, w.params.g)["attributes"]
+    return fit_attributes(attrs, train.events, train.lo, train.hi)
+
+
+def _fp_floor(rec: Recorder, w: Workload, exact: tuple[np.ndarray, np.ndarray],
+              s: PaperSettings, base: dict[str, Any], log: Progress) -> None:
+    """The cells-only rate of negative pairs with slack-optimal cells fitted in sample."""
+    got = _fp_cells(w, exact, fitted_attributes(w, s, in_sample=True), s)
+    cells_neg, labels_per_sub = got[8], got[10]
+    params = {**base, "cells": "slack-optimal (benchmarks.cells_fit), fitted to the "
+                               "measured workload itself (in sample)"}
+    rec.add("dls-fitted", params, "fp_client_cells_per_negative_in_sample", float(cells_neg),
+            "fraction")
+    rec.add("dls-fitted", params, "labels_per_subscription_in_sample", labels_per_sub,
+            "labels")
+    log(f"fp: {w.params.distribution} g={w.params.g}: cells fitted in sample, cells-only "
+        f"rate of negative pairs {cells_neg:.4%}, {labels_per_sub:.1f} labels per "
+        f"subscription")
+
+
 def tuned_attributes(w: Workload, s: PaperSettings) -> list[dict[str, Any]]:
     """Equi-depth cells (as many as ``g``) fitted to the events of another seed's workload.
 
@@ -709,7 +760,7 @@ def tuned_attributes(w: Workload, s: PaperSettings) -> list[dict[str, Any]]:
     to the distribution, not to the events they are then measured on.
     """
     p = w.params
-    train = generate(WorkloadParams(**{**p.as_dict(), "seed": p.seed + 1}))
+    train = _training(w)
     spec = space_spec(p.d, p.g)
     names = attr_names(p.d)
     tuned = tune_space(spec, {n: train.events[:, i] for i, n in enumerate(names)})

@@ -91,7 +91,8 @@ PAPER: dict[str, Any] = {
 NOT = ["*Not measured in this run.*", ""]
 NARROW = 1 / 16  # the §6.2.2 interval limit (fraction of the domain) of the headline runs
 SYSTEM_ORDER = ("dls", "dls-paper", "mics", "rtree", "bruteforce")
-LABEL = {"dls": "DLS", "dls-tuned": "DLS (equi-depth cells)", "dls-paper": "DLS (paper mode)",
+LABEL = {"dls": "DLS", "dls-tuned": "DLS (equi-depth cells)",
+         "dls-fitted": "DLS (slack-optimal cells)", "dls-paper": "DLS (paper mode)",
          "mics": "MICS", "rtree": "R-tree", "bruteforce": "brute force"}
 
 
@@ -375,6 +376,13 @@ def _bar_lines(res: Results) -> list[str]:
             out.append(f"* FP rate at Table 10's m = 2^16, g = 32 ({dist}, client filters, of "
                        f"negative pairs, with equi-depth cells fitted to a training sample) ≤ "
                        f"paper's {paper}%: **{ok}** — {100 * v:.3f}%")
+        v = res.get("dls-fitted", "fp_client_per_negative", experiment="fp_m",
+                    distribution=dist, m=2**16, length_frac=NARROW)
+        if v is not None:
+            ok = "met" if 100 * v <= paper else "not met"
+            out.append(f"* FP rate at Table 10's m = 2^16, g = 32 ({dist}, client filters, of "
+                       f"negative pairs, with slack-optimal cells fitted to a training "
+                       f"sample) ≤ paper's {paper}%: **{ok}** — {100 * v:.3f}%")
     return out
 
 
@@ -402,9 +410,15 @@ def granule_table(res: Results, table: str, metric: str) -> list[str]:
 
 
 TUNED_ROWS = (
-    ("fp_client_per_negative", "ours, equi-depth cells: client filters, of negative pairs"),
-    ("fp_client_cells_per_negative", "ours, equi-depth cells: cells only, of neg. pairs"),
-    ("fp_client", "ours, equi-depth cells: client deliveries"),
+    ("dls-tuned", "fp_client_per_negative",
+     "ours, equi-depth cells: client filters, of negative pairs"),
+    ("dls-tuned", "fp_client_cells_per_negative",
+     "ours, equi-depth cells: cells only, of neg. pairs"),
+    ("dls-tuned", "fp_client", "ours, equi-depth cells: client deliveries"),
+    ("dls-fitted", "fp_client_per_negative",
+     "ours, slack-optimal cells: client filters, of negative pairs"),
+    ("dls-fitted", "fp_client_cells_per_negative",
+     "ours, slack-optimal cells: cells only, of neg. pairs"),
 )
 
 
@@ -422,12 +436,42 @@ def tuned_note(res: Results) -> list[str]:
                          f"{eq:.1f} → {tu:.1f} labels per subscription")
     if not parts:
         return []
-    return ["", "*Equi-depth cells* (beyond the paper, which leaves the tuning of cells to "
-            "future work): the same 32 cells per attribute, with breakpoints at quantiles of "
-            "the events of a training workload drawn with another seed (`dls.tuning`, "
-            "`dlsroute tune-space`). Cells are then narrow where events are dense, at the "
-            "price of more labels per subscription where subscriptions are dense too: "
-            + "; ".join(parts) + "."]
+    out = ["", "*Equi-depth cells* (beyond the paper, which leaves the tuning of cells to "
+           "future work): the same 32 cells per attribute, with breakpoints at quantiles of "
+           "the events of a training workload drawn with another seed (`dls.tuning`, "
+           "`dlsroute tune-space`). Cells are then narrow where events are dense, at the "
+           "price of more labels per subscription where subscriptions are dense too: "
+           + "; ".join(parts) + "."]
+    floors = []
+    for dist in ("uniform", "zipf"):
+        kw = {"experiment": "fp_m", "distribution": dist, "length_frac": NARROW}
+        fit = res.get("dls-fitted", "fp_client_cells_per_negative", m=2**16, **kw)
+        lps = res.get("dls-fitted", "labels_per_subscription", m=2**16, **kw)
+        floor = res.get("dls-fitted", "fp_client_cells_per_negative_in_sample", **kw)
+        lps_in = res.get("dls-fitted", "labels_per_subscription_in_sample", **kw)
+        if None not in (fit, lps, floor, lps_in):
+            floors.append(f"{dist}: {100 * fit:.3f}% ({lps:.1f} labels per subscription) "
+                          f"fitted to the training workload, {100 * floor:.3f}% "
+                          f"({lps_in:.1f} labels) fitted to the measured workload itself")
+    if floors:
+        out += ["", "*Slack-optimal cells* (`benchmarks/cells_fit.py`, analysis rather than "
+                "product): the same 32 cells per attribute, with breakpoints chosen to "
+                "minimise the event mass in the part of each subscription's rounded box that "
+                "lies outside the box, over a training sample of events *and* subscriptions "
+                "(exact dynamic programme per attribute over 1,200 candidate cuts, two rounds "
+                "of coordinate descent). Fitted to the very events and subscriptions that "
+                "are measured, which no deployment knows in advance, it is the lowest rate we "
+                "found for a grid of 32 cells per attribute on this workload (each "
+                "attribute's step is exact over its candidates; the descent and the sum over "
+                "subscriptions, which counts a client's overlapping subscriptions twice, are "
+                "approximations, so this is a measured floor, not a proven one). "
+                "Cells-only rate of negative pairs: " + "; ".join(floors) + ". The Bloom "
+                "filters only add to it, so the paper's Zipf figure (0.343%) is out of reach "
+                "of the 32-cell grids we can build on our Zipf workload: the gap is the "
+                "workload (the paper "
+                "gives neither its Zipf exponent nor how its events are drawn), not the "
+                "filters."]
+    return out
 
 
 def fp_tables(res: Results) -> list[str]:
@@ -458,8 +502,8 @@ def fp_tables(res: Results) -> list[str]:
                                  *(_fmt(None if v is None else 100 * v) for v in vals)])
             if frac != NARROW:
                 continue
-            for metric, what in TUNED_ROWS:
-                vals = [res.get("dls-tuned", metric, experiment="fp_m", distribution=dist,
+            for system, metric, what in TUNED_ROWS:
+                vals = [res.get(system, metric, experiment="fp_m", distribution=dist,
                                 m=m, length_frac=frac) for m in ms]
                 if any(v is not None for v in vals):
                     rows.append([dist, what,

@@ -61,6 +61,9 @@ def test_metrics_per_system(tiny):
     for m in ("fp_client_per_negative", "fp_client_cells_per_negative", "false_negatives",
               "labels_per_subscription"):
         assert ("dls-tuned", "fp_m", m) in have
+        assert ("dls-fitted", "fp_m", m) in have  # and on slack-optimal cells
+    for m in ("fp_client_cells_per_negative_in_sample", "labels_per_subscription_in_sample"):
+        assert ("dls-fitted", "fp_m", m) in have
 
 
 def test_matching_experiment_is_interleaved_at_the_largest_size(tiny):
@@ -113,7 +116,7 @@ def test_no_false_negatives_and_sane_rates(tiny):
                if r["system"] == "bruteforce" and r["metric"] == "false_positive_rate")
     by = {(r["system"], r["metric"], r["params"]["distribution"], r["params"]["m"],
            r["params"]["length_frac"]): r["value"]
-          for r in records if r["params"]["experiment"] == "fp_m"}
+          for r in records if r["params"]["experiment"] == "fp_m" and "m" in r["params"]}
     for (system, metric, dist, m, frac), v in by.items():
         if metric == "fp_client":
             assert v >= by[(system, "fp_client_cells", dist, m, frac)] - 1e-12
