@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -181,8 +182,11 @@ class _Skip(Exception):
 
 
 #: What routing an event depends on: (label, bank index of its publisher if a local
-#: client or -1, index of the neighbour it came from or -1).
-_Key = tuple[int, int, int]
+#: client or -1, index of the neighbour it came from or -1). The usual case, a label from
+#: a publisher that is no client here and not from a neighbour, ``(label, -1, -1)``, is
+#: keyed by the label header's 8 bytes alone: no int to decode, no tuple to build and hash
+#: per event (see NodeService._parse).
+_Key = bytes | tuple[int, int, int]
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes);
 #: see NodeService._plans.
 _Plan = tuple[tuple[Any, ...], int, tuple[int, ...]]
@@ -816,15 +820,22 @@ class NodeService:
                 held = tails.pop((topic, part), None)
                 if held is not None:
                     send(topic, held[0], held[1], part)
-            for i, (msgs, count, _) in enumerate(plans):
-                if not count:
-                    continue
-                deliveries += count
-                messages += len(msgs)
-                value, carried = values[i], carried_of[i]
+            deliveries = sum(map(itemgetter(1), plans))
+            messages = sum(map(len, map(itemgetter(0), plans)))
+            # Events before the first held-back one need no check: the per-event hot loop.
+            hold = min(last.values()) if last else len(plans)
+            for value, carried, (msgs, _, _) in zip(values[:hold], carried_of[:hold],
+                                                    plans[:hold], strict=True):
                 for part, header in msgs:
+                    try:
+                        fast(topic, value, headers=[*carried, header], partition=part)
+                    except BufferError:
+                        send(topic, value, [*carried, header], part)
+            for i in range(hold, len(plans)):
+                value, carried = values[i], carried_of[i]
+                for part, header in plans[i][0]:
                     hdrs = [*carried, header]
-                    if last and last[part] == i:
+                    if last[part] == i:
                         tails[(topic, part)] = (value, hdrs)
                         continue
                     try:
@@ -891,9 +902,10 @@ class NodeService:
 
     def _route_keys(self, keys: list[_Key]) -> list[_Plan]:
         """Route distinct keys as one numpy batch (``state.route``) into plans."""
-        routes = self.state.route(np.array([k[0] for k in keys], dtype=np.uint64),
-                                  np.array([k[1] for k in keys], dtype=np.int64),
-                                  np.array([k[2] for k in keys], dtype=np.int64))
+        full = [(int.from_bytes(k, "big"), -1, -1) if type(k) is bytes else k for k in keys]
+        routes = self.state.route(np.array([k[0] for k in full], dtype=np.uint64),
+                                  np.array([k[1] for k in full], dtype=np.int64),
+                                  np.array([k[2] for k in full], dtype=np.int64))
         n = len(keys)
         counts = np.diff(routes.offsets).tolist()
         to: list[list[int]] = [[] for _ in range(n)]
@@ -942,7 +954,7 @@ class NodeService:
             else:
                 plain = False
             if plain:
-                label = from_bytes(raw, "big")  # type: ignore[arg-type]
+                label = -1  # decoded below only if the key needs it
                 clean: Any = carried
             else:
                 headers = dict(carried)
@@ -979,8 +991,13 @@ class NodeService:
                 batch_routed[key] = None
             good.append(msg)
             carried_of.append(clean)
-            keys.append((label, local, -1) if came_from is None
-                        else (label, -1, state.neighbour_index(came_from)))
+            if came_from is None and local < 0:
+                keys.append(raw if label < 0 else label.to_bytes(8, "big"))  # type: ignore[arg-type]
+            else:
+                if label < 0:
+                    label = from_bytes(raw, "big")  # type: ignore[arg-type]
+                keys.append((label, local, -1) if came_from is None
+                            else (label, -1, state.neighbour_index(came_from)))
         return good, carried_of, keys
 
     @staticmethod

@@ -27,6 +27,15 @@ def test_next_offsets_is_one_past_the_last_message_of_each_partition() -> None:
     assert next_offsets([]) == {}
 
 
+def test_next_offsets_of_one_partition_is_its_last_message() -> None:
+    msgs = [Message(topic="a", partition=2, offset=o) for o in (7, 8, 9)]
+    assert next_offsets(msgs) == {("a", 2): 10}
+    assert next_offsets(iter(msgs)) == {("a", 2): 10}  # any iterable
+    # the same partition number in another topic is another partition
+    assert next_offsets([*msgs, Message(topic="b", partition=2, offset=0)]) == {
+        ("a", 2): 10, ("b", 2): 1}
+
+
 class _Coordinator:
     """A consumer stand-in whose ``committed`` fails ``fails`` times with ``code``."""
 
