@@ -15,6 +15,9 @@
 #   KAFKA_UP_TIMEOUT       seconds `up` waits for the broker (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds `down` waits after SIGTERM before SIGKILL (default 20)
 #   KAFKA_HEAP_OPTS        JVM heap flags (default "-Xmx1g -Xms256m")
+#   KAFKA_JVM_PERFORMANCE_OPTS  garbage collector flags (default: kafka-run-class.sh's G1
+#                          settings, "-XX:+UseG1GC -XX:MaxGCPauseMillis=20
+#                          -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent")
 #   JAVA                   java binary (default $JAVA_HOME/bin/java, else java); Java 17+
 #   MVN                    maven binary (default mvn)
 #   PYTHON                 python with confluent-kafka for the readiness check
@@ -36,6 +39,7 @@ KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}"
 KAFKA_UP_TIMEOUT="${KAFKA_UP_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xmx1g -Xms256m}"
+KAFKA_JVM_PERFORMANCE_OPTS="${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent}"
 MVN="${MVN:-mvn}"
 if [[ -z "${JAVA:-}" ]]; then
     if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then JAVA="$JAVA_HOME/bin/java"; else JAVA=java; fi
@@ -247,11 +251,12 @@ cmd_up() {
     # stdin/stdout/stderr all detached from the caller: a caller that captures our output
     # (subprocess.run(capture_output=True), $(...)) would otherwise wait for the broker to exit.
     # setsid: Ctrl-C in the caller's terminal does not reach the broker.
-    local -a heap
+    local -a heap perf
     read -r -a heap <<<"$KAFKA_HEAP_OPTS"
+    read -r -a perf <<<"$KAFKA_JVM_PERFORMANCE_OPTS"
     local setsid=()
     command -v setsid >/dev/null && setsid=(setsid)
-    "${setsid[@]}" nohup "$JAVA" "${heap[@]}" -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError \
+    "${setsid[@]}" nohup "$JAVA" "${heap[@]}" "${perf[@]}" -XX:+ExitOnOutOfMemoryError \
         -Djava.awt.headless=true \
         -Dkafka.logs.dir="$NODE_DIR" \
         -Dlog4j2.configurationFile="$LOG4J2_CONFIG" \
