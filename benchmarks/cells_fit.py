@@ -55,15 +55,21 @@ def _edges(cuts: Sequence[float], low: float, high: float) -> np.ndarray:
     return np.array([low, *cuts, high + 1], dtype=np.float64)
 
 
+def _rounded(cuts: Sequence[float], lo: np.ndarray, hi: np.ndarray, low: float,
+             high: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each interval rounded out to whole cells: (start of lo's cell, end of hi's cell)."""
+    e = _edges(cuts, low, high)
+    return (e[np.searchsorted(e, lo, side="right") - 1],
+            e[np.searchsorted(e, hi, side="right")])  # the end is exclusive
+
+
 def slack_cost(cuts: Sequence[float], events: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                weights: np.ndarray, low: float, high: float) -> float:
     """``sum_s w_s * slack_s`` of the cells ``cuts`` (see the module doc), computed directly.
 
     ``events`` must be sorted. Values are integers in ``[low, high]``.
     """
-    e = _edges(cuts, low, high)
-    a = e[np.searchsorted(e, lo, side="right") - 1]  # start of lo's cell
-    b = e[np.searchsorted(e, hi, side="right")]  # end (exclusive) of hi's cell
+    a, b = _rounded(cuts, lo, hi, low, high)
     slack = (_cdf(events, lo) - _cdf(events, a)) + (_cdf(events, b) - _cdf(events, hi + 1))
     return float(np.dot(weights, slack))
 
@@ -71,9 +77,7 @@ def slack_cost(cuts: Sequence[float], events: np.ndarray, lo: np.ndarray, hi: np
 def rounded_mass(cuts: Sequence[float], events: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                  low: float, high: float) -> np.ndarray:
     """Share of the sorted ``events`` inside each interval rounded out to whole cells."""
-    e = _edges(cuts, low, high)
-    a = e[np.searchsorted(e, lo, side="right") - 1]
-    b = e[np.searchsorted(e, hi, side="right")]
+    a, b = _rounded(cuts, lo, hi, low, high)
     return _cdf(events, b) - _cdf(events, a)
 
 

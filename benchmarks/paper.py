@@ -658,13 +658,16 @@ def run_fp(rec: Recorder, s: PaperSettings, log: Progress) -> None:
                     n = w.params.n_subs
                     exacts[(g, frac)] = (w, exact_at(w, [n], len(w.events))[n])
                 w, exact = exacts[(g, frac)]
-                attrs = (None if system == "dls" else tuned_attributes(w, s)
-                         if system == "dls-tuned" else fitted_attributes(w, s))
-                cache = {(g, frac, system): _fp_cells(w, exact, attrs, s)}
-                gc.collect()
-                if system == "dls-fitted":
+                if system == "dls":
+                    attrs = None
+                elif system == "dls-tuned":
+                    attrs = tuned_attributes(w, s)
+                else:
+                    attrs = fitted_attributes(w)
                     _fp_floor(rec, w, exact, s, {**w.params.as_dict(), "experiment": exp,
                                                  "length_frac": frac}, log)
+                cache = {(g, frac, system): _fp_cells(w, exact, attrs, s)}
+                gc.collect()
             (w, exact, per_client, distinct, positive, in_cells, ev_labels,
              cells_fp, cells_neg, attrs, labels_per_sub) = cache[(g, frac, system)]
             nc = w.params.n_clients
@@ -724,8 +727,7 @@ def _training(w: Workload) -> Workload:
     return generate(WorkloadParams(**{**w.params.as_dict(), "seed": w.params.seed + 1}))
 
 
-def fitted_attributes(w: Workload, s: PaperSettings, *, in_sample: bool = False
-                      ) -> list[dict[str, Any]]:
+def fitted_attributes(w: Workload, *, in_sample: bool = False) -> list[dict[str, Any]]:
     """Slack-optimal cells (as many as ``g``) fitted to another seed's workload.
 
     ``in_sample``: fitted to ``w`` itself instead, the events and subscriptions they are
@@ -740,8 +742,8 @@ def fitted_attributes(w: Workload, s: PaperSettings, *, in_sample: bool = False
 def _fp_floor(rec: Recorder, w: Workload, exact: tuple[np.ndarray, np.ndarray],
               s: PaperSettings, base: dict[str, Any], log: Progress) -> None:
     """The cells-only rate of negative pairs with slack-optimal cells fitted in sample."""
-    got = _fp_cells(w, exact, fitted_attributes(w, s, in_sample=True), s)
-    cells_neg, labels_per_sub = got[8], got[10]
+    *_, cells_neg, _, labels_per_sub = _fp_cells(w, exact, fitted_attributes(w, in_sample=True),
+                                                 s)
     params = {**base, "cells": "slack-optimal (benchmarks.cells_fit), fitted to the "
                                "measured workload itself (in sample)"}
     rec.add("dls-fitted", params, "fp_client_cells_per_negative_in_sample", float(cells_neg),

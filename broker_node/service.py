@@ -954,16 +954,16 @@ class NodeService:
             else:
                 plain = False
             if plain:
-                label = -1  # decoded below only if the key needs it
+                label8: bytes = raw  # type: ignore[assignment]
                 clean: Any = carried
             else:
                 headers = dict(carried)
                 raw = headers.get(HEADER_LABEL)
                 if type(raw) is bytes and len(raw) == 8:
-                    label = from_bytes(raw, "big")
+                    label8 = raw
                 else:
                     try:
-                        label = self._bad_label(headers, raw)
+                        label8 = self._bad_label(headers, raw).to_bytes(8, "big")
                     except _Skip as skip:
                         self._dead_letter(source_of(msg), msg.value() or b"", _headers(msg),
                                           skip)
@@ -991,11 +991,10 @@ class NodeService:
                 batch_routed[key] = None
             good.append(msg)
             carried_of.append(clean)
-            if came_from is None and local < 0:
-                keys.append(raw if label < 0 else label.to_bytes(8, "big"))  # type: ignore[arg-type]
+            if came_from is None and local < 0:  # the usual key: the label's 8 bytes
+                keys.append(label8)
             else:
-                if label < 0:
-                    label = from_bytes(raw, "big")  # type: ignore[arg-type]
+                label = from_bytes(label8, "big")
                 keys.append((label, local, -1) if came_from is None
                             else (label, -1, state.neighbour_index(came_from)))
         return good, carried_of, keys
