@@ -245,6 +245,25 @@ def freeze_heap(node: str) -> int:
     return frozen
 
 
+def raise_young_threshold(node: str, threshold: int) -> tuple[int, ...]:
+    """Set Python's generation-0 collection threshold; return the thresholds before.
+
+    Python collects generation 0 each time the tracked objects alive grow by its threshold
+    (700 by default), and survivors move up until a full collection. A batch of 1,000
+    events keeps about 5,000 tracked objects alive until it is produced (each message and
+    its header list and tuples): at the default, a node at 45,000 events/s ran 600-1,070
+    collections (125-347 ms) in an 11-second latency run, every one a pause of the loop,
+    and with 50,000 it ran 3 (11-66 ms). What a batch allocates is freed by reference
+    counting when the batch ends, so the higher threshold adds no memory but that of
+    reference cycles, which wait longer for a collection.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(threshold, *before[1:])
+    log.info("node %s: garbage collection threshold %s (was %s)", node, gc.get_threshold(),
+             before)
+    return before
+
+
 class NodeService:
     """One logical DLS broker connected to Kafka."""
 
@@ -361,6 +380,8 @@ class NodeService:
         self._recover()
         if s.gc_freeze:
             freeze_heap(s.node)
+        if s.gc_young_threshold:
+            raise_young_threshold(s.node, s.gc_young_threshold)
         self._consumer.subscribe(self.input_topics)
         if s.metrics_port is not None:
             self._serve_metrics(s.metrics_port)

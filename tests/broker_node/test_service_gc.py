@@ -39,3 +39,15 @@ def test_a_frozen_object_is_still_freed_by_reference_counting() -> None:
         assert ref() is None
     finally:
         gc.unfreeze()
+
+
+def test_raise_young_threshold_sets_generation_0_only_and_returns_the_old_one() -> None:
+    from broker_node.service import raise_young_threshold
+
+    original = gc.get_threshold()
+    try:
+        before = raise_young_threshold("A", 50_000)
+        assert before == original
+        assert gc.get_threshold() == (50_000, *original[1:])
+    finally:
+        gc.set_threshold(*original)

@@ -460,22 +460,28 @@ def test_a_client_reading_the_wrong_place_is_warned(net_shared: Net,
         admin(net_shared.bootstrap).list_topics(timeout=10).topics  # where it looked
 
 
-@pytest.mark.parametrize("freeze", [True, False])
-def test_start_freezes_the_heap_only_when_asked(kafka_bootstrap: str, topic_prefix: str,
-                                                tmp_path: Path, freeze: bool) -> None:
+@pytest.mark.parametrize(("freeze", "threshold"), [(True, 50_000), (False, 0)])
+def test_start_freezes_the_heap_and_sets_the_threshold_only_when_asked(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, freeze: bool,
+        threshold: int) -> None:
     import gc
 
     space_path = tmp_path / "space.json"
     space_path.write_text(json.dumps(SPEC))
     settings = NodeSettings(node="A", space=space_path, bootstrap=kafka_bootstrap,
-                            topic_prefix=topic_prefix, gc_freeze=freeze)
+                            topic_prefix=topic_prefix, gc_freeze=freeze,
+                            gc_young_threshold=threshold)
     gc.unfreeze()
+    original = gc.get_threshold()
+    gc.set_threshold(700, *original[1:])
     svc = NodeService(settings)
     try:
         svc.start()
         assert (gc.get_freeze_count() > 0) is freeze
         state_scanned = any(o is svc.state for o in gc.get_objects())
         assert state_scanned is not freeze
+        assert gc.get_threshold()[0] == (threshold or 700)
     finally:
         svc.close()
         gc.unfreeze()
+        gc.set_threshold(*original)
