@@ -85,7 +85,11 @@ Phases (every count and wait is bounded; see :class:`RunSettings`):
 
 Garbage collection: with ``gc_freeze`` (default) the workload is frozen out of Python's
 collector before any phase, and every node freezes its heap at start
-(``NodeSettings.gc_freeze``); ``--no-gc-freeze`` measures both without.
+(``NodeSettings.gc_freeze``); ``--no-gc-freeze`` measures both without. The process's
+generation-0 collection threshold is set once, before any phase, to a node's
+(``NodeSettings.gc_young_threshold``): a node sets it at start for its whole process, and
+the passthroughs run in the same process, so all of them run with it (``gc_threshold`` in
+the params).
 
 Route cache: every node runs with ``NodeSettings.route_cache_mb`` (``--route-cache-mb
 MB``; 0 turns it off). The workload's events fall into ~32,000 cells, so a node sees each label
@@ -142,7 +146,7 @@ from benchmarks.core import (
 )
 from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
 from broker_node.config import NodeSettings
-from broker_node.service import NodeService
+from broker_node.service import NodeService, raise_young_threshold
 from connectors.kafka import (
     PRODUCER_DEFAULTS,
     admin,
@@ -308,6 +312,17 @@ def prepare(s: RunSettings, n_events: int, rec: Recorder) -> Prepared:
             f"of {s.n_clients} clients, {n_events} events, d={s.d} g={s.g} {s.distribution}; "
             f"client filters for {items} labels; prepared in {time.perf_counter() - t0:.1f} s")
     return Prepared(w, spec, space, base, subs, ev_labels, values, headers)
+
+
+def young_threshold() -> int:
+    """Give this process a node's generation-0 collection threshold; return it.
+
+    A node sets it at start for its whole process (``NodeSettings.gc_young_threshold``);
+    set here before any phase, every passthrough and node of a run gets the same.
+    """
+    threshold = int(NodeSettings.model_fields["gc_young_threshold"].default)
+    raise_young_threshold("bench", threshold)
+    return threshold
 
 
 # -- Kafka helpers ------------------------------------------------------------------------
@@ -917,6 +932,7 @@ def run(s: RunSettings, bootstrap: str, rec: Recorder, *, profile: bool = True,
         gc.collect()
         gc.freeze()
     p.base["gc_freeze"] = s.gc_freeze
+    p.base["gc_threshold"] = young_threshold()
     base = p.base
     node_params = {**base, "batch_size": s.batch_size, "poll_timeout_s": s.poll_timeout_s}
     facts: dict[str, Any] = {"topic_prefix": prefix, "topics_in_cluster_at_start": n_topics_start}

@@ -142,6 +142,7 @@ def run(s: bk.RunSettings, boot: str, rates: Sequence[float], rounds: int, parts
     p = bk.prepare(s, s.n_events, rec)
     gc.collect()
     gc.freeze()  # as benchmarks.kafka does: neither forwarder scans the workload
+    p.base["gc_threshold"] = bk.young_threshold()  # a node's, for both forwarders
     transactional = delivery == "exactly_once"
     node_name = f"dls-shared-p{parts}" + ("-eos" if transactional else "")
     pt_name = "passthrough" if transactional else "passthrough-nontx"
