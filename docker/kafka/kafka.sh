@@ -19,7 +19,10 @@
 #                          kafka-run-class.sh adds -XX:MaxGCPauseMillis=20
 #                          -XX:InitiatingHeapOccupancyPercent=35: on 2 shared cores that made
 #                          young collections shorter, 15-19 ms against 33-36, but not the
-#                          latency probe's p99, so the default stays plain G1)
+#                          latency probe's p99; -XX:+UseZGC has no long pause but its
+#                          concurrent threads took CPU from the node, and its probe was no
+#                          better either; so the default stays plain G1. See "The node loop" in
+#                          docs/architecture.md)
 #   JAVA                   java binary (default $JAVA_HOME/bin/java, else java); Java 17+
 #   MVN                    maven binary (default mvn)
 #   PYTHON                 python with confluent-kafka for the readiness check
