@@ -146,7 +146,7 @@ from benchmarks.core import (
 )
 from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
 from broker_node.config import NodeSettings
-from broker_node.service import NodeService, raise_young_threshold
+from broker_node.service import NodeService, set_young_threshold
 from connectors.kafka import (
     PRODUCER_DEFAULTS,
     admin,
@@ -321,7 +321,7 @@ def young_threshold() -> int:
     set here before any phase, every passthrough and node of a run gets the same.
     """
     threshold = int(NodeSettings.model_fields["gc_young_threshold"].default)
-    raise_young_threshold("bench", threshold)
+    set_young_threshold("benchmark process", threshold)
     return threshold
 
 

@@ -245,8 +245,10 @@ def freeze_heap(node: str) -> int:
     return frozen
 
 
-def raise_young_threshold(node: str, threshold: int) -> tuple[int, ...]:
+def set_young_threshold(who: str, threshold: int) -> tuple[int, ...]:
     """Set Python's generation-0 collection threshold; return the thresholds before.
+
+    ``who`` names the process in the log line (``"node A"``).
 
     Python collects generation 0 each time the tracked objects alive grow by its threshold
     (700 by default), and survivors move up until a full collection. A batch of 1,000
@@ -259,7 +261,7 @@ def raise_young_threshold(node: str, threshold: int) -> tuple[int, ...]:
     """
     before = gc.get_threshold()
     gc.set_threshold(threshold, *before[1:])
-    log.info("node %s: garbage collection threshold %s (was %s)", node, gc.get_threshold(),
+    log.info("%s: garbage collection thresholds %s (were %s)", who, gc.get_threshold(),
              before)
     return before
 
@@ -381,7 +383,7 @@ class NodeService:
         if s.gc_freeze:
             freeze_heap(s.node)
         if s.gc_young_threshold:
-            raise_young_threshold(s.node, s.gc_young_threshold)
+            set_young_threshold(f"node {s.node}", s.gc_young_threshold)
         self._consumer.subscribe(self.input_topics)
         if s.metrics_port is not None:
             self._serve_metrics(s.metrics_port)

@@ -165,6 +165,19 @@ def kafka_bootstrap() -> Iterator[str]:
             stop_local_kafka(port)
 
 
+@pytest.fixture(autouse=True)
+def _gc_thresholds() -> Iterator[None]:
+    """Give Python's collection thresholds back after each test.
+
+    A node sets the generation-0 threshold for its whole process at start (and the Kafka
+    benchmarks before any phase): without this, every test after the first node would run
+    with the node's threshold instead of Python's.
+    """
+    thresholds = gc.get_threshold()
+    yield
+    gc.set_threshold(*thresholds)
+
+
 @pytest.fixture
 def unique_name() -> str:
     """A fresh 12-character ``[a-z0-9]`` string, usable in topic, group and client names."""

@@ -16,7 +16,9 @@ def test_freeze_heap_moves_live_objects_out_of_collection() -> None:
     assert _tracked(before)
     try:
         frozen = freeze_heap("A")
-        assert frozen == gc.get_freeze_count() > 0
+        # Frozen objects leave the permanent generation only when freed (another thread of
+        # the test process may free some meanwhile): the count can only have shrunk.
+        assert frozen >= gc.get_freeze_count() > 0
         assert not _tracked(before)  # full collections no longer scan it
         after = [object()]
         assert _tracked(after)  # what comes later is collected as usual
@@ -41,12 +43,12 @@ def test_a_frozen_object_is_still_freed_by_reference_counting() -> None:
         gc.unfreeze()
 
 
-def test_raise_young_threshold_sets_generation_0_only_and_returns_the_old_one() -> None:
-    from broker_node.service import raise_young_threshold
+def test_set_young_threshold_sets_generation_0_only_and_returns_the_old_one() -> None:
+    from broker_node.service import set_young_threshold
 
     original = gc.get_threshold()
     try:
-        before = raise_young_threshold("A", 50_000)
+        before = set_young_threshold("node A", 50_000)
         assert before == original
         assert gc.get_threshold() == (50_000, *original[1:])
     finally:
