@@ -46,10 +46,7 @@ def test_a_frozen_object_is_still_freed_by_reference_counting() -> None:
 def test_set_young_threshold_sets_generation_0_only_and_returns_the_old_one() -> None:
     from broker_node.service import set_young_threshold
 
-    original = gc.get_threshold()
-    try:
-        before = set_young_threshold("node A", 50_000)
-        assert before == original
-        assert gc.get_threshold() == (50_000, *original[1:])
-    finally:
-        gc.set_threshold(*original)
+    original = gc.get_threshold()  # given back after the test by the _gc_thresholds fixture
+    before = set_young_threshold("node A", 50_000)
+    assert before == original
+    assert gc.get_threshold() == (50_000, *original[1:])

@@ -472,8 +472,7 @@ def test_start_freezes_the_heap_and_sets_the_threshold_only_when_asked(
                             topic_prefix=topic_prefix, gc_freeze=freeze,
                             gc_young_threshold=threshold)
     gc.unfreeze()
-    original = gc.get_threshold()
-    gc.set_threshold(700, *original[1:])
+    gc.set_threshold(700, *gc.get_threshold()[1:])  # the _gc_thresholds fixture restores it
     svc = NodeService(settings)
     try:
         svc.start()
@@ -484,4 +483,3 @@ def test_start_freezes_the_heap_and_sets_the_threshold_only_when_asked(
     finally:
         svc.close()
         gc.unfreeze()
-        gc.set_threshold(*original)
