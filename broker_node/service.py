@@ -59,6 +59,7 @@ from connectors.kafka import (
     producer_config,
     source_of,
 )
+from connectors.recent import RecentKeys, routed_key
 from connectors.serde import SERDE, encode_dead_letter, encode_link
 from connectors.topics import (
     CONTROL_TOPIC_CONFIG,
@@ -82,51 +83,6 @@ log = logging.getLogger("dlsroute.node")
 
 FOREVER = dict(CONTROL_TOPIC_CONFIG)
 ROUTED_MEMORY = 100_000
-
-
-def routed_key(origin: str | bytes, event_id: str | bytes) -> bytes:
-    """The key of an event in a node's routed-id memory: origin, a NUL, the event id.
-
-    One bytes object rather than a tuple: a dict holding only bytes (and None) is never
-    tracked by the garbage collector, so the memory of 100,000 ids costs collections
-    nothing (a dict of tuples was traversed by every one while it grew).
-    """
-    o = origin.encode() if isinstance(origin, str) else origin
-    e = event_id.encode() if isinstance(event_id, str) else event_id
-    return o + b"\x00" + e
-
-
-class RecentKeys:
-    """Remembers at least the last ``size`` keys added, and at most twice that many.
-
-    Two generations of plain dicts: keys go into ``new``; once it holds ``size`` keys it
-    becomes ``old`` and the previous ``old`` is dropped whole. Unlike evicting the oldest
-    key one at a time (an ``OrderedDict`` trimmed after each commit, which cost up to
-    28 ms of the loop at 25,000 events/s), the work is a dict update per commit and one
-    dict freed per ``size`` keys. A membership test is two dict lookups.
-    """
-
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError(f"size must be at least 1, got {size!r}")
-        self.size = size
-        self.old: dict[Any, None] = {}
-        self.new: dict[Any, None] = {}
-
-    def __contains__(self, key: object) -> bool:
-        """Membership; an ``(origin, event id)`` pair is looked up as its routed_key."""
-        if isinstance(key, tuple) and len(key) == 2:
-            key = routed_key(*key)
-        return key in self.new or key in self.old
-
-    def __len__(self) -> int:
-        return len(self.new) + len(self.old)
-
-    def update(self, keys: dict[Any, None]) -> None:
-        """Add ``keys`` (a dict used as an ordered set)."""
-        self.new.update(keys)
-        if len(self.new) >= self.size:
-            self.old, self.new = self.new, {}
 
 
 @dataclass

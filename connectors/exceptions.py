@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dls.exceptions import DLSError
 
-__all__ = ["ConnectorError", "SerdeError", "TopicNameError"]
+__all__ = ["ConnectorError", "ConnectorSettingError", "SerdeError", "TopicNameError"]
 
 
 class ConnectorError(DLSError):
@@ -17,3 +17,7 @@ class SerdeError(ConnectorError, ValueError):
 
 class TopicNameError(ConnectorError, ValueError):
     """A topic prefix, node or client name that cannot be part of a Kafka topic name."""
+
+
+class ConnectorSettingError(ConnectorError, ValueError):
+    """A connector setting (a size, a timeout, a Kafka option) that cannot be used."""

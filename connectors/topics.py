@@ -38,6 +38,8 @@ import numpy as np
 from connectors.exceptions import SerdeError, TopicNameError
 
 __all__ = [
+    "NAME_PATTERN",
+    "NAME_RE",
     "CONTROL_TOPIC_CONFIG",
     "HEADER_CLIENTS",
     "HEADER_DLQ_REASON",
@@ -87,7 +89,9 @@ MAX_TOPIC_LENGTH = 249
 """Kafka's limit on the length of a topic name."""
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9._-]+")
-_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+NAME_PATTERN = "[A-Za-z0-9_-]+"
+"""A node or client name: it is part of topic names (letters, digits, ``_``, ``-``)."""
+NAME_RE = re.compile(NAME_PATTERN)
 _LABEL = struct.Struct(">Q")
 _BE_U64 = np.dtype(">u8")
 
@@ -99,7 +103,7 @@ def check_name(name: Any, field: str) -> str:
         TopicNameError: ``name`` is not a non-empty string of ``[A-Za-z0-9_-]``; the error
             names ``field`` and carries the value.
     """
-    if not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
+    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
         raise TopicNameError(
             f"{field} must be a non-empty name of letters, digits, '_' and '-' (it is part of "
             f"a topic name), got {name!r}", field=field, value=name)
@@ -210,7 +214,7 @@ class Topics:
         if len(parts) != 2:
             return None
         src, dst = parts
-        if (_NAME_RE.fullmatch(src) is None or _NAME_RE.fullmatch(dst) is None or src == dst
+        if (NAME_RE.fullmatch(src) is None or NAME_RE.fullmatch(dst) is None or src == dst
                 or len(topic) > MAX_TOPIC_LENGTH):
             return None
         return src, dst

@@ -1,4 +1,4 @@
-"""``RecentKeys``: the node's memory of routed event ids; no broker needed."""
+"""``RecentKeys``: the bounded memory of routed event ids (node) and deliveries (SDK)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_node.service import RecentKeys
+from connectors.recent import RecentKeys
 
 
 @given(size=st.integers(1, 20),
@@ -45,7 +45,7 @@ def test_size_must_be_positive() -> None:
 def test_routed_ids_are_bytes_keys_that_the_collector_never_scans() -> None:
     import gc
 
-    from broker_node.service import routed_key
+    from connectors.recent import routed_key
 
     assert routed_key("A/pub", "e1") == routed_key(b"A/pub", b"e1") == b"A/pub\x00e1"
     recent = RecentKeys(10)
