@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from broker_node.simulate import simulate_files
+    from dlsroute.tools.simulate import simulate_files
 
     summary = simulate_files(args.space, args.topology, args.ops, args.out, mode=args.mode,
                              client_filter=args.client_filter,
@@ -31,7 +31,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from broker_node.replay import replay_files
+    from dlsroute.tools.replay import replay_files
 
     groups = {}
     for item in args.group or []:

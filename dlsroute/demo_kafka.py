@@ -34,7 +34,6 @@ from typing import Any, TextIO
 
 from confluent_kafka import Producer
 
-from broker_node.local import LocalNetwork
 from broker_node.overlay import Overlay, Topology
 from connectors.client import Client, Delivery
 from connectors.kafka import admin, ensure_topics, producer_config, wait_for_broker
@@ -47,6 +46,8 @@ from connectors.local_kafka import (
 from dls.predicates import Subscription
 from dls.space import ContentSpace
 from dlsroute.demo import DEMO_SPACE, SUBSCRIPTIONS, Quotes
+from dlsroute.exceptions import DemoError
+from dlsroute.tools.local_network import LocalNetwork
 
 __all__ = ["run_kafka_demo"]
 
@@ -55,10 +56,6 @@ PUBLISHERS = [("A", "feed-a"), ("B", "feed-b"), ("C", "feed-c")]
 SWITCH = ("A", "apple-desk", "sub-0", "sub-0b", "sym = AAPL and change < 0")
 SETTLE_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 60.0
-
-
-class DemoError(RuntimeError):
-    """The demo cannot go on (a node failed, the network did not settle, ...)."""
 
 
 class _Receiver:
@@ -180,7 +177,8 @@ class _Demo:
         self.nodes.check()
         for (node, name), r in self.receivers.items():
             if r.error is not None:
-                raise DemoError(f"client {node}:{name} failed: {r.error!r}") from r.error
+                raise DemoError(f"client {node}:{name} failed: {r.error!r}",
+                                field="client", value=f"{node}:{name}") from r.error
 
     def wait_settled(self, timeout: float = SETTLE_TIMEOUT_S) -> float:
         """Wait until the nodes' state equals the in-process overlay's; returns seconds."""
@@ -189,7 +187,8 @@ class _Demo:
         while not self.nodes.settled(self.overlay):
             self.check()
             if time.monotonic() - t0 > timeout:
-                raise DemoError(f"the nodes did not settle within {timeout:g} s")
+                raise DemoError(f"the nodes did not settle within {timeout:g} s",
+                                field="timeout", value=timeout)
             time.sleep(0.02)
         return time.monotonic() - t0
 
@@ -270,7 +269,8 @@ class _Demo:
         # Nothing in flight, so every quote so far is judged by the old subscription.
         if not self.wait_drained():
             raise DemoError("quotes still in flight after "
-                            f"{DRAIN_TIMEOUT_S:g} s before the subscription change")
+                            f"{DRAIN_TIMEOUT_S:g} s before the subscription change",
+                            field="drain_timeout_s", value=DRAIN_TIMEOUT_S)
         r.call(lambda c: c.unsubscribe(old))
         self.overlay.unsubscribe(node, name, old)
         self.wait_settled()

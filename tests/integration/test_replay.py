@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_node.replay import replay_files
-from broker_node.simulate import simulate_files
+from dlsroute.tools.replay import replay_files
+from dlsroute.tools.simulate import simulate_files
 
 pytestmark = pytest.mark.integration
 
@@ -62,9 +62,9 @@ def test_replay_matches_simulate(kafka_bootstrap: str, topic_prefix: str, tmp_pa
 def test_replay_attached_to_running_nodes(kafka_bootstrap: str, topic_prefix: str,
                                           tmp_path: Path) -> None:
     """Nodes started beforehand (as `dlsroute node` would run them) are only watched."""
-    from broker_node.local import LocalNetwork
     from broker_node.overlay import Topology
     from dls.space import ContentSpace
+    from dlsroute.tools.local_network import LocalNetwork
 
     paths, ops = write_inputs(tmp_path)
     running = LocalNetwork(kafka_bootstrap, topic_prefix, paths["space.json"],

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from broker_node.local import LocalNetwork
 from broker_node.overlay import Topology
 from connectors.client import Client
 from connectors.kafka import consume_batch, consumer_config
@@ -31,6 +30,7 @@ from connectors.serde import decode_dead_letter
 from connectors.topics import HEADER_DLQ_REASON, Topics
 from dls.predicates import Subscription
 from dls.space import ContentSpace
+from dlsroute.tools.local_network import LocalNetwork
 from spark.stream import input_rows, prepare_topics, start_query
 from tests.waiting import wait_for as _wait_for
 

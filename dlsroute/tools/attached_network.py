@@ -20,10 +20,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
-from broker_node.exceptions import BrokerError
 from broker_node.overlay import Overlay, Topology
 from connectors.kafka import consumer_config
 from connectors.topics import Topics
+from dlsroute.exceptions import OptionError, TopicWatchError
 
 __all__ = ["AttachedNetwork"]
 
@@ -40,7 +40,7 @@ class AttachedNetwork:
         groups = dict(groups or {})
         unknown = sorted(set(groups) - set(topology.nodes))
         if unknown:
-            raise BrokerError(f"--group names a node not in the topology: {unknown[0]!r}",
+            raise OptionError(f"--group names a node not in the topology: {unknown[0]!r}",
                               field="group", value=unknown[0])
         t = Topics(prefix)
         self.groups = {n: groups.get(n) or f"{prefix}-node-{n}" for n in topology.nodes}
@@ -83,7 +83,7 @@ class AttachedNetwork:
             try:
                 self._ends()
                 return
-            except BrokerError:
+            except TopicWatchError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
@@ -103,9 +103,9 @@ class AttachedNetwork:
                 try:
                     high = self._end(topic)
                 except KafkaException as exc:
-                    raise BrokerError(f"cannot read the end of {topic} ({exc}); is node "
-                                      f"{node!r} running under this topic prefix?",
-                                      field="topic", value=topic) from exc
+                    raise TopicWatchError(f"cannot read the end of {topic} ({exc}); is node "
+                                          f"{node!r} running under this topic prefix?",
+                                          field="topic", value=topic) from exc
                 out[(topic, 0)] = high
         return out
 

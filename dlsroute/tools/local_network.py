@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from broker_node.config import NodeSettings
-from broker_node.exceptions import BrokerError
 from broker_node.overlay import Overlay, Topology
 from broker_node.service import NodeService
 from dls.space import ContentSpace
+from dlsroute.exceptions import NodeFailedError
 
 __all__ = ["LocalNetwork"]
 
@@ -52,8 +52,8 @@ class LocalNetwork:
     def check(self) -> None:
         """Raise if a node has failed."""
         if self.errors:
-            raise BrokerError(f"a node failed: {self.errors[0]!r}", field="node",
-                              value=repr(self.errors[0])) from self.errors[0]
+            raise NodeFailedError(f"a node failed: {self.errors[0]!r}", field="node",
+                                  value=repr(self.errors[0])) from self.errors[0]
 
     def total(self, counter: str) -> int:
         """A metrics counter summed over the nodes."""

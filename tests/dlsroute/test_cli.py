@@ -1,0 +1,39 @@
+"""The ``dlsroute`` command line: ``labels``, and errors printed on one line with status 2."""
+
+import json
+
+from dlsroute.cli import main
+
+SPACE_SPEC = {"attributes": [
+    {"name": "price", "type": "numeric", "low": 0, "high": 100, "granules": 10},
+    {"name": "sym", "type": "discrete", "values": ["A", "B"]}]}
+
+
+def write(tmp_path, name, content):
+    p = tmp_path / name
+    p.write_text(content if isinstance(content, str) else json.dumps(content))
+    return p
+
+
+def test_cli_reports_bad_space_clearly(tmp_path, capsys):
+    rc = main(["labels", "--space", str(write(tmp_path, "s.json", {"attributes": []})),
+               "--where", "x > 1"])
+    assert rc == 2
+    assert "attributes must be a non-empty list" in capsys.readouterr().err
+
+
+def test_labels_cli(tmp_path, capsys):
+    space = write(tmp_path, "s.json", SPACE_SPEC)
+    assert main(["labels", "--space", str(space), "--where", "price < 10 and sym = B"]) == 0
+    assert capsys.readouterr().out.split() == ["1", "0000-1"]
+    assert main(["labels", "--space", str(space), "--event",
+                 '{"price": 99, "sym": "A"}']) == 0
+    assert capsys.readouterr().out.split() == ["18", "1001-0"]
+
+
+def test_replay_group_option_is_checked_before_anything_runs(tmp_path, capsys):
+    rc = main(["replay", "--bootstrap", "127.0.0.1:1", "--space", "s.json", "--topology",
+               "t.json", "--ops", "o.jsonl", "--out", str(tmp_path / "o"), "--attach",
+               "--group", "A-without-equals"])
+    assert rc == 2
+    assert "--group must be NODE=GROUP, got 'A-without-equals'" in capsys.readouterr().err
