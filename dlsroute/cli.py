@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dls.exceptions import DLSError
+from dlsroute.exceptions import EventSampleError, OptionError
 
 __all__ = ["main"]
 
@@ -37,8 +38,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     for item in args.group or []:
         node, sep, group = item.partition("=")
         if not sep or not node or not group:
-            raise DLSError(f"--group must be NODE=GROUP, got {item!r}", field="group",
-                           value=item)
+            raise OptionError(f"--group must be NODE=GROUP, got {item!r}", field="group",
+                              value=item)
         groups[node] = group
     summary = replay_files(args.bootstrap, args.space, args.topology, args.ops, args.out,
                            topic_prefix=args.topic_prefix, mode=args.mode,
@@ -189,11 +190,11 @@ def _read_event_sample(path: str, names: Sequence[str]) -> dict[str, list[float]
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DLSError(f"{path}:{no}: not JSON: {exc}", field="events",
-                               value=line[:80]) from None
+                raise EventSampleError(f"{path}:{no}: not JSON: {exc}", field="events",
+                                       value=line[:80]) from None
             if not isinstance(rec, dict):
-                raise DLSError(f"{path}:{no}: an event must be a JSON object",
-                               field="events", value=line[:80])
+                raise EventSampleError(f"{path}:{no}: an event must be a JSON object",
+                                       field="events", value=line[:80])
             if "op" in rec or "attrs" in rec:
                 rec = rec.get("attrs")
                 if not isinstance(rec, dict):
@@ -203,8 +204,8 @@ def _read_event_sample(path: str, names: Sequence[str]) -> dict[str, list[float]
                 if v is None:
                     continue
                 if isinstance(v, bool) or not isinstance(v, int | float):
-                    raise DLSError(f"{path}:{no}: attribute {n!r} must be a number, got "
-                                   f"{v!r}", field=n, value=v)
+                    raise EventSampleError(f"{path}:{no}: attribute {n!r} must be a number, "
+                                           f"got {v!r}", field=n, value=v)
                 values[n].append(float(v))
     return values
 
@@ -222,8 +223,8 @@ def _cmd_tune_space(args: argparse.Namespace) -> int:
     sample = _read_event_sample(args.events, names)
     empty = [n for n, v in sample.items() if not v]
     if empty:
-        raise DLSError(f"{args.events}: no value of attribute {empty[0]!r} in the sample",
-                       field=empty[0], value=None)
+        raise EventSampleError(f"{args.events}: no value of attribute {empty[0]!r} in the "
+                               "sample", field=empty[0], value=None)
     tuned = tune_space(spec, sample, cells=args.cells)
     new = ContentSpace.from_spec(tuned)
     text = json.dumps(tuned, indent=2) + "\n"
@@ -244,7 +245,23 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     p = argparse.ArgumentParser(prog="dlsroute", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    _add_simulate(sub)
+    _add_replay(sub)
+    _add_labels(sub)
+    _add_tune_space(sub)
+    _add_node(sub)
+    _add_sdk_commands(sub)
+    _add_demo(sub)
+    # The Spark jobs keep their own subcommands next to their code.
+    from spark import batch_cli, map_cli
 
+    map_cli.register(sub)
+    batch_cli.register(sub)
+    return p
+
+
+# The subcommands' arguments, one function per subcommand (``sub``: the subparsers action).
+def _add_simulate(sub: Any) -> None:
     s = sub.add_parser("simulate", help="play a trace through an in-process overlay")
     s.add_argument("--space", required=True, help="content space spec (JSON)")
     s.add_argument("--topology", required=True, help="overlay topology (JSON)")
@@ -256,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--routing-filter", choices=["cbf", "direct"], default="cbf")
     s.set_defaults(func=_cmd_simulate)
 
+
+def _add_replay(sub: Any) -> None:
     s = sub.add_parser("replay", help="play a simulate trace through real nodes on Kafka")
     s.add_argument("--bootstrap", required=True)
     s.add_argument("--space", required=True)
@@ -273,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the nodes' shared_delivery_partitions (0: one topic per client)")
     s.set_defaults(func=_cmd_replay)
 
+
+def _add_labels(sub: Any) -> None:
     s = sub.add_parser("labels", help="show the labels of a subscription or an event")
     s.add_argument("--space", required=True)
     g = s.add_mutually_exclusive_group(required=True)
@@ -281,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=_cmd_labels)
 
+
+def _add_tune_space(sub: Any) -> None:
     s = sub.add_parser("tune-space", help="fit numeric cells to a sample of events "
                                           "(equi-depth breakpoints)")
     s.add_argument("--space", required=True, help="content space spec (JSON)")
@@ -293,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, help="where to write the tuned spec (default stdout)")
     s.set_defaults(func=_cmd_tune_space)
 
+
+def _add_node(sub: Any) -> None:
     s = sub.add_parser("node", help="run one broker node on Kafka")
     s.add_argument("--config", required=True, help="node settings (TOML)")
     s.add_argument("--bootstrap", default=None, help="overrides the config's bootstrap")
@@ -301,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
     s.set_defaults(func=_cmd_node)
 
+
+def _add_sdk_commands(sub: Any) -> None:
+    """The commands of one SDK client: subscribe, unsubscribe, publish, listen."""
     s = sub.add_parser("subscribe", help="send a subscription; prints its id")
     _add_sdk_args(s)
     s.add_argument("--where", required=True, help="text or JSON list of predicates")
@@ -326,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many idle seconds")
     s.set_defaults(func=_cmd_listen)
 
+
+def _add_demo(sub: Any) -> None:
     s = sub.add_parser("demo", help="run the demo (in-process, or on a real Kafka: --kafka)")
     s.add_argument("--seconds", type=float, default=None,
                    help="how long quotes stream (default 5, or 20 with --kafka)")
@@ -339,13 +369,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rate", type=float, default=300.0,
                    help="quotes per second with --kafka (default 300)")
     s.set_defaults(func=_cmd_demo)
-
-    # The Spark jobs keep their own subcommands next to their code.
-    from spark import batch_cli, map_cli
-
-    map_cli.register(sub)
-    batch_cli.register(sub)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,6 +35,9 @@ DEMO_SPACE: dict[str, Any] = {
                 "routing": {"expected_items": 16384, "fp_rate": 0.001}},
 }
 
+# (node, client) of the three publishers, one per node
+_PUBLISHERS = [("A", "feed-a"), ("B", "feed-b"), ("C", "feed-c")]
+
 # (node, client, subscription)
 SUBSCRIPTIONS: list[tuple[str, str, str]] = [
     ("A", "apple-desk", "sym = AAPL"),
@@ -76,77 +79,104 @@ def run_demo(seconds: float = 5.0, seed: int = 7, out: Any = None) -> int:
     space = ContentSpace.from_spec(DEMO_SPACE)
     topo = Topology.from_spec({"nodes": ["A", "B", "C"], "links": [["A", "B"], ["B", "C"]]})
     net = Overlay(space, topo)
-    live: dict[tuple[str, str], Subscription] = {}
     print("dlsroute demo: nodes A - B - C, content space "
           f"{' x '.join(f'{a.name}[{a.n_cells}]' for a in space.attributes)} "
           f"= {space.n_cells} cells, {space.total_bits}-bit labels", file=out)
-    for i, (node, client, where) in enumerate(SUBSCRIPTIONS):
-        sub = net.subscribe(node, client, f"sub-{i}", where)
-        live[(node, client)] = sub
-        print(f"  {node}:{client:<12} {where}  -> {len(sub.labels())} labels", file=out)
-    per_client = {(n, c): {"delivered": 0, "dropped": 0, "kept": 0} for n, c, _ in
-                  SUBSCRIPTIONS}
-    quotes = Quotes(rng)
-    publishers = [("A", "feed-a"), ("B", "feed-b"), ("C", "feed-c")]
-    missed = events = cell_fp = bloom_fp = 0
-    tty = hasattr(out, "isatty") and out.isatty()
-    step = 0.25 if tty else seconds / 4
-    start = time.monotonic()
-    next_report = start
-    switched = False
-    while time.monotonic() - start < seconds:
-        if not switched and time.monotonic() - start > seconds / 2:
-            # One client changes its mind half-way: exact withdrawal, then a new interest.
-            net.unsubscribe("A", "apple-desk", "sub-0")
-            live[("A", "apple-desk")] = net.subscribe("A", "apple-desk", "sub-0b",
-                                                      "sym = AAPL and change < 0")
-            print("  ~ A:apple-desk now wants only falling AAPL quotes", file=out)
-            switched = True
-        node, pub = rng.choice(publishers)
-        event = quotes.next()
-        delivered, matched = net.publish(node, pub, event)
-        events += 1
+    run = _Run(net, space, out)
+    elapsed = run.stream(rng, seconds)
+    run.summary(elapsed)
+    return 0 if run.missed == 0 else 1
+
+
+class _Run:
+    """One in-process demo: the overlay, the live subscriptions and what clients got."""
+
+    def __init__(self, net: Overlay, space: ContentSpace, out: Any):
+        self.net, self.space, self.out = net, space, out
+        self.live: dict[tuple[str, str], Subscription] = {}
+        for i, (node, client, where) in enumerate(SUBSCRIPTIONS):
+            sub = net.subscribe(node, client, f"sub-{i}", where)
+            self.live[(node, client)] = sub
+            print(f"  {node}:{client:<12} {where}  -> {len(sub.labels())} labels", file=out)
+        self.per_client = {(n, c): {"delivered": 0, "dropped": 0, "kept": 0}
+                           for n, c, _ in SUBSCRIPTIONS}
+        self.missed = self.events = self.cell_fp = self.bloom_fp = 0
+        self.tty = hasattr(out, "isatty") and out.isatty()
+
+    def stream(self, rng: random.Random, seconds: float) -> float:
+        """Publish quotes for ``seconds``, a change of mind half-way; returns the time."""
+        quotes = Quotes(rng)
+        step = 0.25 if self.tty else seconds / 4
+        start = time.monotonic()
+        next_report = start
+        switched = False
+        while time.monotonic() - start < seconds:
+            if not switched and time.monotonic() - start > seconds / 2:
+                self.switch()
+                switched = True
+            node, pub = rng.choice(_PUBLISHERS)
+            self.publish(node, pub, quotes.next())
+            now = time.monotonic()
+            if now >= next_report:
+                self.progress(min(1.0, (now - start) / seconds), end="" if self.tty else "\n")
+                next_report = now + step
+        elapsed = time.monotonic() - start
+        self.progress(1.0, end="\n", flush=False)
+        return elapsed
+
+    def switch(self) -> None:
+        """One client changes its mind: exact withdrawal, then a new interest."""
+        self.net.unsubscribe("A", "apple-desk", "sub-0")
+        self.live[("A", "apple-desk")] = self.net.subscribe("A", "apple-desk", "sub-0b",
+                                                            "sym = AAPL and change < 0")
+        print("  ~ A:apple-desk now wants only falling AAPL quotes", file=self.out)
+
+    def publish(self, node: str, pub: str, event: dict[str, Any]) -> None:
+        """Route one quote; count deliveries, false positives and misses per client."""
+        delivered, matched = self.net.publish(node, pub, event)
+        self.events += 1
         for key in delivered:
-            per_client[key]["delivered"] += 1
+            self.per_client[key]["delivered"] += 1
         for key in matched:
-            per_client[key]["kept"] += 1
+            self.per_client[key]["kept"] += 1
         dropped = set(delivered) - set(matched)
         if dropped:
-            label = event_label(space, event)
+            label = event_label(self.space, event)
         for key in dropped:
-            per_client[key]["dropped"] += 1
+            self.per_client[key]["dropped"] += 1
             # A cell false positive: the event's cell touches the subscription, the
             # event does not satisfy it. Otherwise the client's Bloom filter erred.
-            if label in set(live[key].labels().tolist()):
-                cell_fp += 1
+            if label in set(self.live[key].labels().tolist()):
+                self.cell_fp += 1
             else:
-                bloom_fp += 1
-        want = {k for k, s in live.items() if s.matches(event)}
-        missed += len(want - set(matched))
-        now = time.monotonic()
-        if now >= next_report:
-            done = min(1.0, (now - start) / seconds)
-            bar = "#" * int(30 * done)
-            print(f"{chr(13) if tty else ''}  [{bar:<30}] {events:>7} quotes, "
-                  f"{net.stats.deliveries:>7} deliveries", end="" if tty else "\n", file=out,
-                  flush=True)
-            next_report = now + step
-    elapsed = time.monotonic() - start
-    print(f"{chr(13) if tty else ''}  [{'#' * 30}] {events:>7} quotes, "
-          f"{net.stats.deliveries:>7} deliveries", file=out)
-    print(f"\n{'client':<16}{'delivered':>10}{'fp dropped':>12}{'kept':>8}", file=out)
-    for (node, client), c in per_client.items():
-        print(f"{node + ':' + client:<16}{c['delivered']:>10}{c['dropped']:>12}"
-              f"{c['kept']:>8}", file=out)
-    s = net.stats
-    fp = s.false_positives / s.deliveries if s.deliveries else 0.0
-    print(f"\nnetwork: {s.subscriptions} subscriptions made ({s.subscription_labels} labels), "
-          f"{s.forwarded_subscription_labels} labels advertised and "
-          f"{s.forwarded_unsubscription_labels} withdrawn between nodes in "
-          f"{s.link_messages} link messages", file=out)
-    print(f"events: {events} published in {elapsed:.1f}s ({events / elapsed:,.0f}/s), "
-          f"{s.event_hops} hops between nodes, {s.deliveries} deliveries, "
-          f"{s.false_positives} false positives ({fp:.2%}) dropped by clients: {cell_fp} "
-          f"from cell quantisation, {bloom_fp} from Bloom filters", file=out)
-    print(f"check against brute force: {missed} missed deliveries", file=out)
-    return 0 if missed == 0 else 1
+                self.bloom_fp += 1
+        want = {k for k, s in self.live.items() if s.matches(event)}
+        self.missed += len(want - set(matched))
+
+    def progress(self, done: float, end: str, flush: bool = True) -> None:
+        """The progress line: quotes published, deliveries made so far."""
+        bar = "#" * int(30 * done)
+        print(f"{chr(13) if self.tty else ''}  [{bar:<30}] {self.events:>7} quotes, "
+              f"{self.net.stats.deliveries:>7} deliveries", end=end, file=self.out,
+              flush=flush)
+
+    def summary(self, elapsed: float) -> None:
+        """Per-client counts, the network's savings and the brute-force check."""
+        out = self.out
+        print(f"\n{'client':<16}{'delivered':>10}{'fp dropped':>12}{'kept':>8}", file=out)
+        for (node, client), c in self.per_client.items():
+            print(f"{node + ':' + client:<16}{c['delivered']:>10}{c['dropped']:>12}"
+                  f"{c['kept']:>8}", file=out)
+        s = self.net.stats
+        fp = s.false_positives / s.deliveries if s.deliveries else 0.0
+        print(f"\nnetwork: {s.subscriptions} subscriptions made ({s.subscription_labels} "
+              f"labels), {s.forwarded_subscription_labels} labels advertised and "
+              f"{s.forwarded_unsubscription_labels} withdrawn between nodes in "
+              f"{s.link_messages} link messages", file=out)
+        print(f"events: {self.events} published in {elapsed:.1f}s "
+              f"({self.events / elapsed:,.0f}/s), "
+              f"{s.event_hops} hops between nodes, {s.deliveries} deliveries, "
+              f"{s.false_positives} false positives ({fp:.2%}) dropped by clients: "
+              f"{self.cell_fp} from cell quantisation, {self.bloom_fp} from Bloom filters",
+              file=out)
+        print(f"check against brute force: {self.missed} missed deliveries", file=out)
