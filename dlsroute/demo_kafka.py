@@ -171,10 +171,15 @@ class _Demo:
         return Client(self.bootstrap, node, name, self.space, topic_prefix=self.prefix,
                       group_id=f"{self.prefix}-{name}")
 
+    def net(self) -> LocalNetwork:
+        """The running nodes (started by :meth:`setup`)."""
+        if self.nodes is None:
+            raise DemoError("the nodes are not started yet", field="nodes", value=None)
+        return self.nodes
+
     def check(self) -> None:
         """Raise if a node or a client thread has failed."""
-        assert self.nodes is not None  # noqa: S101
-        self.nodes.check()
+        self.net().check()
         for (node, name), r in self.receivers.items():
             if r.error is not None:
                 raise DemoError(f"client {node}:{name} failed: {r.error!r}",
@@ -182,9 +187,9 @@ class _Demo:
 
     def wait_settled(self, timeout: float = SETTLE_TIMEOUT_S) -> float:
         """Wait until the nodes' state equals the in-process overlay's; returns seconds."""
-        assert self.nodes is not None  # noqa: S101
+        nodes = self.net()
         t0 = time.monotonic()
-        while not self.nodes.settled(self.overlay):
+        while not nodes.settled(self.overlay):
             self.check()
             if time.monotonic() - t0 > timeout:
                 raise DemoError(f"the nodes did not settle within {timeout:g} s",
@@ -200,10 +205,9 @@ class _Demo:
         and every counter stand still for a moment (a node counts a batch's input before
         its forwards).
         """
-        assert self.nodes is not None  # noqa: S101
+        nodes = self.net()
         for p in self.publishers.values():
             p.flush()
-        nodes = self.nodes
         deadline = time.monotonic() + timeout
         last: tuple[int, ...] = ()
         while time.monotonic() < deadline:
@@ -219,10 +223,9 @@ class _Demo:
 
     def progress(self, done: float, end: str = "") -> None:
         """The progress line: quotes sent, deliveries made by the nodes so far."""
-        assert self.nodes is not None  # noqa: S101
         bar = "#" * int(30 * min(1.0, done))
         line = (f"  [{bar:<30}] {self.sent:>7} quotes, "
-                f"{self.nodes.total('deliveries'):>7} deliveries")
+                f"{self.net().total('deliveries'):>7} deliveries")
         if self.tty:
             print(f"\r{line}", end=end, file=self.out, flush=True)
         else:
@@ -325,8 +328,7 @@ class _Demo:
 
     def summary(self, streamed: float, drained: bool, drain_s: float) -> int:
         """Per-client and network summary, and the brute-force check; 0 if none missed."""
-        assert self.nodes is not None  # noqa: S101
-        out, nodes, ref = self.out, self.nodes, self.overlay.stats
+        out, nodes, ref = self.out, self.net(), self.overlay.stats
         self.progress(1.0, end="\n")
         if drained:
             print(f"  all quotes routed and consumed {drain_s:.1f}s after the last one",
