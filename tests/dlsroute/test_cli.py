@@ -37,3 +37,15 @@ def test_replay_group_option_is_checked_before_anything_runs(tmp_path, capsys):
                "--group", "A-without-equals"])
     assert rc == 2
     assert "--group must be NODE=GROUP, got 'A-without-equals'" in capsys.readouterr().err
+
+
+def test_replay_attach_refuses_a_group_for_a_node_not_in_the_topology(tmp_path, capsys):
+    # Checked before any consumer is made: no Kafka is needed (the bootstrap is a dead port).
+    topo = {"nodes": ["A", "B"], "links": [["A", "B"]]}
+    rc = main(["replay", "--bootstrap", "127.0.0.1:1",
+               "--space", str(write(tmp_path, "s.json", SPACE_SPEC)),
+               "--topology", str(write(tmp_path, "t.json", topo)),
+               "--ops", str(write(tmp_path, "o.jsonl", "")), "--out", str(tmp_path / "o"),
+               "--attach", "--group", "Z=some-group"])
+    assert rc == 2
+    assert "--group names a node not in the topology: 'Z'" in capsys.readouterr().err
