@@ -6,8 +6,9 @@ Run::
         [--n-subs 500000] [--system dls|dls-direct] [--out FILE.json]
 
 Builds the same workload and broker as :mod:`benchmarks.core`, then wraps a few internal
-functions of ``broker_node.state``, ``broker_node.tables``, ``dls.bank`` and ``dls.hashing``
-with wall-clock accumulators (the wrapped functions run unchanged; the wrappers cost a few
+functions of ``broker_node.state``, ``broker_node.links``, ``broker_node.registry``,
+``broker_node.tables``, ``dls.bank`` and ``dls.hashing`` with wall-clock accumulators
+(the wrapped functions run unchanged; the wrappers cost a few
 hundred nanoseconds per call, and they are called once per batch) and prints the time of
 each part per subscription (insert, delete) or per event (route). Nested parts are
 included in their callers; ``TOTAL`` lines are the public calls. Which internals exist
@@ -28,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+import broker_node.links as links_mod
+import broker_node.registry as registry_mod
 import broker_node.state as state_mod
 import dls.bank as bank_mod
 from benchmarks.core import (
@@ -49,13 +52,13 @@ TARGETS: list[tuple[Any, str, str]] = [
     (state_mod.BrokerState, "unsubscribe_many", "TOTAL unsubscribe_many"),
     (state_mod.BrokerState, "route", "TOTAL route"),
     (state_mod.BrokerState, "_check_labels", "state._check_labels"),
-    (state_mod.BrokerState, "_exact_change", "state._exact_change"),
+    (links_mod.ExactCounts, "change", "links.ExactCounts.change"),
     (state_mod.BrokerState, "_client_indexes", "state._client_indexes"),
-    (state_mod, "_sorted_unique_rows", "state._sorted_unique_rows"),
-    (state_mod, "unique_counts", "tables.unique_counts (in _exact_change)"),
-    (state_mod._Registry, "add", "registry.add"),
-    (state_mod._Registry, "gather", "registry.gather"),
-    (state_mod._Registry, "remove", "registry.remove"),
+    (state_mod, "sorted_unique_rows", "registry.sorted_unique_rows"),
+    (links_mod, "unique_counts", "tables.unique_counts (in ExactCounts.change)"),
+    (registry_mod.SubscriptionRegistry, "add", "registry.add"),
+    (registry_mod.SubscriptionRegistry, "gather", "registry.gather"),
+    (registry_mod.SubscriptionRegistry, "remove", "registry.remove"),
     (bank_mod.BitSlicedCBFBank, "add", "bank.add"),
     (bank_mod.BitSlicedCBFBank, "remove", "bank.remove"),
     (bank_mod.DirectLabelBank, "add", "bank.add"),

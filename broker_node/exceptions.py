@@ -7,6 +7,7 @@ from dls.exceptions import DLSError
 __all__ = [
     "BrokerError",
     "DuplicateSubscriptionError",
+    "LabelSpaceError",
     "SubscriptionOwnerError",
     "TopologyError",
     "UnknownNeighbourError",
@@ -28,6 +29,10 @@ class SubscriptionOwnerError(BrokerError, PermissionError):
 
 class DuplicateSubscriptionError(BrokerError, ValueError):
     """A subscription id is reused for different content or by another client."""
+
+
+class LabelSpaceError(BrokerError, ValueError):
+    """A label lies outside the label space of an exact count table."""
 
 
 class UnknownNeighbourError(BrokerError, KeyError):

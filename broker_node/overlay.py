@@ -15,6 +15,7 @@ from typing import Any
 
 from broker_node.exceptions import BrokerError, TopologyError, UnknownSubscriptionError
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
+from connectors.topics import NAME_RE
 from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
@@ -40,8 +41,7 @@ class Topology:
             raise TopologyError(f"nodes must be a non-empty list, got {nodes!r}",
                                 field="nodes", value=nodes)
         for n in nodes:
-            if not isinstance(n, str) or not n or not n.replace("_", "").replace("-", "")\
-                    .isalnum():
+            if not isinstance(n, str) or NAME_RE.fullmatch(n) is None:
                 raise TopologyError(f"node names must be non-empty [A-Za-z0-9_-] strings, "
                                     f"got {n!r}", field="nodes", value=n)
         if len(set(nodes)) != len(nodes):

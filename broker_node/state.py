@@ -5,28 +5,28 @@ Nothing here does I/O: every operation takes labels and returns the messages to 
 State (paper Algorithm 1, generalised to many neighbours):
 
 * per local client, a counting Bloom filter of the labels of its live subscriptions, kept in
-  one bank so that an event is matched against every client at once (``ClientCBFs``);
+  one bank so that an event is matched against every client at once (:mod:`dls.bank`);
 * the exact registry ``subscription id -> (client, labels)``, so that an unsubscription
-  removes exactly the labels its subscription added (DESIGN §3.3);
+  removes exactly the labels its subscription added (:mod:`broker_node.registry`);
 * per neighbour *n*, the labels *n* advertised to us (exact) and the event routing table
   ``ERT_n`` (a CBF of the same labels, or the exact table itself);
 * in ``exact`` mode (the default), the exact count of every label over local
-  subscriptions and all neighbours' advertisements. The count *advertised to* neighbour
-  *j* is that total minus *j*'s own advertisement; a label is advertised to *j* when that
-  count goes 0 -> 1 and withdrawn when it goes 1 -> 0 (paper Algorithms 2 and 3 with the
-  fix of DESIGN §3.2);
+  subscriptions and all neighbours' advertisements, from which the advertisements and
+  withdrawals towards each neighbour are decided (:mod:`broker_node.links`);
 * in ``paper`` mode, per neighbour *j* an ``SFF_j`` counting Bloom filter of the same size
-  as the ERTs, with the paper's query-then-add / query-then-delete rules. That mode
-  reproduces the paper, including its false negatives; never use it to route real traffic.
+  as the ERTs, with the paper's query-then-add / query-then-delete rules
+  (:mod:`broker_node.paper`). That mode reproduces the paper, including its false
+  negatives; never use it to route real traffic.
 
 Events (paper Algorithm 4) go to every client whose filter contains the label and to every
-neighbour whose ERT does, never back to the client or neighbour they came from.
+neighbour whose ERT does, never back to the client or neighbour they came from. The why of
+these rules is in docs/architecture.md, "The broker state machine and the fix to the paper".
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -38,19 +38,34 @@ from broker_node.exceptions import (
     UnknownNeighbourError,
     UnknownSubscriptionError,
 )
-from broker_node.tables import LabelTable, make_table, unique_counts
+from broker_node.links import (
+    ADVERTISE,
+    WITHDRAW,
+    Aggregation,
+    ExactCounts,
+    LinkCounters,
+    LinkMessage,
+)
+from broker_node.paper import PaperCounts
+from broker_node.registry import (
+    SubscriptionRegistry,
+    first_repeat,
+    sorted_unique_rows,
+    take_rows,
+)
+from broker_node.tables import LabelTable, make_table
 from dls.bank import BitSlicedCBFBank, ClientFilterBank, DirectLabelBank
 from dls.cbf import CountingBloomFilter
 from dls.hashing import PositionFn, make_position_fn
 from dls.space import ContentSpace
 
-__all__ = ["BrokerConfig", "BrokerState", "LinkMessage", "Routes"]
+#: ADVERTISE, WITHDRAW and LinkMessage live in :mod:`broker_node.links`; they are
+#: re-exported here, where the node service and the overlay import them from.
+__all__ = ["ADVERTISE", "WITHDRAW", "BrokerConfig", "BrokerState", "LinkMessage", "Routes"]
 
 Mode = Literal["exact", "paper"]
 _TABLE_LABELS = 1 << 20  # label spaces up to this size hash through a precomputed table
 _EMPTY_SCAN_RATIO = 200  # cost of probing one (label, hash) over scanning one counter
-ADVERTISE = "advertise"
-WITHDRAW = "withdraw"
 
 
 @dataclass(frozen=True)
@@ -119,18 +134,6 @@ def _optimal_mk(n: int, p: float) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class LinkMessage:
-    """Labels advertised to or withdrawn from a neighbour."""
-
-    to: str
-    kind: str
-    labels: np.ndarray
-
-    def __repr__(self) -> str:
-        return f"LinkMessage(to={self.to!r}, kind={self.kind!r}, n={len(self.labels)})"
-
-
-@dataclass(frozen=True)
 class Routes:
     """Where each event of a batch goes: clients as CSR, neighbours as a bool matrix."""
 
@@ -147,123 +150,6 @@ class Routes:
         """Neighbours that event ``e`` is forwarded to."""
         return [n for n, hit in zip(self.neighbour_names, self.neighbours[e], strict=True)
                 if hit]
-
-
-class _Registry:
-    """Exact ``subscription id -> (client, labels)``, stored in CSR batches.
-
-    One dict entry per subscription maps the id to ``batch << 32 | row``; the labels stay in
-    the numpy arrays of the batch they arrived in, so bulk inserts and deletes need no
-    per-subscription Python objects.
-    """
-
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-        self.batches: dict[int, list[Any]] = {}  # batch -> [offsets, labels, clients, live]
-        self._next = 0
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def __contains__(self, sub_id: str) -> bool:
-        return sub_id in self.codes
-
-    def add(self, sub_ids: Sequence[str], clients: np.ndarray, offsets: np.ndarray,
-            labels: np.ndarray) -> None:
-        b = self._next
-        self._next += 1
-        self.batches[b] = [offsets, labels, clients, len(sub_ids)]
-        base = b << 32
-        self.codes.update(zip(sub_ids, range(base, base + len(sub_ids)), strict=True))
-
-    def get(self, sub_id: str) -> tuple[int, np.ndarray]:
-        code = self.codes[sub_id]
-        offsets, labels, clients, _ = self.batches[code >> 32]
-        row = code & 0xFFFFFFFF
-        return int(clients[row]), labels[offsets[row]:offsets[row + 1]]
-
-    def gather(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(client per sub, label count per sub, labels concatenated) for codes."""
-        batch_of = codes >> 32
-        rows = codes & 0xFFFFFFFF
-        owners = np.empty(len(codes), dtype=np.int64)
-        lens = np.empty(len(codes), dtype=np.int64)
-        starts = np.empty(len(codes), dtype=np.int64)
-        order = np.argsort(batch_of, kind="stable")
-        bounds = np.flatnonzero(np.diff(batch_of[order])) + 1
-        for group in np.split(order, bounds):
-            if group.size == 0:
-                continue
-            offsets, labels, clients, _ = self.batches[int(batch_of[group[0]])]
-            r = rows[group]
-            owners[group] = clients[r]
-            starts[group] = offsets[r]
-            lens[group] = offsets[r + 1] - offsets[r]
-        # Gather in the caller's order, batch by batch.
-        out = np.empty(int(lens.sum()), dtype=np.uint64)
-        out_off = np.zeros(len(codes) + 1, dtype=np.int64)
-        np.cumsum(lens, out=out_off[1:])
-        for group in np.split(order, bounds):
-            if group.size == 0:
-                continue
-            labels = self.batches[int(batch_of[group[0]])][1]
-            g_lens = lens[group]
-            total = int(g_lens.sum())
-            if total == 0:
-                continue
-            src = np.repeat(starts[group] - np.cumsum(g_lens) + g_lens, g_lens) + np.arange(
-                total)
-            dst = np.repeat(out_off[group] - np.cumsum(g_lens) + g_lens, g_lens) + np.arange(
-                total)
-            out[dst] = labels[src]
-        return owners, lens, out
-
-    def remove(self, sub_ids: Sequence[str], codes: np.ndarray) -> None:
-        for sid in sub_ids:
-            del self.codes[sid]
-        batch_of, counts = np.unique(codes >> 32, return_counts=True)
-        for b, c in zip(batch_of.tolist(), counts.tolist(), strict=True):
-            entry = self.batches[b]
-            entry[3] -= c
-            if entry[3] == 0:
-                del self.batches[b]
-
-
-@dataclass
-class _Counters:
-    advertised: int = 0
-    withdrawn: int = 0
-    per_neighbour_live: dict[str, int] = field(default_factory=dict)
-
-
-def _sorted_unique_rows(offsets: np.ndarray, flat: np.ndarray
-                        ) -> tuple[np.ndarray, np.ndarray]:
-    """Sort and de-duplicate the labels inside each CSR row (cheap when already so)."""
-    if len(flat) < 2:
-        return offsets, flat
-    rising = flat[1:] > flat[:-1]
-    rising[offsets[1:-1] - 1] = True  # a row boundary may go down
-    if rising.all():
-        return offsets, flat
-    rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-    order = np.lexsort((flat, rows))
-    flat, rows = flat[order], rows[order]
-    keep = np.ones(len(flat), dtype=bool)
-    keep[1:] = (flat[1:] != flat[:-1]) | (rows[1:] != rows[:-1])
-    flat, rows = flat[keep], rows[keep]
-    new_offsets = np.zeros_like(offsets)
-    np.cumsum(np.bincount(rows, minlength=len(offsets) - 1), out=new_offsets[1:])
-    return new_offsets, flat
-
-
-def _take_rows(offsets: np.ndarray, flat: np.ndarray, rows: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Keep some rows of a CSR array."""
-    lens = offsets[rows + 1] - offsets[rows]
-    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lens, out=new_offsets[1:])
-    src = np.repeat(offsets[rows] - new_offsets[:-1], lens) + np.arange(int(new_offsets[-1]))
-    return new_offsets, flat[src]
 
 
 class BrokerState:
@@ -292,7 +178,7 @@ class BrokerState:
         self._clients: dict[str, int] = {}
         self._client_names: list[str] = []
         self._position_fns: dict[tuple[int, int], PositionFn] = {}
-        self._registry = _Registry()
+        self._registry = SubscriptionRegistry()
         if cfg.client_filter == "direct":
             if label_base is None or label_space_size is None:
                 raise BrokerError("client_filter 'direct' needs a known label space",
@@ -312,7 +198,11 @@ class BrokerState:
             n: make_table(label_base, label_space_size, np.int8) for n in self.neighbours}
         self._sff = ({n: self._new_routing_cbf() for n in self.neighbours}
                      if cfg.mode == "paper" else {})
-        self.counters = _Counters(per_neighbour_live=dict.fromkeys(self.neighbours, 0))
+        self.counters = LinkCounters(per_neighbour_live=dict.fromkeys(self.neighbours, 0))
+        self._aggregation: Aggregation = (
+            PaperCounts(self._sff, self._total, self.counters) if cfg.mode == "paper"
+            else ExactCounts(node_id, self.neighbours, self._total, self._recv, self.counters,
+                             label_base=label_base, label_space_size=label_space_size))
         #: Bumped by every call that may change what :meth:`route` returns (subscribe,
         #: unsubscribe, link messages, a new client): a cache of routes is valid while it
         #: stays the same.
@@ -435,10 +325,9 @@ class BrokerState:
         if (lens == 0).any():
             sid = sub_ids[int(np.flatnonzero(lens == 0)[0])]
             raise BrokerError(f"subscription {sid!r} has no labels", field="labels", value=sid)
-        offs, flat = _sorted_unique_rows(offs, flat)
+        offs, flat = sorted_unique_rows(offs, flat)
         if len(set(sub_ids)) != n:
-            seen: set[str] = set()
-            dup = next(x for x in sub_ids if x in seen or seen.add(x))  # type: ignore[func-returns-value]
+            dup = first_repeat(sub_ids)
             raise DuplicateSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                              field="id", value=dup)
         codes = self._registry.codes
@@ -462,14 +351,12 @@ class BrokerState:
             rows = np.flatnonzero(keep)
             sub_ids = [sub_ids[i] for i in rows.tolist()]
             clients = [clients[i] for i in rows.tolist()]
-            offs, flat = _take_rows(offs, flat, rows)
+            offs, flat = take_rows(offs, flat, rows)
         cidx = self._client_indexes(clients)
         lens = np.diff(offs)
         self._registry.add(sub_ids, cidx, offs, flat)
         self._bank.add(np.repeat(cidx, lens), flat)
-        if self.config.mode == "paper":
-            return self._paper_add(flat, source=None)
-        return self._exact_change(flat, +1, source=None)
+        return self._aggregation.add(flat, None)
 
     def unsubscribe(self, client: str, sub_id: str) -> list[LinkMessage]:
         """Remove exactly the labels a subscription added; return the withdrawals."""
@@ -492,8 +379,7 @@ class BrokerState:
                 value=sub_ids[i])
         codes = np.array(found, dtype=np.int64)
         if len(set(sub_ids)) != len(sub_ids):
-            seen: set[str] = set()
-            dup = next(x for x in sub_ids if x in seen or seen.add(x))  # type: ignore[func-returns-value]
+            dup = first_repeat(sub_ids)
             raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                            field="id", value=dup)
         owners, lens, flat = self._registry.gather(codes)
@@ -508,9 +394,7 @@ class BrokerState:
                 field="client", value=clients[i])
         self._bank.remove(np.repeat(owners, lens), flat)
         self._registry.remove(sub_ids, codes)
-        if self.config.mode == "paper":
-            return self._paper_remove(flat, source=None)
-        return self._exact_change(flat, -1, source=None)
+        return self._aggregation.remove(flat, None)
 
     # -- link messages from neighbours ----------------------------------------------------
     def on_link(self, source: str, kind: str, labels: Any) -> list[LinkMessage]:
@@ -535,9 +419,7 @@ class BrokerState:
                 return []
             recv.add(ls, 1)
             self._ert[source].add_many(ls)
-            if self.config.mode == "paper":
-                return self._paper_add(ls, source=source)
-            return self._exact_change(ls, +1, source=source)
+            return self._aggregation.add(ls, source)
         ls = ls[have]
         if ls.size == 0:
             return []
@@ -546,147 +428,9 @@ class BrokerState:
         if self.config.mode == "paper":
             # Algorithm 3 on the ERT: delete only where the CBF says present.
             ert.remove_many(ls[ert.count_many(ls) != 0])
-            return self._paper_remove(ls, source=source)
-        ert.remove_many(ls)
-        return self._exact_change(ls, -1, source=source)
-
-    # -- aggregation ----------------------------------------------------------------------
-    def _exact_change(self, labels: np.ndarray, sign: int, source: str | None
-                      ) -> list[LinkMessage]:
-        """Apply +1/-1 per occurrence of each label; emit 0<->1 transitions per neighbour."""
-        u, c = unique_counts(labels, self.label_base, self.label_space_size)
-        old = self._total.get(u)
-        new = old + sign * c
-        if sign < 0 and (new < 0).any():
-            raise BrokerError(f"node {self.node_id!r}: exact count would go negative",
-                              field="labels", value=int(u[new < 0][0]))
-        self._total.add(u, sign * c)
-        out: list[LinkMessage] = []
-        kind = ADVERTISE if sign > 0 else WITHDRAW
-        for n in self.neighbours:
-            if n == source:
-                continue
-            mine = self._recv[n].get(u)
-            before, after = old - mine, new - mine
-            hit = u[(before == 0) & (after > 0)] if sign > 0 else u[(before > 0) & (after == 0)]
-            if hit.size:
-                out.append(LinkMessage(n, kind, hit))
-                self._count(n, kind, len(hit))
-        return out
-
-    def _paper_add(self, labels: np.ndarray, source: str | None) -> list[LinkMessage]:
-        """Paper Algorithm 2 on every SFF_j (j != source): forward a label found absent.
-
-        Label by label, "absent" means one of its counters is still zero when its turn
-        comes: zero before the batch and not touched by an earlier label of the batch. That
-        is decided for the whole batch at once (the first label to touch each counter), and
-        the counters are then added in one batched, saturating update, which equals adding
-        them one by one.
-        """
-        out: list[LinkMessage] = []
-        labels = np.asarray(labels, dtype=np.uint64)
-        if labels.size == 0:
-            return out
-        pos = None
-        for n, sff in self._sff.items():
-            if n == source:
-                continue
-            if pos is None:  # every SFF has the same m, k and seed
-                pos = sff.positions(labels)
-                flat = pos.ravel()
-                uniq, first = np.unique(flat, return_index=True)
-                first_label = np.empty(sff.m, dtype=np.int64)
-                first_label[uniq] = first // pos.shape[1]
-                own = first_label[pos] == np.arange(len(labels))[:, None]
-            fwd = labels[((sff.counters[pos] == 0) & own).any(axis=1)]
-            sff.add_many(labels)
-            if fwd.size:
-                out.append(LinkMessage(n, ADVERTISE, fwd))
-                self._count(n, ADVERTISE, len(fwd))
-        self._total.add(*unique_counts(labels))
-        return out
-
-    def _paper_add_one_by_one(self, labels: np.ndarray, source: str | None
-                              ) -> list[LinkMessage]:
-        """Algorithm 2 literally, label by label (the reference the tests compare with)."""
-        out: list[LinkMessage] = []
-        for n, sff in self._sff.items():
-            if n == source:
-                continue
-            fwd = []
-            for label in labels.tolist():
-                if sff.count(label) == 0:
-                    fwd.append(label)
-                sff.add(label)
-            if fwd:
-                out.append(LinkMessage(n, ADVERTISE, np.asarray(fwd, dtype=np.uint64)))
-                self._count(n, ADVERTISE, len(fwd))
-        self._total.add(*unique_counts(labels))
-        return out
-
-    def _paper_remove(self, labels: np.ndarray, source: str | None) -> list[LinkMessage]:
-        """Paper Algorithm 3 on every SFF_j (j != source): withdraw a label whose count is 1.
-
-        Label by label, a label's count is the minimum of its counters after the earlier
-        labels of the batch were removed (a saturated counter never moves). That is
-        computed for the whole batch at once, assuming every label is found present (count
-        not 0) and so removed; if one is not, that SFF is done one label at a time.
-        """
-        out: list[LinkMessage] = []
-        labels = np.asarray(labels, dtype=np.uint64)
-        if labels.size == 0:
-            return out
-        pos = earlier = None
-        for n, sff in self._sff.items():
-            if n == source:
-                continue
-            if pos is None:  # every SFF has the same m, k and seed
-                pos = sff.positions(labels)
-                earlier = _earlier_label_counts(pos)
-            c0 = sff.counters[pos].astype(np.int64)
-            now = np.where(c0 == sff.max_count, c0, c0 - earlier)
-            q = now.min(axis=1)
-            if (q <= 0).any():
-                out += self._paper_remove_one_by_one(labels, n)
-                continue
-            wd = labels[q == 1]
-            sff.remove_many(labels)
-            if wd.size:
-                out.append(LinkMessage(n, WITHDRAW, wd))
-                self._count(n, WITHDRAW, len(wd))
-        u, c = unique_counts(labels)
-        self._total.add(u, -c)
-        return out
-
-    def _paper_remove_one_by_one(self, labels: np.ndarray, only: str | None = None
-                                 ) -> list[LinkMessage]:
-        """Algorithm 3 literally on SFF ``only`` (on every SFF when None).
-
-        Changes no exact count (the caller or the tests do).
-        """
-        out: list[LinkMessage] = []
-        for n, sff in self._sff.items():
-            if only is not None and n != only:
-                continue
-            wd = []
-            for label in labels.tolist():
-                q = sff.count(label)
-                if q == 1:
-                    wd.append(label)
-                if q != 0:
-                    sff.remove(label)
-            if wd:
-                out.append(LinkMessage(n, WITHDRAW, np.asarray(wd, dtype=np.uint64)))
-                self._count(n, WITHDRAW, len(wd))
-        return out
-
-    def _count(self, n: str, kind: str, k: int) -> None:
-        if kind == ADVERTISE:
-            self.counters.advertised += k
-            self.counters.per_neighbour_live[n] += k
         else:
-            self.counters.withdrawn += k
-            self.counters.per_neighbour_live[n] -= k
+            ert.remove_many(ls)
+        return self._aggregation.remove(ls, source)
 
     # -- events ---------------------------------------------------------------------------
     def route(self, labels: Any, origin_clients: Any = None, origin_nodes: Any = None
@@ -727,9 +471,10 @@ class BrokerState:
             else:
                 ert = self._ert[n]
                 counters = ert.counters
-                # An ERT with no counter set passes no label. Scanning its m counters
-                # (~0.05 ns each) is worth it when probing would cost more (~10 ns per
-                # label and hash), i.e. for large batches.
+                # An ERT with no counter set passes no label. Scanning its m counters for
+                # one is worth it when probing the batch's e * k positions would cost more,
+                # i.e. for large batches (_EMPTY_SCAN_RATIO is measured; see
+                # docs/architecture.md, "Where the speed comes from").
                 if _EMPTY_SCAN_RATIO * e * ert.k >= ert.m and not counters.any():
                     continue
                 key = (ert.m, ert.k, ert.seed)
@@ -788,16 +533,31 @@ class BrokerState:
             "ert_estimated_fpr": {n: f.estimated_fpr() for n, f in self._ert.items()},
         }
 
+    def memory_breakdown(self) -> dict[str, int]:
+        """Bytes held in the broker's arrays, per part.
 
-def _earlier_label_counts(pos: np.ndarray) -> np.ndarray:
-    """For each entry ``pos[i, t]``: how often that position occurs in rows before ``i``."""
-    n, k = pos.shape
-    flat = pos.ravel()
-    order = np.argsort(flat, kind="stable")
-    sorted_pos = flat[order]
-    starts = np.flatnonzero(np.r_[True, sorted_pos[1:] != sorted_pos[:-1]])
-    group_start = np.repeat(starts, np.diff(np.r_[starts, flat.size]))
-    rank = np.empty(flat.size, dtype=np.int64)
-    rank[order] = np.arange(flat.size) - group_start  # earlier entries with that position
-    same_row_before = (pos[:, :, None] == pos[:, None, :]) & np.tri(k, k, -1, dtype=bool)
-    return rank.reshape(n, k) - same_row_before.sum(axis=2)
+        ``client_bank``: the client filter bank; ``routing_filters``: the ERTs' counters;
+        ``paper_filters``: the SFFs' counters (paper mode, else 0); ``label_counts``: the
+        exact count tables (the total and one per neighbour); ``position_tables``: the
+        precomputed label -> positions tables; ``registry``: the registry's CSR arrays.
+        Python objects (dicts, the registry's id map) are not counted.
+        """
+        return {
+            "client_bank": self._bank.memory_bytes(),
+            "routing_filters": sum(int(f.counters.nbytes) for f in self._ert.values()),
+            "paper_filters": sum(int(f.counters.nbytes) for f in self._sff.values()),
+            "label_counts": self._total.memory_bytes()
+            + sum(t.memory_bytes() for t in self._recv.values()),
+            "position_tables": sum(_table_bytes(fn) for fn in self._position_fns.values()),
+            "registry": self._registry.memory_bytes(),
+        }
+
+    def memory_bytes(self) -> int:
+        """Bytes held in the broker's arrays: the sum of :meth:`memory_breakdown`."""
+        return sum(self.memory_breakdown().values())
+
+
+def _table_bytes(fn: PositionFn) -> int:
+    """Bytes of the table behind a position function (0 when it hashes instead)."""
+    table = getattr(getattr(fn, "__self__", None), "table", None)
+    return int(table.nbytes) if isinstance(table, np.ndarray) else 0

@@ -1,8 +1,9 @@
 """Exact per-label count tables used for aggregation decisions.
 
 The broker decides to advertise a label to a neighbour when the label's exact count goes
-0 -> 1 and to withdraw it when it goes 1 -> 0 (DESIGN §3.2). Counts are exact, so these
-decisions never suffer from Bloom-filter false positives.
+0 -> 1 and to withdraw it when it goes 1 -> 0 (:mod:`broker_node.links`; the why is in
+docs/architecture.md, "The broker state machine and the fix to the paper"). Counts are
+exact, so these decisions never suffer from Bloom-filter false positives.
 
 Two layouts behind one interface:
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
+
+from broker_node.exceptions import LabelSpaceError
 
 __all__ = ["DenseLabelTable", "LabelTable", "SparseLabelTable", "make_table", "unique_counts"]
 
@@ -74,7 +77,10 @@ class DenseLabelTable:
         idx = np.asarray(labels, dtype=np.uint64) - self.base
         if idx.size and int(idx.max()) >= self.size:
             bad = labels[idx >= self.size][0]
-            raise ValueError(f"label {int(bad):#x} is outside this table's label space")
+            first = int(self.base)
+            raise LabelSpaceError(f"label {int(bad):#x} is outside this table's label space "
+                                  f"({first:#x} to {first + self.size - 1:#x})",
+                                  field="labels", value=int(bad))
         return idx.astype(np.int64)
 
     def get(self, labels: np.ndarray) -> np.ndarray:

@@ -25,9 +25,9 @@ miss an exact match. ``paper`` mode changes what is advertised to neighbours (an
 architecture notes show, can lose events at *other* brokers), not what this broker
 delivers to its own clients.
 
-:meth:`DLSMatcher.memory_bytes` adds up the arrays of the broker state (client bank, ERTs,
-SFFs, exact count tables, label -> positions tables, the registry's label arrays); it reads
-private attributes of ``BrokerState`` for that and leaves out the id dictionary.
+:meth:`DLSMatcher.memory_bytes` is ``BrokerState.memory_bytes``: the arrays of the broker
+state (client bank, ERTs, SFFs, exact count tables, label -> positions tables, the
+registry's label arrays), without the id dictionary.
 """
 
 from __future__ import annotations
@@ -179,16 +179,4 @@ class DLSMatcher:
 
     def memory_bytes(self) -> int:
         """Bytes of the broker state's arrays (see the module docstring)."""
-        st = self.state
-        total = st._bank.memory_bytes()
-        for f in (*st._ert.values(), *st._sff.values()):
-            total += int(f.counters.nbytes)
-        total += st._total.memory_bytes()
-        total += sum(t.memory_bytes() for t in st._recv.values())
-        for fn in st._position_fns.values():
-            table = getattr(getattr(fn, "__self__", None), "table", None)
-            if isinstance(table, np.ndarray):
-                total += int(table.nbytes)
-        for offsets, labels, clients, _ in st._registry.batches.values():
-            total += int(offsets.nbytes + labels.nbytes + np.asarray(clients).nbytes)
-        return total
+        return self.state.memory_bytes()

@@ -25,6 +25,19 @@ def test_bad_topologies(spec, fragment):
         Topology.from_spec(spec)
 
 
+@pytest.mark.parametrize("name, ok", [
+    ("node-1_b", True), ("-", True), ("_", True), ("", False), ("a b", False),
+    ("a.b", False), ("é", False), ("٣", False), (3, False)])
+def test_node_names_follow_the_wire_contract(name, ok):
+    """Node names are topic-name parts: connectors.topics.NAME_PATTERN decides."""
+    spec = {"nodes": [name], "links": []}
+    if ok:
+        assert Topology.from_spec(spec).nodes == (name,)
+    else:
+        with pytest.raises(TopologyError, match="node names must be non-empty"):
+            Topology.from_spec(spec)
+
+
 def test_aggregation_saves_link_traffic():
     net = Overlay(ContentSpace.from_spec(SPACE_SPEC), Topology.from_spec(LINE))
     net.subscribe("A", "c1", "s1", "price < 50")

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from broker_node.exceptions import BrokerError, LabelSpaceError
 from broker_node.tables import DenseLabelTable, SparseLabelTable, make_table, unique_counts
 
 
@@ -25,6 +26,11 @@ def test_dense_refuses_labels_outside_its_space():
     t = DenseLabelTable(100, 50)
     with pytest.raises(ValueError, match="outside this table's label space"):
         t.get(np.array([150], dtype=np.uint64))
+    with pytest.raises(LabelSpaceError, match=r"label 0x63 .* \(0x64 to 0x95\)") as info:
+        t.add(np.array([120, 99], dtype=np.uint64), 1)
+    assert isinstance(info.value, BrokerError)
+    assert (info.value.field, info.value.value) == ("labels", 99)
+    assert t.nonzero().tolist() == []  # nothing was added
 
 
 def test_make_table_picks_layout():

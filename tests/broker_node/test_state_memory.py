@@ -1,0 +1,88 @@
+"""BrokerState.memory_bytes: the same total the benchmarks used to add up by hand."""
+
+import numpy as np
+import pytest
+
+from broker_node.state import BrokerState
+from dls.space import ContentSpace
+
+SPACE = ContentSpace.from_spec({"attributes": [
+    {"name": "x", "type": "numeric", "low": 0, "high": 256, "granules": 256},
+    {"name": "y", "type": "numeric", "low": 0, "high": 64, "granules": 64}]})
+
+CONFIGS = [
+    {},
+    {"client_filter": "direct", "routing_filter": "direct"},
+    {"mode": "paper"},
+    {"mode": "paper", "client_filter": "direct"},
+]
+
+
+def parts_by_hand(st: BrokerState) -> int:
+    """The sum benchmarks/baselines/dls.py computed from the private members before."""
+    total = st._bank.memory_bytes()
+    for f in (*st._ert.values(), *st._sff.values()):
+        total += int(f.counters.nbytes)
+    total += st._total.memory_bytes()
+    total += sum(t.memory_bytes() for t in st._recv.values())
+    for fn in st._position_fns.values():
+        table = getattr(getattr(fn, "__self__", None), "table", None)
+        if isinstance(table, np.ndarray):
+            total += int(table.nbytes)
+    for offsets, labels, clients, _ in st._registry.batches.values():
+        total += int(offsets.nbytes + labels.nbytes + np.asarray(clients).nbytes)
+    return total
+
+
+def churn(st: BrokerState, rng: np.random.Generator, base: int, size: int) -> None:
+    """Batches of subscriptions, link messages and unsubscriptions."""
+    ids: list[str] = []
+    for b in range(4):
+        n = int(rng.integers(1, 40))
+        lens = rng.integers(1, 6, n)
+        offsets = np.r_[0, np.cumsum(lens)]
+        flat = (base + rng.integers(0, size, int(offsets[-1]))).astype(np.uint64)
+        batch = [f"s{b}-{i}" for i in range(n)]
+        st.subscribe_many([f"c{int(c)}" for c in rng.integers(0, 7, n)], batch, offsets, flat)
+        ids += batch
+        st.on_link("A", "advertise", (base + rng.integers(0, size, 5)).astype(np.uint64))
+        assert st.memory_bytes() == parts_by_hand(st)
+    gone = ids[::2]
+    st.unsubscribe_many([st.subscription(s)[0] for s in gone], gone)
+    st.on_link("A", "withdraw", st.received_from("A")[:2])
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_memory_bytes_is_the_sum_over_the_parts(config):
+    st = BrokerState.for_space("B", ["A", "C"], SPACE, **config)
+    empty = st.memory_bytes()
+    assert empty == parts_by_hand(st)
+    churn(st, np.random.default_rng(7), SPACE.app_prefix, SPACE.label_space_size)
+    assert st.memory_bytes() == parts_by_hand(st)
+    parts = st.memory_breakdown()
+    assert sum(parts.values()) == st.memory_bytes()
+    assert parts["registry"] > 0  # the live subscriptions' arrays
+    assert (parts["paper_filters"] > 0) == (config.get("mode") == "paper")
+    assert parts["position_tables"] > 0  # a small label space hashes through tables
+    assert st.memory_bytes() > empty
+
+
+def test_memory_bytes_without_a_known_label_space():
+    """Sparse count tables and no position tables: still the same sum."""
+    st = BrokerState("B", ["A"])
+    churn(st, np.random.default_rng(3), 1 << 40, 1 << 30)
+    assert st.memory_bytes() == parts_by_hand(st)
+    parts = st.memory_breakdown()
+    assert parts["position_tables"] == 0
+    assert parts["label_counts"] > 0  # the sparse tables hold the live labels
+
+
+def test_registry_bytes_go_with_the_last_subscription_of_a_batch():
+    st = BrokerState.for_space("B", ["A"], SPACE)
+    st.subscribe_many(["c1", "c2"], ["s1", "s2"], np.array([0, 2, 3]),
+                      np.array([1, 2, 3], dtype=np.uint64) + SPACE.app_prefix)
+    assert st.memory_breakdown()["registry"] == 3 * 8 + 3 * 8 + 2 * 8
+    st.unsubscribe("c1", "s1")
+    assert st.memory_breakdown()["registry"] == 3 * 8 + 3 * 8 + 2 * 8  # s2 still holds it
+    st.unsubscribe("c2", "s2")
+    assert st.memory_breakdown()["registry"] == 0
