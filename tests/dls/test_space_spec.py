@@ -11,15 +11,7 @@ from pydantic import ValidationError
 from dls.exceptions import SpaceSpecError
 from dls.space import ContentSpace, FilterSettings
 from dls.space_spec import parse_space_spec
-
-SPEC = {
-    "attributes": [
-        {"name": "price", "type": "numeric", "low": 0, "high": 1000, "granules": 32},
-        {"name": "temp", "type": "numeric", "low": 30, "high": 45,
-         "breakpoints": [35, 36.5, 37.5, 38.5, 40]},
-        {"name": "sym", "type": "discrete", "values": ["AAPL", "MSFT", "IBM"]},
-    ]
-}
+from tests.dls.test_space import SPEC
 
 
 def spec(**top):
