@@ -1,7 +1,12 @@
 """Settings of one broker-node process: a frozen object, loaded once, logged once.
 
-Sources, later ones winning: defaults, the TOML file given with ``--config``, then
-environment variables ``DLS_NODE_<FIELD>`` (e.g. ``DLS_NODE_BOOTSTRAP``).
+Sources, the first one that has a field winning (pydantic-settings merges them, in the
+order :meth:`NodeSettings.settings_customise_sources` declares):
+
+1. keyword arguments (:func:`load_settings`' overrides: what the command line gives);
+2. environment variables ``DLS_NODE_<FIELD>`` (e.g. ``DLS_NODE_BOOTSTRAP``);
+3. the TOML file given to :func:`load_settings` (``--config``);
+4. the defaults below.
 
 Example ``node.toml``::
 
@@ -13,24 +18,40 @@ Example ``node.toml``::
 
 from __future__ import annotations
 
-import os
-import re
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from broker_node.exceptions import BrokerError
+from connectors.topics import NAME_PATTERN, NAME_RE
 
-__all__ = ["NodeSettings", "load_settings"]
+__all__ = ["NodeConfigError", "NodeSettings", "load_settings"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_TOML_FILE: ContextVar[Path | None] = ContextVar("node_toml_file", default=None)
+"""The TOML file :func:`load_settings` is reading (None: no file)."""
+
+
+class NodeConfigError(BrokerError, ValueError):
+    """A node configuration that cannot be read, or a setting that cannot be used."""
 
 
 class NodeSettings(BaseSettings):
-    """Everything one node process needs; immutable after loading."""
+    """Everything one node process needs; immutable after loading.
+
+    Precedence: keyword arguments > environment ``DLS_NODE_*`` > the TOML file of
+    :func:`load_settings` > defaults. Built directly (``NodeSettings(node=...)``), the
+    settings read no file. A setting that cannot be used raises :class:`NodeConfigError`
+    naming the field.
+    """
 
     model_config = SettingsConfigDict(env_prefix="DLS_NODE_", frozen=True, extra="forbid")
 
@@ -78,32 +99,67 @@ class NodeSettings(BaseSettings):
         default=True,
         description="once the state is rebuilt at start, move every live object into "
                     "Python's permanent generation (gc.freeze): full collections then scan "
-                    "only what came later instead of stalling the loop for tens of ms")
+                    "only what came later, not the whole state (docs/architecture.md, the "
+                    "node loop)")
     gc_young_threshold: int = Field(
         default=50_000, ge=0,
         description="Python's generation-0 collection threshold for the node process "
                     "(gc.set_threshold): a batch keeps thousands of short-lived objects "
-                    "alive (each message and its header list), so at Python's default of "
-                    "700 the loop ran 60-100 collections a second; 0 keeps the default")
+                    "alive (each message and its header list), so Python's default of 700 "
+                    "would collect many times per batch (docs/architecture.md, the node "
+                    "loop); 0 keeps the default")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
 
+    def __init__(self, **values: Any) -> None:
+        """Validate ``values`` and the other sources (see the class doc).
+
+        Raises:
+            NodeConfigError: a setting that cannot be used, naming the first such field.
+        """
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ())) or "config"
+            raise NodeConfigError(f"node config: {field}: {first.get('msg')}", field=field,
+                                  value=first.get("input")) from exc
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The sources by precedence: keyword arguments, environment, TOML file.
+
+        No dotenv file and no secrets directory: the node has neither.
+        """
+        return (init_settings, env_settings,
+                TomlConfigSettingsSource(settings_cls, toml_file=_TOML_FILE.get()))
+
     @field_validator("node")
     @classmethod
     def _node_name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"node must be [A-Za-z0-9_-]+, got {v!r}")
+        if NAME_RE.fullmatch(v) is None:
+            raise NodeConfigError(f"node must be {NAME_PATTERN}, got {v!r}", field="node",
+                                  value=v)
         return v
 
     @field_validator("neighbours")
     @classmethod
     def _neighbour_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for n in v:
-            if not _NAME.match(n):
-                raise ValueError(f"neighbour names must be [A-Za-z0-9_-]+, got {n!r}")
+            if NAME_RE.fullmatch(n) is None:
+                raise NodeConfigError(f"neighbour names must be {NAME_PATTERN}, got {n!r}",
+                                      field="neighbours", value=n)
         if len(set(v)) != len(v):
-            raise ValueError(f"neighbours repeat: {list(v)}")
+            raise NodeConfigError(f"neighbours repeat: {list(v)}", field="neighbours",
+                                  value=list(v))
         return v
 
     @property
@@ -128,22 +184,23 @@ class NodeSettings(BaseSettings):
 
 
 def load_settings(config: str | Path | None = None, **overrides: Any) -> NodeSettings:
-    """Load the TOML file (if any), then the environment, then ``overrides``."""
-    data: dict[str, Any] = {}
-    if config is not None:
-        try:
-            data = tomllib.loads(Path(config).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise BrokerError(f"cannot read node config {config}: {exc}", field="config",
-                              value=str(config)) from exc
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    """The node's settings from ``overrides``, the environment and the TOML file ``config``.
+
+    The one place that builds settings from a file. Overrides that are None are left out;
+    the precedence is :class:`NodeSettings`'.
+
+    Raises:
+        NodeConfigError: the file cannot be read or is not TOML, or a setting cannot be
+            used (the error names the field).
+    """
+    path = None if config is None else Path(config)
+    token = _TOML_FILE.set(path)
     try:
-        # Environment beats the file: pass file values as init only where no env var is set.
-        env_keys = {k[len("DLS_NODE_"):].lower() for k in os.environ if k.startswith("DLS_NODE_")}
-        kwargs = {k: v for k, v in data.items() if k not in env_keys or k in overrides}
-        return NodeSettings(**kwargs)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ())) or "config"
-        raise BrokerError(f"node config: {field}: {first.get('msg')}", field=field,
-                          value=first.get("input")) from exc
+        if path is not None:
+            path.open("rb").close()  # a missing file is an error (the TOML source skips it)
+        return NodeSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise NodeConfigError(f"cannot read node config {config}: {exc}", field="config",
+                              value=str(config)) from exc
+    finally:
+        _TOML_FILE.reset(token)

@@ -15,6 +15,8 @@ __all__ = [
     "FilterParamsError",
     "IncompatibleFiltersError",
     "LabelBudgetError",
+    "LabelError",
+    "LabelTypeError",
     "PredicateError",
     "SpaceSpecError",
 ]
@@ -57,3 +59,11 @@ class FilterParamsError(DLSError, ValueError):
 
 class IncompatibleFiltersError(DLSError, ValueError):
     """Two filters with different parameters cannot be combined."""
+
+
+class LabelError(DLSError, ValueError):
+    """A label (or an array of labels) outside ``[0, 2**64)`` or outside a table's range."""
+
+
+class LabelTypeError(LabelError, TypeError):
+    """A label (or an array of labels) that is not an integer."""

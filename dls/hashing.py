@@ -26,7 +26,7 @@ from typing import Any
 import mmh3
 import numpy as np
 
-from dls.exceptions import FilterParamsError
+from dls.exceptions import FilterParamsError, LabelError, LabelTypeError
 
 __all__ = [
     "DEFAULT_TABLE_BUDGET",
@@ -89,14 +89,16 @@ def check_label(label: Any, *, field: str = "label") -> int:
         The label as a Python ``int``.
 
     Raises:
-        TypeError: If ``label`` is not an integer.
-        ValueError: If ``label`` is outside ``[0, 2**64)``.
+        LabelTypeError: If ``label`` is not an integer (a ``TypeError``).
+        LabelError: If ``label`` is outside ``[0, 2**64)`` (a ``ValueError``).
     """
     if not _is_int(label):
-        raise TypeError(f"{field} must be an unsigned 64-bit integer, got {label!r}")
+        raise LabelTypeError(f"{field} must be an unsigned 64-bit integer, got {label!r}",
+                             field=field, value=label)
     value = int(label)
     if not 0 <= value <= MAX_LABEL:
-        raise ValueError(f"{field} must be in [0, 2**64), got {value}")
+        raise LabelError(f"{field} must be in [0, 2**64), got {value}", field=field,
+                         value=value)
     return value
 
 
@@ -113,8 +115,9 @@ def as_label_array(labels: Any, *, field: str = "labels") -> np.ndarray:
         already such an array).
 
     Raises:
-        TypeError: If the values are not integers.
-        ValueError: If a value is negative or too large, or the array is not 1-D.
+        LabelTypeError: If the values are not integers (a ``TypeError``).
+        LabelError: If a value is negative or too large, or the array is not 1-D (a
+            ``ValueError``).
     """
     arr = np.asarray(labels)
     if not isinstance(labels, np.ndarray) and arr.dtype.kind not in "iu":
@@ -123,7 +126,8 @@ def as_label_array(labels: Any, *, field: str = "labels") -> np.ndarray:
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
-        raise ValueError(f"{field} must be a 1-D array, got shape {arr.shape}")
+        raise LabelError(f"{field} must be a 1-D array, got shape {arr.shape}", field=field,
+                         value=arr.shape)
     if arr.dtype == np.uint64:
         return np.ascontiguousarray(arr)
     if arr.size == 0:
@@ -132,13 +136,15 @@ def as_label_array(labels: Any, *, field: str = "labels") -> np.ndarray:
         return arr.astype(np.uint64)
     if arr.dtype.kind == "i":
         if int(arr.min()) < 0:
-            raise ValueError(f"{field} must be non-negative, got {int(arr.min())}")
+            raise LabelError(f"{field} must be non-negative, got {int(arr.min())}",
+                             field=field, value=int(arr.min()))
         return arr.astype(np.uint64)
     if arr.dtype.kind == "O":
         for value in arr:  # object arrays only: Python ints beyond int64
             check_label(value, field=field)
         return arr.astype(np.uint64)
-    raise TypeError(f"{field} must be an integer array, got dtype {arr.dtype}")
+    raise LabelTypeError(f"{field} must be an integer array, got dtype {arr.dtype}",
+                         field=field, value=str(arr.dtype))
 
 
 def check_seed(seed: Any) -> int:
@@ -354,15 +360,17 @@ class PositionTable:
         """Positions of ``labels`` (identical to :func:`positions`), as an int64 (n, k) array.
 
         Raises:
-            ValueError: If a label is outside ``0..n_labels-1``.
+            LabelError: If a label is outside ``base..base+n_labels-1`` (a ``ValueError``).
         """
         arr = as_label_array(labels)
         idx = arr - np.uint64(self.base)  # wraps around for labels below base
         if idx.size and int(idx.max()) >= self.n_labels:
             bad = int(arr[int(np.argmax(idx))])
-            raise ValueError(
+            raise LabelError(
                 f"label {bad} is outside the table's label space "
-                f"{self.base}..{self.base + self.n_labels - 1}"
+                f"{self.base}..{self.base + self.n_labels - 1}",
+                field="labels",
+                value=bad,
             )
         return self.table[idx].astype(np.int64, copy=False)
 

@@ -13,15 +13,14 @@ A content space is a list of attributes. Each attribute's domain is cut into cel
 Attribute i takes ``k_i = max(1, ceil(log2(cells_i)))`` bits. A label is the concatenation of
 the cell indexes, the first attribute in the most significant bits; with an ``app_id``,
 16 more bits sit above them. A label that would need more than 64 bits is refused when the
-space is loaded.
+space is loaded. The JSON form of a space and its validation are :mod:`dls.space_spec`'s.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,15 @@ from typing import Any
 import numpy as np
 
 from dls.exceptions import SpaceSpecError
+from dls.space_spec import (
+    DEFAULT_LABEL_BUDGET,
+    AttributeSpec,
+    DiscreteSpec,
+    FilterSettings,
+    UniformSpec,
+    is_number,
+    parse_space_spec,
+)
 
 __all__ = [
     "APP_ID_BITS",
@@ -43,33 +51,10 @@ __all__ = [
 ]
 
 APP_ID_BITS = 16
-DEFAULT_LABEL_BUDGET = 65_536
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-_KEYWORDS = {"and", "between", "in"}
-
-
-def is_number(value: Any) -> bool:
-    """Return True for an int or float (numpy scalars included) that is not a bool."""
-    if isinstance(value, bool | np.bool_):
-        return False
-    return isinstance(value, int | float | np.integer | np.floating)
 
 
 def _bits_for(cells: int) -> int:
     return max(1, (cells - 1).bit_length())
-
-
-def _finite_number(value: Any, what: str, attr: str) -> float:
-    if not is_number(value):
-        raise SpaceSpecError(
-            f"attribute {attr!r}: {what} must be a number, got {value!r}", field=attr, value=value
-        )
-    v = float(value)
-    if not math.isfinite(v):
-        raise SpaceSpecError(
-            f"attribute {attr!r}: {what} must be finite, got {value!r}", field=attr, value=value
-        )
-    return v
 
 
 @dataclass(frozen=True)
@@ -207,169 +192,13 @@ def _discrete_sorted(values: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 Attribute = UniformAttribute | BreakpointAttribute | DiscreteAttribute
 
 
-@dataclass(frozen=True)
-class FilterSettings:
-    """Filter sizing carried by a space spec's optional ``filters`` object.
-
-    ``client`` and ``routing`` each hold either ``{"expected_items", "fp_rate"}`` or
-    ``{"m", "k"}``; they size the per-client filters and the routing tables (ERTs).
-    """
-
-    client: Mapping[str, Any] = field(
-        default_factory=lambda: {"expected_items": 4096, "fp_rate": 0.01}
-    )
-    routing: Mapping[str, Any] = field(
-        default_factory=lambda: {"expected_items": 65536, "fp_rate": 0.001}
-    )
-    counter_bits: int = 4
-    seed: int = 0
-    label_budget: int = DEFAULT_LABEL_BUDGET
-
-    _KEYS = frozenset({"client", "routing", "counter_bits", "seed", "label_budget"})
-
-    @classmethod
-    def from_spec(cls, spec: Any) -> FilterSettings:
-        """Validate and build from the JSON ``filters`` object (None gives the defaults)."""
-        if spec is None:
-            return cls()
-        if not isinstance(spec, Mapping):
-            raise SpaceSpecError(f"filters must be an object, got {spec!r}", field="filters",
-                                 value=spec)
-        unknown = set(spec) - cls._KEYS
-        if unknown:
-            name = sorted(unknown)[0]
-            raise SpaceSpecError(f"filters: unknown key {name!r}", field=f"filters.{name}",
-                                 value=spec[name])
-        kwargs: dict[str, Any] = {}
-        for part in ("client", "routing"):
-            if part in spec:
-                kwargs[part] = _filter_size_spec(spec[part], f"filters.{part}")
-        if "counter_bits" in spec:
-            cb = spec["counter_bits"]
-            if cb not in (4, 8) or isinstance(cb, bool):
-                raise SpaceSpecError(f"filters.counter_bits must be 4 or 8, got {cb!r}",
-                                     field="filters.counter_bits", value=cb)
-            kwargs["counter_bits"] = int(cb)
-        for key, lo, hi in (("seed", 0, 2**32 - 1), ("label_budget", 1, 2**40)):
-            if key in spec:
-                v = spec[key]
-                if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                    raise SpaceSpecError(
-                        f"filters.{key} must be an integer in [{lo}, {hi}], got {v!r}",
-                        field=f"filters.{key}", value=v)
-                kwargs[key] = v
-        return cls(**kwargs)
-
-    def to_spec(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "client": dict(self.client),
-            "routing": dict(self.routing),
-            "counter_bits": self.counter_bits,
-            "seed": self.seed,
-            "label_budget": self.label_budget,
-        }
-
-
-def _filter_size_spec(spec: Any, where: str) -> dict[str, Any]:
-    if not isinstance(spec, Mapping):
-        raise SpaceSpecError(f"{where} must be an object, got {spec!r}", field=where, value=spec)
-    keys = set(spec)
-    if keys == {"expected_items", "fp_rate"}:
-        n, p = spec["expected_items"], spec["fp_rate"]
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise SpaceSpecError(f"{where}.expected_items must be a positive integer, got {n!r}",
-                                 field=f"{where}.expected_items", value=n)
-        if not is_number(p) or not 0.0 < float(p) < 1.0:
-            raise SpaceSpecError(f"{where}.fp_rate must be in (0, 1), got {p!r}",
-                                 field=f"{where}.fp_rate", value=p)
-        return {"expected_items": n, "fp_rate": float(p)}
-    if keys == {"m", "k"}:
-        m, k = spec["m"], spec["k"]
-        if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-            raise SpaceSpecError(f"{where}.m must be a positive integer, got {m!r}",
-                                 field=f"{where}.m", value=m)
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 64:
-            raise SpaceSpecError(f"{where}.k must be an integer in [1, 64], got {k!r}",
-                                 field=f"{where}.k", value=k)
-        return {"m": m, "k": k}
-    raise SpaceSpecError(
-        f"{where} must hold either expected_items and fp_rate, or m and k; got keys "
-        f"{sorted(keys)}", field=where, value=dict(spec))
-
-
-_ATTR_KEYS = {
-    "numeric": {"name", "type", "low", "high", "granules", "breakpoints"},
-    "discrete": {"name", "type", "values"},
-}
-
-
-def _attribute_from_spec(spec: Any, position: int) -> Attribute:
-    if not isinstance(spec, Mapping):
-        raise SpaceSpecError(f"attributes[{position}] must be an object, got {spec!r}",
-                             field=f"attributes[{position}]", value=spec)
-    name = spec.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name.lower() in _KEYWORDS:
-        raise SpaceSpecError(
-            f"attributes[{position}].name must be an identifier (letters, digits, _ and ., "
-            f"not a keyword), got {name!r}", field=f"attributes[{position}].name", value=name)
-    kind = spec.get("type")
-    if kind not in _ATTR_KEYS:
-        raise SpaceSpecError(
-            f"attribute {name!r}: type must be 'numeric' or 'discrete', got {kind!r}",
-            field=name, value=kind)
-    unknown = set(spec) - _ATTR_KEYS[kind]
-    if unknown:
-        key = sorted(unknown)[0]
-        raise SpaceSpecError(f"attribute {name!r}: unknown key {key!r}", field=name,
-                             value=spec[key])
-    if kind == "discrete":
-        values = spec.get("values")
-        if not isinstance(values, list) or not values:
-            raise SpaceSpecError(
-                f"attribute {name!r}: values must be a non-empty list, got {values!r}",
-                field=name, value=values)
-        for v in values:
-            if not isinstance(v, str):
-                raise SpaceSpecError(
-                    f"attribute {name!r}: discrete values must be strings, got {v!r}",
-                    field=name, value=v)
-        if len(set(values)) != len(values):
-            dup = next(v for v in values if values.count(v) > 1)
-            raise SpaceSpecError(f"attribute {name!r}: duplicate value {dup!r}", field=name,
-                                 value=dup)
-        return DiscreteAttribute(name, tuple(values))
-    low = _finite_number(spec.get("low"), "low", name)
-    high = _finite_number(spec.get("high"), "high", name)
-    if not low < high:
-        raise SpaceSpecError(f"attribute {name!r}: low {low!r} must be below high {high!r}",
-                             field=name, value=[low, high])
-    has_g, has_b = "granules" in spec, "breakpoints" in spec
-    if has_g == has_b:
-        raise SpaceSpecError(
-            f"attribute {name!r}: give exactly one of granules or breakpoints", field=name,
-            value=None)
-    if has_g:
-        g = spec["granules"]
-        if not isinstance(g, int) or isinstance(g, bool) or g < 1:
-            raise SpaceSpecError(
-                f"attribute {name!r}: granules must be a positive integer, got {g!r}",
-                field=name, value=g)
-        return UniformAttribute(name, low, high, g)
-    bps = spec["breakpoints"]
-    if not isinstance(bps, list) or not bps:
-        raise SpaceSpecError(
-            f"attribute {name!r}: breakpoints must be a non-empty list, got {bps!r}",
-            field=name, value=bps)
-    points = tuple(_finite_number(b, "breakpoint", name) for b in bps)
-    prev = low
-    for b in points:
-        if not prev < b < high:
-            raise SpaceSpecError(
-                f"attribute {name!r}: breakpoints must increase strictly inside "
-                f"({low}, {high}), got {b!r}", field=name, value=b)
-        prev = b
-    return BreakpointAttribute(name, low, high, points)
+def _attribute(spec: AttributeSpec) -> Attribute:
+    """The attribute a validated spec describes."""
+    if isinstance(spec, DiscreteSpec):
+        return DiscreteAttribute(spec.name, tuple(spec.values))
+    if isinstance(spec, UniformSpec):
+        return UniformAttribute(spec.name, spec.low, spec.high, spec.granules)
+    return BreakpointAttribute(spec.name, spec.low, spec.high, tuple(spec.breakpoints))
 
 
 @dataclass(frozen=True)
@@ -406,22 +235,9 @@ class ContentSpace:
     @classmethod
     def from_spec(cls, spec: Any) -> ContentSpace:
         """Build and validate a space from its JSON object."""
-        if not isinstance(spec, Mapping):
-            raise SpaceSpecError(f"a space spec must be an object, got {spec!r}", field="space",
-                                 value=spec)
-        unknown = set(spec) - {"attributes", "app_id", "filters"}
-        if unknown:
-            key = sorted(unknown)[0]
-            raise SpaceSpecError(f"space spec: unknown key {key!r}", field=key, value=spec[key])
-        attrs = spec.get("attributes")
-        if not isinstance(attrs, list) or not attrs:
-            raise SpaceSpecError(f"attributes must be a non-empty list, got {attrs!r}",
-                                 field="attributes", value=attrs)
-        return cls(
-            attributes=tuple(_attribute_from_spec(a, i) for i, a in enumerate(attrs)),
-            app_id=spec.get("app_id"),
-            filters=FilterSettings.from_spec(spec.get("filters")),
-        )
+        parsed = parse_space_spec(spec)
+        return cls(attributes=tuple(_attribute(a) for a in parsed.attributes),
+                   app_id=parsed.app_id, filters=parsed.filter_settings())
 
     @classmethod
     def from_json(cls, path: str | Path) -> ContentSpace:

@@ -1,6 +1,9 @@
-import pytest
+from pathlib import Path
 
-from broker_node.config import load_settings
+import pytest
+from pydantic import ValidationError
+
+from broker_node.config import NodeConfigError, NodeSettings, load_settings
 from broker_node.exceptions import BrokerError
 
 
@@ -45,3 +48,44 @@ def test_bad_configs_name_the_field(tmp_path, text, fragment):
     with pytest.raises(BrokerError) as exc:
         load_settings(write(tmp_path, text))
     assert fragment in str(exc.value)
+
+
+def test_an_override_left_out_does_not_hide_the_environment(tmp_path, monkeypatch):
+    # the CLI passes bootstrap=None without --bootstrap: the environment still beats the file
+    p = write(tmp_path, 'node = "B"\nspace = "s.json"\nbootstrap = "file:1"\nmetrics_port = 1\n')
+    monkeypatch.setenv("DLS_NODE_BOOTSTRAP", "env:2")
+    monkeypatch.setenv("DLS_NODE_NEIGHBOURS", '["A", "C"]')
+    s = load_settings(p, bootstrap=None, metrics_port=None)
+    assert (s.bootstrap, s.metrics_port, s.neighbours) == ("env:2", 1, ("A", "C"))
+
+
+def test_settings_built_directly_read_no_file(tmp_path):
+    p = write(tmp_path, 'node = "B"\nspace = "s.json"\nbootstrap = "file:1"\n')
+    assert load_settings(p).bootstrap == "file:1"
+    s = NodeSettings(node="A", space="t.json")
+    assert (s.node, s.bootstrap, s.space) == ("A", "127.0.0.1:9092", Path("t.json"))
+    with pytest.raises(ValidationError):  # frozen
+        s.node = "B"
+
+
+@pytest.mark.parametrize("kwargs, field, value, fragment", [
+    ({"node": "A\n"}, "node", "A\n", "node must be [A-Za-z0-9_-]+, got 'A\\n'"),
+    ({"node": "A", "neighbours": ("B", "x.y")}, "neighbours", ("B", "x.y"),
+     "neighbour names must be [A-Za-z0-9_-]+, got 'x.y'"),
+    ({"node": "A", "batch_size": 0}, "batch_size", 0, "greater than or equal to 1"),
+    ({"node": "A", "colour": "red"}, "colour", "red", "Extra inputs are not permitted"),
+])
+def test_a_setting_that_cannot_be_used_is_a_node_config_error(kwargs, field, value, fragment):
+    with pytest.raises(NodeConfigError) as exc:
+        NodeSettings(space="s.json", **kwargs)
+    assert isinstance(exc.value, BrokerError) and isinstance(exc.value, ValueError)
+    assert not isinstance(exc.value, ValidationError)
+    assert (exc.value.field, exc.value.value) == (field, value)
+    assert str(exc.value).startswith(f"node config: {field}: ") and fragment in str(exc.value)
+
+
+def test_a_missing_or_unreadable_file_is_named(tmp_path):
+    for path in (tmp_path / "none.toml", tmp_path):
+        with pytest.raises(NodeConfigError, match="cannot read node config") as exc:
+            load_settings(path)
+        assert (exc.value.field, exc.value.value) == ("config", str(path))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dls.exceptions import FilterParamsError
+from dls.exceptions import DLSError, FilterParamsError, LabelError, LabelTypeError
 from dls.hashing import (
     PositionTable,
     as_label_array,
@@ -79,6 +79,23 @@ def test_float_labels_rejected() -> None:
         check_label(True)
     with pytest.raises(ValueError):
         check_label(-1)
+
+
+@pytest.mark.parametrize("call, error, field, value", [
+    (lambda: check_label(True), LabelTypeError, "label", True),
+    (lambda: check_label(2**64, field="base"), LabelError, "base", 2**64),
+    (lambda: as_label_array(np.array([1.5])), LabelTypeError, "labels", "float64"),
+    (lambda: as_label_array([[1, 2]]), LabelError, "labels", (1, 2)),
+    (lambda: as_label_array(np.array([4, -3])), LabelError, "labels", -3),
+    (lambda: as_label_array([1, 2**64]), LabelError, "labels", 2**64),
+    (lambda: PositionTable(10, 100, 3, base=5).lookup([4]), LabelError, "labels", 4),
+])
+def test_label_errors_are_dls_errors_with_field_and_value(call, error, field, value) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, DLSError)
+    assert isinstance(info.value, TypeError if error is LabelTypeError else ValueError)
+    assert (info.value.field, info.value.value) == (field, value)
 
 
 @pytest.mark.parametrize("seed", [-1, 2**32, True, 1.0])
