@@ -1513,8 +1513,8 @@ def _ratio_panel(ax: Any, nodes: list[_NodeBars]) -> None:
             bar = ax.bar(i + w / 2, n.nocache, w, color=colour, alpha=0.4)
             ax.bar_label(bar, fmt="%.3f", fontsize=7)
     ax.axhline(BAR_THROUGHPUT_RATIO, color="red", ls="--", lw=1)
-    ax.text(len(nodes) - 0.5, BAR_THROUGHPUT_RATIO, f"bar {BAR_THROUGHPUT_RATIO:g}",
-            color="red", fontsize=7, ha="right", va="bottom")
+    ax.text(-0.55, BAR_THROUGHPUT_RATIO, f"bar {BAR_THROUGHPUT_RATIO:g}",
+            color="red", fontsize=7, ha="left", va="bottom")
     _ticks(ax, [n.system if n.paired else f"{n.system}\n(first window)" for n in nodes])
     ax.set_xlim(xs.min() - 0.6, xs.max() + 0.6)
     ax.set_ylabel("node / passthrough of the same kind")
