@@ -105,8 +105,10 @@ whether each is met.
 Output: ``kafka.json`` (records ``{"benchmark", "system", "params", "metric", "value",
 "unit"}``), ``kafka.meta.json`` (machine, commit, command, wall time, settings, topic count
 of the cluster and load average at start and end), ``kafka.log`` (what was printed),
-``kafka.profile.log`` and ``kafka.png`` (throughput bars and latency CDFs, if matplotlib
-imports).
+``kafka.profile.log`` and ``kafka.png`` (if matplotlib imports): each node's throughput
+as a ratio to the passthrough of the same kind (the median of the paired rounds where there
+are any, the first window otherwise), the paired rounds' median rates, and, after a latency
+phase, each node's best p99 at half its maximum beside that passthrough's.
 """
 
 from __future__ import annotations
@@ -699,8 +701,8 @@ def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]]
             "catch_up_s": caught_up}
 
 
-def latency_records(rec: Recorder, system: str, lp: dict[str, Any], r: dict[str, Any],
-                    facts: dict[str, Any]) -> None:
+def latency_records(rec: Recorder, system: str, lp: dict[str, Any],
+                    r: dict[str, Any]) -> None:
     """Record one latency run and log a line."""
     lat = r["latency_ms"]
     rec.add(system, lp, "achieved_rate", r["achieved_rate"], "events/s")
@@ -724,10 +726,6 @@ def latency_records(rec: Recorder, system: str, lp: dict[str, Any], r: dict[str,
                 f"{lat.max():.1f} ms ({len(lat)} samples); {tail}")
     else:
         rec.log(f"{head}: no samples; {tail}")
-    facts.setdefault("latency", []).append({
-        "system": system, "batch_size": lp["batch_size"], "poll_timeout_s": lp["poll_timeout_s"],
-        "rate_events_s": lp["rate_events_s"],
-        "latency_ms": np.sort(lat)[::max(1, len(lat) // 2000)].round(3).tolist()})
 
 
 # -- profile ------------------------------------------------------------------------------
@@ -846,7 +844,6 @@ class _Latency:
     p: Prepared
     s: RunSettings
     groups: list[str]
-    facts: dict[str, Any]
 
     def node(self, service: NodeService, settings: NodeSettings, system: str, publish: str,
              watched: list[tuple[str, int]], max_rate: float, low_rates: Sequence[float],
@@ -879,7 +876,7 @@ class _Latency:
                     break  # raised on leaving the context
                 latency_records(self.rec, system, {
                     **params, "batch_size": batch, "poll_timeout_s": poll_s,
-                    "rate_events_s": rate, "rate_fraction_of_max": frac}, r, self.facts)
+                    "rate_events_s": rate, "rate_fraction_of_max": frac}, r)
 
     def passthrough(self, system: str, lat_in: str, out_topic: str, rate: float,
                     transactional: bool, params: dict[str, Any], group_stem: str,
@@ -895,7 +892,7 @@ class _Latency:
             r = passthrough_latency(self.bootstrap, lat_in, out_topic, group, batch, poll_s,
                                     transactional, self.p, self.s, rate, f"{tag}{k}")
             latency_records(self.rec, system, {**params, "batch_size": batch,
-                                               "poll_timeout_s": poll_s}, r, self.facts)
+                                               "poll_timeout_s": poll_s}, r)
 
     def log_best_p99(self, system: str) -> None:
         """Log the best p99 at ``latency_rate_fraction`` of the maximum rate against the bar."""
@@ -1182,7 +1179,7 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                              f"{PRODUCER_DEFAULTS['linger.ms']}), paced every 1 ms",
                 "receiver": "read_committed consumer, default fetch settings"}
     watched = [(topics.deliver(c), 0) for c in service.state.clients[:s.latency_clients]]
-    lat = _Latency(bootstrap, rec, p, s, groups, facts)
+    lat = _Latency(bootstrap, rec, p, s, groups)
     lat.node(service, settings, "dls", publish, watched, dls.rate, s.latency_low_rates,
              {**lat_base, "watched_clients": len(watched)}, f"{topics.prefix}-lat", "L")
     # The same paced load through the transactional passthrough (one output topic).
@@ -1296,7 +1293,7 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     low = (0.5 * tput[per_client],) if parts and tput.get(per_client) else ()
     base_lat = {**lat_base, "delivery": node_params["delivery"], "rate_events_s": rate,
                 "rate_fraction_of_max": s.latency_rate_fraction}
-    lat = _Latency(bootstrap, rec, p, s, groups, facts)
+    lat = _Latency(bootstrap, rec, p, s, groups)
     lat.node(service, alo, system, publish, watched, win.rate, low,
              {**base_lat, "watched_clients": len(clients), "watched_partitions": len(watched)},
              f"{topics.prefix}-{system}-lat", "S" if parts else "A")
@@ -1410,43 +1407,193 @@ def _paired_rounds(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
 
 
 # -- plot ---------------------------------------------------------------------------------
-def plot(records: list[dict[str, Any]], facts: dict[str, Any], path: Path) -> bool:
-    """Throughput bars and latency CDFs; False when matplotlib is missing."""
+# The PNG shows what the log concludes from: each node's throughput as a ratio to the
+# passthrough of the same kind (the median of the paired rounds where there are any, else
+# the first window), the paired rounds' median rates, and, when the run had a latency
+# phase, each node's best p99 at half its maximum beside that passthrough's at that rate.
+_KIND_COLOUR = {True: "#1f77b4", False: "#2ca02c"}  # exactly once / at least once
+_BASE_COLOUR = "#999999"
+
+
+@dataclass(frozen=True)
+class _NodeBars:
+    """What the plot shows for one node."""
+
+    system: str
+    transactional: bool
+    baseline: str
+    ratio: float
+    paired: bool
+    round_ratios: tuple[float, ...] = ()
+    nocache: float | None = None
+    rate: float | None = None  # median events/s of the paired rounds
+    nocache_rate: float | None = None
+    baseline_rate: float | None = None
+    p99: float | None = None  # best p99 (ms) at the latency fraction of the node's maximum
+    p99_rate: float | None = None
+    baseline_p99: float | None = None
+
+
+def _median(values: Iterable[float]) -> float | None:
+    vals = list(values)
+    return float(np.median(vals)) if vals else None
+
+
+def _best_p99(records: list[dict[str, Any]], system: str, rate: float | None = None,
+              fraction: float = 0.5) -> tuple[float, float] | None:
+    """(best p99, its rate) of ``system`` at ``fraction`` of the maximum or at ``rate``."""
+    rows = [r for r in records if r["system"] == system and r["metric"] == "latency_p99"
+            and (r["params"].get("rate_fraction_of_max") == fraction if rate is None
+                 else abs(r["params"].get("rate_events_s", -1.0) - rate) < 1e-6)]
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: r["value"])
+    return float(best["value"]), float(best["params"]["rate_events_s"])
+
+
+def plot_bars(records: list[dict[str, Any]]) -> list[_NodeBars]:
+    """The plotted numbers of every node of a run, read off its records."""
+    out = []
+    for tr in (r for r in records if r["metric"] == "throughput"
+               and r["system"].startswith("dls")):
+        system, params = tr["system"], tr["params"]
+        transactional = bool(params.get("transactional", True))
+        baseline = "passthrough" if transactional else "passthrough-nontx"
+
+        def one(metric: str, name: str = system) -> dict[str, Any] | None:
+            return next((r for r in records if r["system"] == name
+                         and r["metric"] == metric), None)
+
+        paired = one("throughput_ratio_paired_median")
+        window = one("throughput_ratio" if system == "dls"
+                     else f"throughput_ratio_vs_{baseline}")
+        if paired is None and window is None:
+            continue
+        nocache = one("throughput_ratio_paired_median", f"{system}-nocache")
+
+        def rounds(name: str, of: str | None = None) -> float | None:
+            return _median(r["value"] for r in records if r["system"] == name
+                           and r["metric"] == "throughput_round"
+                           and (of is None or r["params"].get("rate_of") == of))
+
+        best = _best_p99(records, system)
+        base_best = (None if best is None
+                     else _best_p99(records, baseline, rate=best[1]))
+        chosen = paired if paired is not None else window
+        assert chosen is not None  # noqa: S101 - checked above
+        out.append(_NodeBars(
+            system=system, transactional=transactional, baseline=baseline,
+            ratio=float(chosen["value"]), paired=paired is not None,
+            round_ratios=tuple(paired["params"].get("ratios", ())) if paired else (),
+            nocache=None if nocache is None else float(nocache["value"]),
+            rate=rounds(system), nocache_rate=rounds(f"{system}-nocache"),
+            baseline_rate=rounds(baseline, of=system),
+            p99=None if best is None else best[0], p99_rate=None if best is None else best[1],
+            baseline_p99=None if base_best is None else base_best[0]))
+    return out
+
+
+def _ticks(ax: Any, names: Sequence[str]) -> None:
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+
+
+def _ratio_panel(ax: Any, nodes: list[_NodeBars]) -> None:
+    xs = np.arange(len(nodes))
+    w = 0.38
+    for i, n in enumerate(nodes):
+        colour = _KIND_COLOUR[n.transactional]
+        bar = ax.bar(i - w / 2 if n.nocache is not None else i, n.ratio, w,
+                     color=colour, hatch="" if n.paired else "//", edgecolor="white")
+        ax.bar_label(bar, fmt="%.3f", fontsize=7)
+        if n.round_ratios:  # at the bar's left edge, clear of its label
+            left = (i - w if n.nocache is not None else i - w / 2) - 0.04
+            ax.plot([left] * len(n.round_ratios), n.round_ratios, "k.", ms=4)
+        if n.nocache is not None:
+            bar = ax.bar(i + w / 2, n.nocache, w, color=colour, alpha=0.4)
+            ax.bar_label(bar, fmt="%.3f", fontsize=7)
+    ax.axhline(BAR_THROUGHPUT_RATIO, color="red", ls="--", lw=1)
+    ax.text(-0.55, BAR_THROUGHPUT_RATIO, f"bar {BAR_THROUGHPUT_RATIO:g}",
+            color="red", fontsize=7, ha="left", va="bottom")
+    _ticks(ax, [n.system if n.paired else f"{n.system}\n(first window)" for n in nodes])
+    ax.set_xlim(xs.min() - 0.6, xs.max() + 0.6)
+    ax.set_ylabel("node / passthrough of the same kind")
+    ax.set_title("throughput ratio: median of the paired rounds\n(dots: each round; light: "
+                 "route cache off)", fontsize=9)
+
+
+def _rate_panel(ax: Any, nodes: list[_NodeBars]) -> None:
+    w = 0.27
+    for i, n in enumerate(nodes):
+        for dx, value, colour, alpha in ((-w, n.baseline_rate, _BASE_COLOUR, 1.0),
+                                         (0.0, n.rate, _KIND_COLOUR[n.transactional], 1.0),
+                                         (w, n.nocache_rate, _KIND_COLOUR[n.transactional],
+                                          0.4)):
+            if value is not None:
+                ax.bar(i + dx, value, w, color=colour, alpha=alpha)
+    _ticks(ax, [f"{n.system}\nvs {n.baseline}" for n in nodes])
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v / 1000:,.0f}K")
+    ax.set_ylabel("events/s, median of the paired rounds")
+    ax.set_title("paired rounds (grey: passthrough; light: route cache off)", fontsize=9)
+
+
+def _latency_panel(ax: Any, nodes: list[_NodeBars]) -> None:
+    w = 0.38
+    for i, n in enumerate(nodes):
+        if n.baseline_p99 is not None:
+            ax.bar(i - w / 2, n.baseline_p99, w, color=_BASE_COLOUR)
+        if n.p99 is not None:
+            bar = ax.bar(i + w / 2, n.p99, w, color=_KIND_COLOUR[n.transactional])
+            ax.bar_label(bar, fmt="%.0f", fontsize=7)
+    ax.axhline(BAR_P99_MS, color="red", ls="--", lw=1)
+    ax.set_yscale("log")
+    _ticks(ax, [f"{n.system}\n{n.p99_rate:,.0f}/s" for n in nodes])
+    ax.set_ylabel("p99 latency (ms, log)")
+    ax.set_title(f"best p99 at half the node's maximum rate (red: {BAR_P99_MS:g} ms bar;\n"
+                 "grey: passthrough of the same kind at that rate)", fontsize=9)
+
+
+def plot_figure(records: list[dict[str, Any]]) -> Any:
+    """The figure of a run's records, or None (matplotlib missing, or no node measured).
+
+    One panel per thing the log concludes from; a panel without records is left out.
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return False
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    rows = [(r["system"], r["value"]) for r in records if r["metric"] == "throughput"]
-    if rows:
-        names, vals = zip(*rows, strict=True)
-        colours = ["#888", "#1f77b4", "#aaa", "#ccc", "#2ca02c", "#d62728"]
-        bars = ax1.bar(names, vals, color=colours[:len(vals)])
-        ax1.bar_label(bars, fmt="%.0f", fontsize=8)
-        ax1.set_yscale("log")
-        ax1.set_ylabel("events/s (log)")
-        ax1.set_title("one node, pre-produced events (same Kafka, same run)")
-        ax1.tick_params(axis="x", labelsize=8)
-    for entry in facts.get("latency", []):
-        lat = np.asarray(entry["latency_ms"])
-        if len(lat):
-            ax2.plot(lat, np.linspace(0, 1, len(lat)),
-                     ls="-" if entry["system"] == "dls" else "--",
-                     label=f"{entry['system']}: batch {entry['batch_size']}, "
-                           f"poll {entry['poll_timeout_s']} s, "
-                           f"{entry['rate_events_s']:.0f} ev/s")
-    ax2.axvline(BAR_P99_MS, color="red", ls=":", lw=1, label=f"{BAR_P99_MS:g} ms")
-    ax2.axhline(0.99, color="grey", ls=":", lw=1)
-    ax2.set_xscale("log")
-    ax2.set_xlabel("publish -> delivery latency (ms)")
-    ax2.set_ylabel("fraction")
-    ax2.set_title("publish -> delivery latency (CDF)")
-    ax2.legend(fontsize=7, loc="center")
-    ax2.grid(True, which="both", alpha=0.3)
+        return None
+    nodes = plot_bars(records)
+    if not nodes:
+        return None
+    panels: list[tuple[Callable[[Any, list[_NodeBars]], None], list[_NodeBars]]] = [
+        (_ratio_panel, nodes)]
+    paired = [n for n in nodes if n.rate is not None and n.baseline_rate is not None]
+    if paired:
+        panels.append((_rate_panel, paired))
+    timed = [n for n in nodes if n.p99 is not None]
+    if timed:
+        panels.append((_latency_panel, timed))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 5.0),
+                             squeeze=False)
+    for ax, (draw, which) in zip(axes[0], panels, strict=True):
+        draw(ax, which)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    fig.suptitle("one DLS node vs a passthrough of the same kind (same Kafka, same run); "
+                 "blue: exactly once, green: at least once", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def plot(records: list[dict[str, Any]], path: Path) -> bool:
+    """Write the figure of :func:`plot_figure` to ``path``; False when there is none."""
+    fig = plot_figure(records)
+    if fig is None:
+        return False
+    import matplotlib.pyplot as plt
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -1530,12 +1677,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         started=started, wall=wall, quick=args.quick, bootstrap=args.bootstrap,
         settings=asdict(settings),
         loadavg_1min_start_end=[round(load_start[0], 2), round(os.getloadavg()[0], 2)],
-        **{k: v for k, v in facts.items() if k != "latency"})
+        **facts)
     rec.log(f"wrote {len(rec.records)} records to {out} and {meta_path} in {wall:.1f} s")
     if not args.no_plot:
         png = out.with_name(out.stem + ".png")
-        rec.log(f"wrote {png}" if plot(rec.records, facts, png)
-                else "matplotlib not available: no plot")
+        rec.log(f"wrote {png}" if plot(rec.records, png)
+                else "no plot (matplotlib missing, or no node measured)")
     out.with_name(out.stem + ".log").write_text("\n".join(rec.lines) + "\n")
     return 0
 

@@ -141,3 +141,86 @@ def test_shared_partition_counts_option() -> None:
     for bad in ("4,x", "-1", "4,4", "0,2"):
         with pytest.raises(argparse.ArgumentTypeError, match="shared partitions"):
             kafka._partition_counts(bad)
+
+
+def test_quick_plot(quick_run, tmp_path):
+    _, records = quick_run
+    png = tmp_path / "kafka.png"
+    assert kafka.plot(records, png) and png.stat().st_size > 0
+
+
+# -- the PNG, from synthetic records (no Kafka) ----------------------------------------------
+def _r(system, metric, value, **params):
+    return {"benchmark": "kafka", "system": system, "metric": metric, "value": float(value),
+            "unit": "", "params": params}
+
+
+def _paired_node(system="dls-shared-p1-eos", median=0.6, window_ratio=2.9):
+    """An exactly-once shared node whose first window looks faster than its passthrough
+    while its paired rounds say it is slower (what issue 18 saw)."""
+    base = "passthrough"
+    recs = [_r(system, "throughput", 90_000, transactional=True),
+            _r(system, f"throughput_ratio_vs_{base}", window_ratio),
+            _r(system, "throughput_ratio_paired_median", median, baseline=base,
+               ratios=[median - 0.1, median, median + 0.1]),
+            _r(f"{system}-nocache", "throughput_ratio_paired_median", median / 2,
+               baseline=base, ratios=[median / 2] * 3)]
+    for k in range(3):
+        recs += [_r(system, "throughput_round", 60_000 + k, round=k),
+                 _r(f"{system}-nocache", "throughput_round", 30_000, round=k),
+                 _r(base, "throughput_round", 100_000, round=k, rate_of=system)]
+    return recs
+
+
+def _window_node():
+    return [_r("passthrough", "throughput", 100_000, transactional=True),
+            _r("dls", "throughput", 1_000, transactional=True),
+            _r("dls", "throughput_ratio", 0.01)]
+
+
+def _latency(system, base, p99s, base_p99, rate=20_000.0):
+    return ([_r(system, "latency_p99", v, rate_events_s=rate, rate_fraction_of_max=0.5)
+             for v in p99s]
+            + [_r(base, "latency_p99", base_p99, rate_events_s=rate,
+                  rate_fraction_of_max=0.5, rate_of=system)])
+
+
+def _bar_heights(ax):
+    return sorted(round(p.get_height(), 6) for p in ax.patches)
+
+
+def test_plot_shows_paired_medians_not_first_windows():
+    import matplotlib.pyplot as plt
+
+    records = _window_node() + _paired_node()
+    nodes = {n.system: n for n in kafka.plot_bars(records)}
+    assert nodes["dls-shared-p1-eos"].ratio == 0.6 and nodes["dls-shared-p1-eos"].paired
+    assert nodes["dls-shared-p1-eos"].rate == 60_001 and \
+        nodes["dls-shared-p1-eos"].baseline_rate == 100_000
+    assert nodes["dls"].ratio == 0.01 and not nodes["dls"].paired
+    fig = kafka.plot_figure(records)
+    try:
+        ratio_ax, rate_ax = fig.axes  # no latency phase: no latency panel
+        assert _bar_heights(ratio_ax) == [0.01, 0.3, 0.6]  # 2.9 (first window) is not drawn
+        assert _bar_heights(rate_ax) == [30_000, 60_001, 100_000]
+        for ax in fig.axes:
+            assert all(label.get_rotation() == 30 for label in ax.get_xticklabels())
+    finally:
+        plt.close(fig)
+
+
+def test_plot_panels_follow_the_phases_run():
+    import matplotlib.pyplot as plt
+
+    only_window = kafka.plot_figure(_window_node())
+    with_latency = kafka.plot_figure(
+        _window_node() + _paired_node()
+        + _latency("dls-shared-p1-eos", "passthrough", [150.0, 90.0], 120.0))
+    try:
+        assert len(only_window.axes) == 1
+        assert len(with_latency.axes) == 3
+        assert _bar_heights(with_latency.axes[2]) == [90.0, 120.0]  # the best p99, its floor
+    finally:
+        plt.close(only_window)
+        plt.close(with_latency)
+    assert kafka.plot_figure([]) is None

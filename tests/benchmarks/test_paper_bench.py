@@ -212,3 +212,89 @@ def test_cli_rejects_unknown_names():
         paper.main(["--tiny", "--experiments", "scaling,nope"])
     with pytest.raises(SystemExit, match="--systems"):
         paper.main(["--tiny", "--systems", "dls,xyz"])
+
+
+# -- the report's conclusions come from the records ------------------------------------------
+def _rec(system, metric, value, **params):
+    return {"benchmark": "paper", "system": system, "metric": metric, "value": float(value),
+            "unit": "", "params": params}
+
+
+def _scaling(system, metric, value, dist="uniform", d=3, g=32, n=500_000):
+    return _rec(system, metric, value, experiment="scaling", distribution=dist, d=d, g=g,
+                n_subs=n, n_clients=1000)
+
+
+def _results(records):
+    return report.Results(records, {})
+
+
+def _discussion(records):
+    return "\n".join(report.discussion(_results(records)))
+
+
+def _sizes(system="dls", first=1.0, last=1.0):
+    """Insert times at 100K and 500K for every (d, g): the run's sizes, and a trend."""
+    return [_scaling(system, "insert_time", v, d=d, g=g, n=n)
+            for d, g in report.DIMS for n, v in ((100_000, first), (500_000, last))]
+
+
+def test_traffic_conclusion_follows_the_records():
+    every_cell = _sizes() + [_scaling("dls", "forwarded", g**d, d=d, g=g)
+                             for d, g in report.DIMS]
+    few_cells = _sizes() + [_scaling("dls", "forwarded", 100, d=d, g=g)
+                            for d, g in report.DIMS]
+    yes, no = _discussion(every_cell), _discussion(few_cells)
+    assert "within 5 % of the paper's for every d: agreement" in yes
+    assert "agreement" not in no and "not within 5 % of the paper's for every d" in no
+    assert "both are 95 % or more of every cell" in yes and "ours cover 1 % / 0 % / 0 %" in no
+
+
+def test_insertion_shape_conclusion_flips():
+    flat, steep = _discussion(_sizes(first=1.0, last=1.1)), _discussion(_sizes(last=5.0))
+    assert "the shape agrees with the paper's" in flat
+    assert "the shape differs from the paper's" in steep and "grows for d = 3" in steep
+    for text in (flat, steep):  # no fixed claim about the machine's load
+        assert "load averages" not in text and "5–11" not in text
+
+
+def test_matching_gap_and_memory_conclusions_flip():
+    def run(dls_t, mics_t, dls_mem, mics_mem):
+        return _discussion(_sizes() + _sizes("mics") + [
+            _scaling("dls", "matching_time", dls_t), _scaling("mics", "matching_time", mics_t),
+            _scaling("dls", "matching_time", dls_t, n=100_000),
+            _scaling("mics", "matching_time", mics_t, n=100_000),
+            _scaling("dls", "bytes_per_subscription", dls_mem),
+            _scaling("mics", "bytes_per_subscription", mics_mem)])
+
+    wide, narrow = run(1.0, 500.0, 200.0, 100.0), run(2.0, 1.0, 100.0, 200.0)
+    assert "here 500.0× slower, a larger gap" in wide
+    assert "here 2.0× faster, a smaller gap" in narrow
+    assert "DLS takes the most per subscription here" in wide
+    assert "The largest per subscription here is MICS, not DLS" in narrow
+    for text in (wide, narrow):
+        assert "much faster" not in text and "far smaller" not in text
+
+
+def test_granule_and_bar_conclusions_flip():
+    def run(dls_ins_last, mics_match):
+        recs = [_rec(s_, m, v, experiment="granules", distribution="uniform", g=g, d=3,
+                     n_clients=1000)
+                for g, dls_ins in ((16, 1.0), (256, dls_ins_last))
+                for s_, m, v in (("dls", "insert_time", dls_ins), ("dls", "matching_time", 1.0),
+                                 ("dls", "labels_per_subscription", 3.0),
+                                 ("mics", "insert_time", 1.0), ("mics", "matching_time", 1.0))]
+        recs += [_rec(s_, m, v, experiment="matching", distribution="uniform", d=3, g=32,
+                      n_subs=500_000, n_clients=1000)
+                 for s_, m, v in (("dls", "matching_time", 1.0),
+                                  ("mics", "matching_time", mics_match),
+                                  ("dls", "deliveries_per_event", 10.0),
+                                  ("mics", "deliveries_per_event", 5.0))]
+        return _discussion(recs)
+
+    flat, steep = run(1.1, 20.0), run(10.0, 2.0)
+    assert "DLS insertion 1.000 → 1.100 µs, flat; the paper's 0.791 → 1.000 µs, flat: as in " \
+           "the paper" in flat
+    assert "DLS insertion 1.000 → 10.000 µs, grows; the paper's 0.791 → 1.000 µs, flat: " \
+           "unlike the paper" in steep
+    assert "so the 10× bar is met" in flat and "so the 10× bar is not met" in steep
