@@ -1,4 +1,6 @@
-"""DESIGN §3.2: the paper's CBF-based aggregation (Algorithm 3) loses events; exact does not.
+"""The paper's CBF-based aggregation (Algorithm 3) loses events; exact does not.
+
+See docs/architecture.md#exact-aggregation.
 
 SFF holds A and B; C arrives and all of C's counters are already non-zero, so C is never
 advertised; A is unsubscribed, its advertisement is withdrawn, the neighbour's ERT drops A
