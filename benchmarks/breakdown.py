@@ -33,6 +33,7 @@ import broker_node.links as links_mod
 import broker_node.registry as registry_mod
 import broker_node.state as state_mod
 import dls.bank as bank_mod
+import dls.bitset_bank as bitset_bank_mod
 from benchmarks.core import (
     CLIENT_FP_RATE,
     NEIGHBOURS,
@@ -65,10 +66,10 @@ TARGETS: list[tuple[Any, str, str]] = [
     (bank_mod.DirectLabelBank, "remove", "bank.remove"),
     (bank_mod.BitSlicedCBFBank, "_pair_rows", "bank._pair_rows (hash positions)"),
     (bank_mod.BitSlicedCBFBank, "_match_rows", "bank._match_rows (hash positions)"),
-    (bank_mod, "count_keys", "bank.count_keys (sort/bincount of counter keys)"),
-    (bank_mod._BitsetBank, "_refresh", "bank._refresh (bitset update)"),
-    (bank_mod._BitsetBank, "match", "bank.match"),
-    (bank_mod, "_decode", "bank._decode (bitset -> CSR)"),
+    (bitset_bank_mod, "count_keys", "bank.count_keys (sort/bincount of counter keys)"),
+    (bitset_bank_mod.BitsetBank, "_refresh", "bank._refresh (bitset update)"),
+    (bitset_bank_mod.BitsetBank, "match", "bank.match"),
+    (bitset_bank_mod, "decode", "bank._decode (bitset -> CSR)"),
 ]
 
 

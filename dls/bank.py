@@ -1,4 +1,4 @@
-"""Matching a batch of event labels against many client filters at once (DESIGN §4).
+"""Matching a batch of event labels against many client filters at once.
 
 A *bank* holds one filter per client (client index ``0..capacity-1``) and answers, for a
 batch of ``E`` event labels, which clients' filters contain each label, without any
@@ -17,29 +17,29 @@ Matches are returned as CSR: ``offsets`` (int64, length ``E + 1``) and ``clients
 ascending within each event); the clients of event ``e`` are
 ``clients[offsets[e]:offsets[e + 1]]``. A bank's ``match_threads`` (default 1) lets a large
 batch be matched on several threads, with the same result.
+
+What both banks share (the count matrix, its bitset, updates and matching) is
+:class:`dls.bitset_bank.BitsetBank`; turning matched bitsets into CSR is :mod:`dls.bitset`;
+the design is in docs/architecture.md ("Matching many clients at once").
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from dls.cbf import CountingBloomFilter, check_counter_bits, count_keys, counter_max
-from dls.exceptions import FilterParamsError, IncompatibleFiltersError
-from dls.hashing import (
-    PositionFn,
-    PositionTable,
-    as_label_array,
-    check_k,
-    check_label,
-    check_m,
-    check_seed,
-    positions,
+from dls.bitset import WORD_BITS
+from dls.bitset_bank import BitsetBank, check_client
+from dls.cbf import CountingBloomFilter
+from dls.counting import (
+    CountingParams,
+    FilterTypeError,
+    check_positive_int,
+    read_only,
 )
+from dls.exceptions import FilterParamsError, IncompatibleFiltersError
+from dls.hashing import PositionFn, PositionTable, check_label
 
 __all__ = [
     "BitSlicedCBFBank",
@@ -48,17 +48,8 @@ __all__ = [
     "WORD_BITS",
 ]
 
-WORD_BITS = 64
-"""Clients per bitset word; capacities are multiples of it."""
-
-_LE_U64 = np.dtype("<u8")
-_MATCH_CHUNK_BYTES = 64 * 2**20
-_DECODE_BLOCK_BYTES = 2**19
-# Events per thread below which handing a batch to threads costs more than it saves
-# (one hand-off is tens of microseconds; matching an event about a microsecond).
-_PARALLEL_MIN_EVENTS = 1024
-# Largest position table the CBF bank keeps a transposed copy of for matching.
 _COLS_TABLE_MAX_BYTES = 16 * 2**20
+"""Largest position table the CBF bank keeps a transposed copy of for matching."""
 
 
 @runtime_checkable
@@ -80,7 +71,7 @@ class ClientFilterBank(Protocol):
         ...
 
     def remove(self, clients: np.ndarray, labels: np.ndarray) -> None:
-        """Remove each (client, label) pair once, all or nothing (KeyError if absent)."""
+        """Remove each (client, label) pair once, all or nothing (AbsentLabelError if absent)."""
         ...
 
     match_threads: int
@@ -101,416 +92,7 @@ class ClientFilterBank(Protocol):
         ...
 
 
-def _round_up(n: int) -> int:
-    return -(-n // WORD_BITS) * WORD_BITS
-
-
-def _check_client(client: Any) -> int:
-    if not isinstance(client, int | np.integer) or isinstance(client, bool | np.bool_):
-        raise TypeError(f"client must be an integer, got {client!r}")
-    if int(client) < 0:
-        raise ValueError(f"client must be non-negative, got {int(client)}")
-    return int(client)
-
-
-def _check_pairs(clients: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
-    lab = as_label_array(labels)
-    cli = np.asarray(clients)
-    if cli.ndim == 0:
-        cli = cli.reshape(1)
-    if cli.ndim != 1 or (cli.size and cli.dtype.kind not in "iu"):
-        raise TypeError(f"clients must be a 1-D integer array, got {cli.dtype} {cli.shape}")
-    if cli.shape != lab.shape:
-        raise ValueError(
-            f"clients and labels must have the same length, got {cli.shape[0]} and {lab.shape[0]}"
-        )
-    if cli.size and cli.dtype.kind == "u" and int(cli.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"client index too large: {int(cli.max())}")
-    cli = cli.astype(np.int64, copy=False)
-    if cli.size and int(cli.min()) < 0:
-        raise ValueError(f"clients must be non-negative, got {int(cli.min())}")
-    return cli, lab
-
-
-def _check_exclude(exclude: Any, n_events: int) -> np.ndarray | None:
-    if exclude is None:
-        return None
-    ex = np.asarray(exclude)
-    if ex.ndim == 0:
-        ex = ex.reshape(1)
-    if ex.shape != (n_events,) or (ex.size and ex.dtype.kind not in "iu"):
-        raise ValueError(
-            f"exclude must be an integer array of shape ({n_events},), got {ex.dtype} {ex.shape}"
-        )
-    return ex.astype(np.int64, copy=False)
-
-
-_LANES_16 = np.uint64(0x00FF00FF00FF00FF)
-_SUM_LANES = np.uint64(0x0001000100010001)
-
-
-def _row_counts(acc: np.ndarray) -> np.ndarray:
-    """Set bits of each row of an (E, W) uint64 bitset, int64.
-
-    ``bitwise_count(acc).sum(axis=1)`` reduces along short rows, one row at a time. When
-    ``W`` is a multiple of 8 (up to 1,000 words), the per-word counts (bytes, at most
-    64) are summed eight at a time in 64-bit words instead: bytes added pairwise into
-    16-bit lanes (at most 128 each, at most 16,000 once the ``W // 8`` words of a row are
-    added), then the four lanes summed by one multiply (the total, at most ``64 W``,
-    fits the top 16 bits). That is a third of the time.
-    """
-    counts = np.bitwise_count(acc)
-    n_words = acc.shape[1]
-    if n_words % 8 or n_words > 1000 or not counts.flags.c_contiguous:
-        return counts.sum(axis=1, dtype=np.int64)
-    words = counts.view(np.uint64)  # (E, W // 8); byte order does not change a sum
-    lanes = words & _LANES_16
-    lanes += (words >> np.uint64(8)) & _LANES_16
-    total = lanes[:, 0].copy()
-    for j in range(1, lanes.shape[1]):  # loop over W // 8 columns, not over events
-        total += lanes[:, j]
-    total *= _SUM_LANES
-    total >>= np.uint64(48)
-    return total.astype(np.int64)
-
-
-def _row_offsets(acc: np.ndarray) -> np.ndarray:
-    """CSR offsets of an (E, W) uint64 bitset: the running sum of its rows' popcounts."""
-    offsets = np.zeros(acc.shape[0] + 1, dtype=np.int64)
-    np.cumsum(_row_counts(acc), out=offsets[1:])
-    return offsets
-
-
-def _decode_into(acc: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
-    """Write the set-bit indices of the rows of ``acc`` to ``out[offsets[0]:offsets[-1]]``.
-
-    ``offsets`` (length ``E + 1``) are where each row's indices go in ``out`` (row ``e``
-    fills ``out[offsets[e]:offsets[e + 1]]``), e.g. :func:`_row_offsets` shifted by the
-    rows before ``acc``. The indices are decoded a block of rows at a time (about
-    ``_DECODE_BLOCK_BYTES`` unpacked bytes, so the unpacked block stays in cache): one
-    unpack of the block viewed as bool, whose flat non-zero positions are
-    ``row * 64W + client``; the client is that position masked (``64W`` a power of two)
-    or reduced modulo ``64W``, written straight into ``out``.
-    """
-    n_events, n_words = acc.shape
-    width = n_words * WORD_BITS
-    if n_events == 0 or int(offsets[-1]) == int(offsets[0]):
-        return
-    raw = np.ascontiguousarray(acc, dtype=_LE_U64).view(np.uint8)
-    step = max(1, _DECODE_BLOCK_BYTES // width)
-    mask = width - 1 if width & (width - 1) == 0 else None
-    # block boundaries only (not one Python int per event: tolist() of all the offsets
-    # costs about as much as decoding a block)
-    starts = list(range(0, n_events, step))
-    bounds = offsets[[*starts, n_events]].tolist()
-    for i, start in enumerate(starts):  # loop over blocks, not over events or clients
-        a, b = bounds[i], bounds[i + 1]
-        if a == b:
-            continue
-        stop = min(start + step, n_events)
-        flat = np.flatnonzero(np.unpackbits(raw[start:stop], axis=1,
-                                            bitorder="little").view(bool))
-        if mask is not None:
-            np.bitwise_and(flat, mask, out=out[a:b])
-        else:
-            np.remainder(flat, width, out=out[a:b])
-
-
-def _decode(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Turn an (E, W) uint64 bitset into CSR (offsets, sorted client indices).
-
-    Counts come from a popcount per row, so the output is allocated once at its final
-    size and filled by :func:`_decode_into`. Its byte-per-client scan (``flatnonzero``
-    of the unpacked bits, about 0.5 ns per client slot and event) is what matching costs
-    when many clients match.
-    """
-    offsets = _row_offsets(acc)
-    clients = np.empty(int(offsets[-1]), dtype=np.int64)
-    _decode_into(acc, offsets, clients)
-    return offsets, clients
-
-
-_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """A shared pool of ``workers`` threads for this process.
-
-    Keyed by process id too: a pool inherited through ``fork`` has no threads in the
-    child and would never run a task.
-    """
-    key = (os.getpid(), workers)
-    with _POOLS_LOCK:
-        pool = _POOLS.get(key)
-        if pool is None:
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dls-bank")
-            _POOLS[key] = pool
-        return pool
-
-
-class _BitsetBank:
-    """Common machinery: a (rows, capacity) count matrix and its bit-sliced mirror."""
-
-    _count_dtype: np.dtype[Any]
-
-    def __init__(self, n_rows: int, capacity: int) -> None:
-        self._rows = n_rows
-        self._cap = 0
-        self._n_clients = 0
-        self._counts = np.zeros((n_rows, 0), dtype=self._count_dtype)
-        self._bits = np.zeros((n_rows, 0), dtype=np.uint64)
-        self._threads = 1
-        self._grow_to(_round_up(max(capacity, WORD_BITS)))
-
-    # -- to specialise ------------------------------------------------------------
-    def _saturation(self) -> int | None:
-        """Saturation value of the counts, or None when counts are exact."""
-        raise NotImplementedError
-
-    def _pair_rows(self, labels: np.ndarray) -> np.ndarray:
-        """Count-matrix rows incremented by each label, int64 (n, r)."""
-        raise NotImplementedError
-
-    def _match_rows(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Rows to AND for each event label, and a mask of labels that can match."""
-        raise NotImplementedError
-
-    def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """:meth:`_match_rows` as a (k, E) int array: one contiguous index vector per hash."""
-        rows, valid = self._match_rows(labels)
-        return np.ascontiguousarray(rows.T), valid
-
-    def _check_capacity(self, capacity: int) -> None:
-        """Raise if ``capacity`` client slots cannot be allocated."""
-
-    # -- capacity -----------------------------------------------------------------
-    @property
-    def n_clients(self) -> int:
-        """One more than the highest client index ever added (0 when empty)."""
-        return self._n_clients
-
-    @property
-    def capacity(self) -> int:
-        """Number of client slots allocated (a multiple of 64)."""
-        return self._cap
-
-    def _grow_to(self, capacity: int) -> None:
-        self._check_capacity(capacity)
-        counts = np.zeros((self._rows, capacity), dtype=self._count_dtype)
-        counts[:, : self._cap] = self._counts
-        bits = np.zeros((self._rows, capacity // WORD_BITS), dtype=np.uint64)
-        bits[:, : self._cap // WORD_BITS] = self._bits
-        self._counts, self._bits, self._cap = counts, bits, capacity
-
-    def _ensure_clients(self, n_clients: int) -> None:
-        if n_clients > self._cap:
-            needed = _round_up(n_clients)
-            target = max(needed, 2 * self._cap)
-            try:
-                self._check_capacity(target)
-            except FilterParamsError:
-                target = needed
-            self._grow_to(target)
-        self._n_clients = max(self._n_clients, n_clients)
-
-    def memory_bytes(self) -> int:
-        """Bytes held by the count matrix and the bitset."""
-        return int(self._counts.nbytes + self._bits.nbytes)
-
-    # -- updates --------------------------------------------------------------------
-    def _refresh(self, flat_keys: np.ndarray, old_counts: np.ndarray,
-                 new_counts: np.ndarray) -> None:
-        """Flip the bitset bits of the counters (sorted unique flat indices) that crossed 0.
-
-        Only counters going 0 -> non-zero or non-zero -> 0 change a bit. Bits of one
-        64-client word are OR-reduced together (``reduceat`` over the sorted keys), so each
-        touched word is written once, without re-reading its 64 counters.
-        """
-        flat_bits = self._bits.reshape(-1)
-        was, now = old_counts != 0, new_counts != 0
-        for keys, setting in ((flat_keys[now & ~was], True), (flat_keys[was & ~now], False)):
-            if keys.size == 0:
-                continue
-            words = keys >> 6  # WORD_BITS == 64
-            masks = np.left_shift(np.uint64(1), (keys & 63).astype(np.uint64))
-            starts = np.flatnonzero(np.concatenate(([True], words[1:] != words[:-1])))
-            merged = np.bitwise_or.reduceat(masks, starts)
-            w = words[starts]
-            if setting:
-                flat_bits[w] |= merged
-            else:
-                flat_bits[w] &= ~merged
-
-    def _add_pairs(self, clients: Any, labels: Any) -> np.ndarray:
-        cli, lab = _check_pairs(clients, labels)
-        if cli.size == 0:
-            return cli
-        rows = self._pair_rows(lab)  # validates labels before anything changes
-        self._ensure_clients(int(cli.max()) + 1)
-        keys = rows * np.int64(self._cap)
-        keys += cli[:, None]
-        uniq, inc = count_keys(keys.reshape(-1), self._rows * self._cap)
-        flat = self._counts.reshape(-1)
-        old = flat[uniq].astype(np.int64)
-        new = old + inc
-        sat = self._saturation()
-        if sat is not None:
-            np.minimum(new, sat, out=new)
-        else:
-            limit = int(np.iinfo(self._count_dtype).max)
-            if int(new.max()) > limit:
-                raise FilterParamsError(
-                    f"a count would exceed {limit}", field="labels", value=int(new.max())
-                )
-        flat[uniq] = new
-        self._refresh(uniq, old, new)
-        return cli
-
-    def _remove_pairs(self, clients: Any, labels: Any) -> np.ndarray:
-        cli, lab = _check_pairs(clients, labels)
-        if cli.size == 0:
-            return cli
-        rows = self._pair_rows(lab)
-        outside = cli >= self._cap
-        if outside.any():
-            i = int(np.argmax(outside))
-            raise KeyError(f"client {int(cli[i])} does not contain label {int(lab[i])}")
-        keys = rows * np.int64(self._cap)
-        keys += cli[:, None]
-        uniq, dec = count_keys(keys.reshape(-1), self._rows * self._cap)
-        flat = self._counts.reshape(-1)
-        cur = flat[uniq].astype(np.int64)
-        sat = self._saturation()
-        bad = dec > cur
-        if sat is not None:
-            bad &= cur < sat
-        if bad.any():
-            offending = np.isin(keys, uniq[bad]).any(axis=1)
-            i = int(np.argmax(offending))
-            raise KeyError(f"client {int(cli[i])} does not contain label {int(lab[i])}")
-        new = cur - dec
-        if sat is not None:
-            new[cur == sat] = sat  # a saturated counter stays saturated
-        flat[uniq] = new
-        self._refresh(uniq, cur, new)
-        return cli
-
-    # -- queries --------------------------------------------------------------------
-    @property
-    def match_threads(self) -> int:
-        """Threads :meth:`match` may use on a large batch (1, the default: no threads)."""
-        return self._threads
-
-    @match_threads.setter
-    def match_threads(self, value: int) -> None:
-        if (not isinstance(value, int | np.integer) or isinstance(value, bool | np.bool_)
-                or int(value) < 1):
-            raise ValueError(f"match_threads must be a positive integer, got {value!r}")
-        self._threads = int(value)
-
-    def match(
-        self, labels: np.ndarray, exclude: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Clients whose filter contains each event label, as CSR.
-
-        With :attr:`match_threads` above 1, a batch of at least that many times
-        ``_PARALLEL_MIN_EVENTS`` events is split into contiguous parts matched on that
-        many threads (numpy releases the GIL in the gathers and the decode); the result
-        is the same.
-
-        Args:
-            labels: ``E`` event labels (uint64).
-            exclude: Optional int64 array of shape ``(E,)``: a client not to return for
-                each event (the publisher), or -1 for none.
-
-        Returns:
-            ``(offsets, clients)``: int64 arrays of lengths ``E + 1`` and
-            ``offsets[-1]``; clients ascending within each event.
-        """
-        lab = as_label_array(labels)
-        n_events = lab.shape[0]
-        ex = _check_exclude(exclude, n_events)
-        words = self._cap // WORD_BITS
-        # bounded memory: the bitset of a chunk and its gather buffer (8 bytes a word)
-        chunk = max(1, _MATCH_CHUNK_BYTES // max(1, 16 * words))
-        parts = min(self.match_threads, n_events // _PARALLEL_MIN_EVENTS)
-        if n_events <= chunk:
-            if parts > 1:
-                return self._match_parallel(lab, ex, parts)
-            return self._match_chunk(lab, ex)
-        parts_off: list[np.ndarray] = []
-        parts_cli: list[np.ndarray] = []
-        base = 0
-        for start in range(0, n_events, chunk):  # bounded memory; loop over chunks only
-            stop = min(start + chunk, n_events)
-            sub_ex = None if ex is None else ex[start:stop]
-            sub_parts = min(parts, (stop - start) // _PARALLEL_MIN_EVENTS)
-            off, cli = (self._match_parallel(lab[start:stop], sub_ex, sub_parts)
-                        if sub_parts > 1 else self._match_chunk(lab[start:stop], sub_ex))
-            parts_off.append(off[1:] + base)
-            parts_cli.append(cli)
-            base += int(off[-1])
-        offsets = np.concatenate([np.zeros(1, dtype=np.int64), *parts_off])
-        return offsets, np.concatenate(parts_cli)
-
-    def _accumulate(self, labels: np.ndarray, exclude: np.ndarray | None) -> np.ndarray:
-        """The (E, W) uint64 bitset of the clients matching each label (AND of its rows)."""
-        cols, valid = self._match_cols(labels)
-        acc = np.take(self._bits, cols[0], axis=0)
-        if len(cols) > 1:
-            tmp = np.empty_like(acc)
-            for j in range(1, len(cols)):  # loop over k, not over events or clients
-                np.take(self._bits, cols[j], axis=0, out=tmp)
-                acc &= tmp
-        if valid is not None:
-            acc[~valid] = 0
-        if exclude is not None:
-            ev = np.flatnonzero((exclude >= 0) & (exclude < self._cap))
-            who = exclude[ev]
-            acc[ev, who // WORD_BITS] &= ~(np.uint64(1) << (who % WORD_BITS).astype(np.uint64))
-        return acc
-
-    def _match_chunk(
-        self, labels: np.ndarray, exclude: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return _decode(self._accumulate(labels, exclude))
-
-    def _match_parallel(
-        self, labels: np.ndarray, exclude: np.ndarray | None, parts: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_match_chunk` on ``parts`` threads, each on a contiguous slice of events.
-
-        Two rounds, so that no part's clients are copied twice: each thread gathers its
-        slice's bitset and row counts; the offsets of the whole batch follow; then each
-        thread decodes its bitset straight into its range of the one output array.
-        """
-        n_events = labels.shape[0]
-        edges = [n_events * i // parts for i in range(parts + 1)]
-        pool = _pool(parts - 1)  # the calling thread takes the first part itself
-
-        def gather(i: int) -> tuple[np.ndarray, np.ndarray]:
-            a, b = edges[i], edges[i + 1]
-            acc = self._accumulate(labels[a:b], None if exclude is None else exclude[a:b])
-            return acc, _row_counts(acc)
-
-        others = [pool.submit(gather, i) for i in range(1, parts)]
-        accs = [gather(0), *(f.result() for f in others)]
-        offsets = np.zeros(n_events + 1, dtype=np.int64)
-        np.cumsum(np.concatenate([c for _, c in accs]), out=offsets[1:])
-        clients = np.empty(int(offsets[-1]), dtype=np.int64)
-
-        def decode(i: int) -> None:
-            _decode_into(accs[i][0], offsets[edges[i]:edges[i + 1] + 1], clients)
-
-        done = [pool.submit(decode, i) for i in range(1, parts)]
-        decode(0)
-        for f in done:
-            f.result()
-        return offsets, clients
-
-
-class BitSlicedCBFBank(_BitsetBank):
+class BitSlicedCBFBank(BitsetBank, CountingParams):
     """One counting Bloom filter per client, laid out bit-sliced for batch matching.
 
     Every client's filter has the same ``(m, k, counter_bits, seed)``; the filter of
@@ -542,21 +124,10 @@ class BitSlicedCBFBank(_BitsetBank):
         position_fn: PositionFn | None = None,
         initial_capacity: int = WORD_BITS,
     ) -> None:
-        self._m = check_m(m)
-        self._k = check_k(k)
-        self._counter_bits = check_counter_bits(counter_bits)
-        self._seed = check_seed(seed)
-        self._max = counter_max(self._counter_bits)
-        if position_fn is not None and not callable(position_fn):
-            raise FilterParamsError(
-                f"position_fn must be callable, got {position_fn!r}",
-                field="position_fn",
-                value=position_fn,
-            )
-        self._position_fn = position_fn
+        self._init_params(m, k, counter_bits, seed, position_fn)
         # A precomputed position table, transposed to (k, labels): matching then gathers
         # each hash's positions as one contiguous vector, without the (E, k) int64 rows
-        # and their transpose (a few percent of matching a batch). Small tables only.
+        # and their transpose. Small tables only (_COLS_TABLE_MAX_BYTES).
         table = (position_fn if isinstance(position_fn, PositionTable)
                  else getattr(position_fn, "__self__", None))  # a table or its lookup
         self._cols_table: np.ndarray | None = None
@@ -568,52 +139,19 @@ class BitSlicedCBFBank(_BitsetBank):
         self._items = np.zeros(0, dtype=np.int64)
         super().__init__(self._m, initial_capacity)
 
-    @property
-    def m(self) -> int:
-        """Counters per client filter."""
-        return self._m
-
-    @property
-    def k(self) -> int:
-        """Hash functions."""
-        return self._k
-
-    @property
-    def counter_bits(self) -> int:
-        """Counter width in bits."""
-        return self._counter_bits
-
-    @property
-    def seed(self) -> int:
-        """MurmurHash3 seed."""
-        return self._seed
-
+    # m, k, counter_bits, seed, max_count, params and _positions: see CountingParams.
     @property
     def counters(self) -> np.ndarray:
         """Read-only view of the ``(m, capacity)`` uint8 counter matrix."""
-        view = self._counts.view()
-        view.flags.writeable = False
-        return view
+        return read_only(self._counts)
 
     @property
     def bits(self) -> np.ndarray:
         """Read-only view of the ``(m, capacity // 64)`` uint64 bit-sliced matrix."""
-        view = self._bits.view()
-        view.flags.writeable = False
-        return view
+        return read_only(self._bits)
 
     def _saturation(self) -> int | None:
         return self._max
-
-    def _positions(self, labels: np.ndarray) -> np.ndarray:
-        if self._position_fn is None:
-            return positions(labels, self._m, self._k, self._seed)
-        out = np.asarray(self._position_fn(labels))
-        if out.shape != (labels.shape[0], self._k):
-            raise ValueError(
-                f"position_fn returned shape {out.shape}, expected {(labels.shape[0], self._k)}"
-            )
-        return out.astype(np.int64, copy=False)
 
     def _pair_rows(self, labels: np.ndarray) -> np.ndarray:
         return self._positions(labels)
@@ -651,8 +189,8 @@ class BitSlicedCBFBank(_BitsetBank):
         """Remove each (client, label) pair once, all or nothing.
 
         Raises:
-            KeyError: Naming a pair whose client filter definitely does not contain the
-                label (nothing changes).
+            AbsentLabelError: (a ``KeyError``) Naming a pair whose client filter definitely
+                does not contain the label (nothing changes).
         """
         cli = self._remove_pairs(clients, labels)
         if cli.size:
@@ -660,7 +198,7 @@ class BitSlicedCBFBank(_BitsetBank):
 
     def contains(self, client: int, label: int) -> bool:
         """Whether ``client``'s filter (possibly) contains ``label``."""
-        c = _check_client(client)
+        c = check_client(client)
         value = check_label(label)
         if c >= self._cap:
             return False
@@ -678,7 +216,7 @@ class BitSlicedCBFBank(_BitsetBank):
 
     def client_filter(self, client: int) -> CountingBloomFilter:
         """Return a standalone copy of ``client``'s filter (same parameters)."""
-        c = _check_client(client)
+        c = check_client(client)
         if c >= self._cap:
             return CountingBloomFilter.with_params(
                 self._m,
@@ -702,16 +240,16 @@ class BitSlicedCBFBank(_BitsetBank):
         Raises:
             IncompatibleFiltersError: If ``cbf``'s parameters differ from the bank's.
         """
-        c = _check_client(client)
+        c = check_client(client)
         if not isinstance(cbf, CountingBloomFilter):
-            raise TypeError(f"expected a CountingBloomFilter, got {type(cbf).__name__}")
+            raise FilterTypeError(f"expected a CountingBloomFilter, got {type(cbf).__name__}",
+                                  field="cbf", value=cbf)
         mine = (self._m, self._k, self._counter_bits, self._seed)
         theirs = (cbf.m, cbf.k, cbf.counter_bits, cbf.seed)
         if mine != theirs:
             raise IncompatibleFiltersError(
                 f"cannot load a filter with parameters {cbf.params} into a bank with "
-                f"(m={self._m}, k={self._k}, counter_bits={self._counter_bits}, "
-                f"seed={self._seed})",
+                f"({self._params_text()})",
                 field="params",
                 value=(mine, theirs),
             )
@@ -725,12 +263,12 @@ class BitSlicedCBFBank(_BitsetBank):
 
     def __repr__(self) -> str:
         return (
-            f"BitSlicedCBFBank(m={self._m}, k={self._k}, counter_bits={self._counter_bits}, "
-            f"seed={self._seed}, n_clients={self._n_clients}, capacity={self._cap})"
+            f"BitSlicedCBFBank({self._params_text()}, n_clients={self._n_clients}, "
+            f"capacity={self._cap})"
         )
 
 
-class DirectLabelBank(_BitsetBank):
+class DirectLabelBank(BitsetBank):
     """Exact per-client label counts over a small dense label space ``base..base+L-1``.
 
     Args:
@@ -754,17 +292,7 @@ class DirectLabelBank(_BitsetBank):
         max_bytes: int = 2**30,
         initial_capacity: int = WORD_BITS,
     ) -> None:
-        if (
-            not isinstance(label_space_size, int | np.integer)
-            or isinstance(label_space_size, bool | np.bool_)
-            or int(label_space_size) <= 0
-        ):
-            raise FilterParamsError(
-                f"label_space_size must be a positive integer, got {label_space_size!r}",
-                field="label_space_size",
-                value=label_space_size,
-            )
-        self._labels = int(label_space_size)
+        self._labels = check_positive_int(label_space_size, "label_space_size")
         self._base = check_label(base, field="base")
         self._max_bytes = int(max_bytes)
         super().__init__(self._labels, initial_capacity)
@@ -777,9 +305,7 @@ class DirectLabelBank(_BitsetBank):
     @property
     def counts(self) -> np.ndarray:
         """Read-only view of the ``(L, capacity)`` uint32 count matrix."""
-        view = self._counts.view()
-        view.flags.writeable = False
-        return view
+        return read_only(self._counts)
 
     def _check_capacity(self, capacity: int) -> None:
         need = self._labels * capacity * 4
@@ -831,13 +357,14 @@ class DirectLabelBank(_BitsetBank):
         """Remove each (client, label) pair once, all or nothing.
 
         Raises:
-            KeyError: Naming a pair removed more often than it was added (nothing changes).
+            AbsentLabelError: (a ``KeyError``) Naming a pair removed more often than it was
+                added (nothing changes).
         """
         self._remove_pairs(clients, labels)
 
     def contains(self, client: int, label: int) -> bool:
         """Whether ``client`` holds ``label`` (exact)."""
-        c = _check_client(client)
+        c = check_client(client)
         value = check_label(label) - self._base
         if c >= self._cap or not 0 <= value < self._labels:
             return False
@@ -845,7 +372,7 @@ class DirectLabelBank(_BitsetBank):
 
     def count(self, client: int, label: int) -> int:
         """How many times the pair is currently held."""
-        c = _check_client(client)
+        c = check_client(client)
         value = check_label(label) - self._base
         if c >= self._cap or not 0 <= value < self._labels:
             return 0

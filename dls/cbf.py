@@ -7,8 +7,9 @@ it. This can only add false positives, never false negatives.
 
 Each of a label's ``k`` positions (see :mod:`dls.hashing`) is one increment, so a label
 whose positions repeat increments that counter several times. A removal is refused with
-``KeyError`` (changing nothing) when it is certain that what is removed was never
-inserted: some non-saturated counter would have to go below zero.
+:class:`~dls.counting.AbsentLabelError` (a ``KeyError``; changing nothing) when it is
+certain that what is removed was never inserted: some non-saturated counter would have to
+go below zero.
 
 Batched operations aggregate increments per counter with a sort + run-length (or
 ``np.bincount`` over a small domain); there is no per-label Python loop.
@@ -19,23 +20,24 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import mmh3
 import numpy as np
 
-from dls.exceptions import FilterParamsError, IncompatibleFiltersError
-from dls.hashing import (
-    PositionFn,
-    as_label_array,
-    check_k,
-    check_label,
-    check_m,
-    check_seed,
-    hash_params_of,
-    positions,
+from dls.counting import (
+    AbsentLabelError,
+    CBFParams,
+    CountingParams,
+    FilterTypeError,
+    check_counter_bits,
+    check_positive_int,
+    count_keys,
+    counter_max,
+    read_only,
 )
+from dls.exceptions import FilterParamsError, IncompatibleFiltersError
+from dls.hashing import PositionFn, as_label_array, check_k, check_label, check_m, hash_params_of
 
 __all__ = [
     "CBFParams",
@@ -58,77 +60,12 @@ _HEADER = struct.Struct(">6sBBBIQq")
 HEADER_SIZE = _HEADER.size
 """Size of the serialised header: magic, version, counter_bits, k, seed, m, n_items."""
 
-_BINCOUNT_MIN_DOMAIN = 1 << 10
-
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
-def check_counter_bits(counter_bits: Any) -> int:
-    """Validate a counter width (4 or 8) and return it as int.
-
-    Raises:
-        FilterParamsError: If ``counter_bits`` is not 4 or 8.
-    """
-    if not _is_int(counter_bits) or int(counter_bits) not in (4, 8):
-        raise FilterParamsError(
-            f"counter_bits must be 4 or 8, got {counter_bits!r}",
-            field="counter_bits",
-            value=counter_bits,
-        )
-    return int(counter_bits)
-
-
-def counter_max(counter_bits: int) -> int:
-    """Saturation value of a counter of ``counter_bits`` bits (15 or 255)."""
-    return (1 << counter_bits) - 1
-
-
-def count_keys(keys: np.ndarray, domain: int) -> tuple[np.ndarray, np.ndarray]:
-    """Aggregate non-negative integer keys into (sorted unique keys, multiplicities).
-
-    Uses ``np.bincount`` when the key domain is small relative to the number of keys, and
-    a sort + run-length encoding otherwise (uint32 keys when the domain allows it).
-
-    Args:
-        keys: 1-D array of integer keys in ``[0, domain)``.
-        domain: Exclusive upper bound of the keys.
-
-    Returns:
-        ``(unique_keys, counts)``: int64 arrays, ``unique_keys`` ascending.
-    """
-    keys = np.asarray(keys).reshape(-1)
-    n = keys.shape[0]
-    if n == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    if domain <= max(_BINCOUNT_MIN_DOMAIN, 2 * n):
-        counts = np.bincount(keys.astype(np.int64, copy=False), minlength=domain)
-        uniq = np.flatnonzero(counts)
-        return uniq.astype(np.int64, copy=False), counts[uniq].astype(np.int64, copy=False)
-    if domain <= 2**32:
-        srt = np.sort(keys.astype(np.uint32))
-    else:
-        srt = np.sort(keys.astype(np.int64, copy=False))
-    flags = np.empty(n, dtype=bool)
-    flags[0] = True
-    np.not_equal(srt[1:], srt[:-1], out=flags[1:])
-    starts = np.flatnonzero(flags)
-    counts = np.diff(starts, append=n)
-    return srt[starts].astype(np.int64), counts.astype(np.int64, copy=False)
-
-
-@dataclass(frozen=True, slots=True)
-class CBFParams:
-    """The parameters two filters must share to be combined or compared."""
-
-    m: int
-    k: int
-    counter_bits: int
-    seed: int
-
-
-class CountingBloomFilter:
+class CountingBloomFilter(CountingParams):
     """A counting Bloom filter of unsigned 64-bit labels.
 
     Args:
@@ -145,8 +82,7 @@ class CountingBloomFilter:
         FilterParamsError: If a parameter is invalid.
     """
 
-    __slots__ = ("_bits", "_counters", "_k", "_m", "_max", "_n", "_position_fn", "_scalar_hash",
-                 "_seed")
+    __slots__ = ("_counters", "_n", "_scalar_hash")  # and those of CountingParams
 
     def __init__(
         self,
@@ -156,12 +92,7 @@ class CountingBloomFilter:
         counter_bits: int = 4,
         seed: int = 0,
     ) -> None:
-        if not _is_int(expected_items) or int(expected_items) <= 0:
-            raise FilterParamsError(
-                f"expected_items must be a positive integer, got {expected_items!r}",
-                field="expected_items",
-                value=expected_items,
-            )
+        n = check_positive_int(expected_items, "expected_items")
         if (
             isinstance(fp_rate, bool | np.bool_)
             or not isinstance(fp_rate, int | float | np.integer | np.floating)
@@ -170,7 +101,6 @@ class CountingBloomFilter:
             raise FilterParamsError(
                 f"fp_rate must be in (0, 1), got {fp_rate!r}", field="fp_rate", value=fp_rate
             )
-        n = int(expected_items)
         p = float(fp_rate)
         m = max(1, math.ceil(-n * math.log(p) / (math.log(2) ** 2)))
         k = min(64, max(1, round(m / n * math.log(2))))
@@ -179,22 +109,12 @@ class CountingBloomFilter:
     def _init(
         self, m: int, k: int, counter_bits: int, seed: int, position_fn: PositionFn | None
     ) -> None:
-        self._bits = check_counter_bits(counter_bits)
-        self._m = check_m(m)
-        self._k = check_k(k)
-        self._seed = check_seed(seed)
-        if position_fn is not None and not callable(position_fn):
-            raise FilterParamsError(
-                f"position_fn must be callable, got {position_fn!r}",
-                field="position_fn",
-                value=position_fn,
-            )
-        self._position_fn = position_fn
-        # One label at a time, hashing with mmh3 beats a table lookup through numpy; both
-        # give the same positions when the function is one of dls.hashing's own.
+        self._init_params(m, k, counter_bits, seed, position_fn)
+        # One label at a time is hashed with mmh3 (see _scalar_positions) unless the position
+        # function is another than dls.hashing's own with these parameters: both give the
+        # same positions then.
         self._scalar_hash = position_fn is None or hash_params_of(position_fn) == (
             self._m, self._k, self._seed)
-        self._max = counter_max(self._bits)
         self._counters = np.zeros(self._m, dtype=np.uint8)
         self._n = 0
 
@@ -263,36 +183,7 @@ class CountingBloomFilter:
         return new
 
     # ------------------------------------------------------------------ properties
-    @property
-    def m(self) -> int:
-        """Number of counters."""
-        return self._m
-
-    @property
-    def k(self) -> int:
-        """Number of hash functions."""
-        return self._k
-
-    @property
-    def counter_bits(self) -> int:
-        """Counter width in bits (4 or 8)."""
-        return self._bits
-
-    @property
-    def seed(self) -> int:
-        """MurmurHash3 seed."""
-        return self._seed
-
-    @property
-    def max_count(self) -> int:
-        """Saturation value of a counter."""
-        return self._max
-
-    @property
-    def params(self) -> CBFParams:
-        """The filter's parameters ``(m, k, counter_bits, seed)``."""
-        return CBFParams(self._m, self._k, self._bits, self._seed)
-
+    # m, k, counter_bits, seed, max_count, params: see CountingParams.
     @property
     def n_items(self) -> int:
         """Insertions minus removals (may be negative only after removing saturated items)."""
@@ -301,22 +192,12 @@ class CountingBloomFilter:
     @property
     def counters(self) -> np.ndarray:
         """A read-only view of the counters (uint8, length ``m``)."""
-        view = self._counters.view()
-        view.flags.writeable = False
-        return view
+        return read_only(self._counters)
 
     # ------------------------------------------------------------------ positions
     def positions(self, labels: Any) -> np.ndarray:
         """Return the int64 ``(n, k)`` counter positions of ``labels``."""
-        arr = as_label_array(labels)
-        if self._position_fn is None:
-            return positions(arr, self._m, self._k, self._seed)
-        out = np.asarray(self._position_fn(arr))
-        if out.shape != (arr.shape[0], self._k):
-            raise ValueError(
-                f"position_fn returned shape {out.shape}, expected {(arr.shape[0], self._k)}"
-            )
-        return out
+        return self._positions(as_label_array(labels))
 
     # ------------------------------------------------------------------ updates
     def _apply_add(self, pos: np.ndarray) -> None:
@@ -335,8 +216,9 @@ class CountingBloomFilter:
         cur = self._counters[uniq].astype(np.int64)
         self._counters[uniq] = np.where(cur == self._max, cur, cur - dec)
 
-    # One label at a time, the numpy batch machinery costs more than the work: the scalar
-    # operations hash with mmh3 and touch the k counters as Python ints.
+    # Scalar operations (one label) do not go through the numpy batch machinery: they hash
+    # with mmh3 and touch the k counters as Python ints (docs/architecture.md, "Counting
+    # Bloom filters").
     def _scalar_positions(self, label: Any) -> list[int]:
         value = check_label(label)
         if self._scalar_hash:
@@ -344,7 +226,7 @@ class CountingBloomFilter:
             m = self._m
             a, b = h1 % m, h2 % m
             return [(a + i * b) % m for i in range(self._k)]
-        return [int(p) for p in self.positions(np.array([value], dtype=np.uint64))[0]]
+        return [int(p) for p in self._positions(np.array([value], dtype=np.uint64))[0]]
 
     def add(self, label: int) -> None:
         """Insert one label."""
@@ -359,7 +241,8 @@ class CountingBloomFilter:
         """Remove one label previously inserted.
 
         Raises:
-            KeyError: If the filter definitely does not contain ``label`` (nothing changes).
+            AbsentLabelError: If the filter definitely does not contain ``label`` (nothing
+                changes; a ``KeyError`` too).
         """
         pos = self._scalar_positions(label)
         counters, top = self._counters, self._max
@@ -368,7 +251,9 @@ class CountingBloomFilter:
             dec[p] = dec.get(p, 0) + 1
         cur = {p: int(counters[p]) for p in dec}
         if any(cur[p] < top and d > cur[p] for p, d in dec.items()):
-            raise KeyError(f"label {check_label(label)} is not in the filter")
+            value = check_label(label)
+            raise AbsentLabelError(f"label {value} is not in the filter", field="label",
+                                   value=value)
         for p, d in dec.items():
             if cur[p] != top:  # a saturated counter stays saturated
                 counters[p] = cur[p] - d
@@ -378,7 +263,7 @@ class CountingBloomFilter:
         """Remove one label if the filter may contain it; do nothing otherwise."""
         try:
             self.remove(label)
-        except KeyError:
+        except AbsentLabelError:
             pass
 
     def add_many(self, labels: Iterable[int] | np.ndarray) -> None:
@@ -386,24 +271,26 @@ class CountingBloomFilter:
         arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
         if arr.size == 0:
             return
-        self._apply_add(self.positions(arr))
+        self._apply_add(self._positions(arr))
         self._n += int(arr.shape[0])
 
     def remove_many(self, labels: Iterable[int] | np.ndarray) -> None:
         """Remove every label of ``labels``, all or nothing.
 
         Raises:
-            KeyError: Naming a label that is definitely absent (the filter is unchanged).
+            AbsentLabelError: Naming a label that is definitely absent (the filter is
+                unchanged; a ``KeyError`` too).
         """
         arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
         if arr.size == 0:
             return
-        pos = self.positions(arr)
+        pos = self._positions(arr)
         uniq, dec, bad = self._check_remove(pos)
         if bad.any():
             offending = np.isin(pos, uniq[bad]).any(axis=1)
             first = int(arr[int(np.argmax(offending))])
-            raise KeyError(f"label {first} is not in the filter")
+            raise AbsentLabelError(f"label {first} is not in the filter", field="label",
+                                   value=first)
         self._commit_remove(uniq, dec)
         self._n -= int(arr.shape[0])
 
@@ -426,7 +313,7 @@ class CountingBloomFilter:
         arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
         if arr.size == 0:
             return np.empty(0, dtype=np.uint8)
-        return self._counters[self.positions(arr)].min(axis=1)
+        return self._counters[self._positions(arr)].min(axis=1)
 
     def contains_many(self, labels: Iterable[int] | np.ndarray) -> np.ndarray:
         """Membership of each label, as a bool array."""
@@ -445,7 +332,7 @@ class CountingBloomFilter:
 
     def memory_bytes(self) -> int:
         """Packed size of the counters in bytes (``ceil(m * counter_bits / 8)``)."""
-        return (self._m * self._bits + 7) // 8
+        return (self._m * self._counter_bits + 7) // 8
 
     # ------------------------------------------------------------------ comparison / copy
     def __eq__(self, other: object) -> bool:
@@ -464,7 +351,7 @@ class CountingBloomFilter:
         new = CountingBloomFilter.with_params(
             self._m,
             self._k,
-            counter_bits=self._bits,
+            counter_bits=self._counter_bits,
             seed=self._seed,
             position_fn=self._position_fn,
         )
@@ -477,14 +364,16 @@ class CountingBloomFilter:
 
     def __repr__(self) -> str:
         return (
-            f"CountingBloomFilter(m={self._m}, k={self._k}, counter_bits={self._bits}, "
-            f"seed={self._seed}, items={self._n}, fill_ratio={self.fill_ratio():.4f})"
+            f"CountingBloomFilter({self._params_text()}, items={self._n}, "
+            f"fill_ratio={self.fill_ratio():.4f})"
         )
 
     # ------------------------------------------------------------------ combining
     def _check_compatible(self, other: object) -> CountingBloomFilter:
         if not isinstance(other, CountingBloomFilter):
-            raise TypeError(f"cannot combine a CountingBloomFilter with {type(other).__name__}")
+            raise FilterTypeError(
+                f"cannot combine a CountingBloomFilter with {type(other).__name__}",
+                field="other", value=other)
         if self.params != other.params:
             raise IncompatibleFiltersError(
                 f"cannot combine filters with different parameters: {self.params} vs "
@@ -535,8 +424,9 @@ class CountingBloomFilter:
         nibble first (a final odd counter takes the high nibble, low nibble 0); 8-bit one
         per byte.
         """
-        header = _HEADER.pack(MAGIC, VERSION, self._bits, self._k, self._seed, self._m, self._n)
-        if self._bits == 8:
+        header = _HEADER.pack(MAGIC, VERSION, self._counter_bits, self._k, self._seed, self._m,
+                              self._n)
+        if self._counter_bits == 8:
             return header + self._counters.tobytes()
         c = self._counters
         if self._m % 2:

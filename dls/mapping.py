@@ -8,27 +8,40 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from dls.exceptions import EventError, LabelBudgetError
+from dls.exceptions import EventError, LabelBudgetError, PredicateError
 from dls.space import (
+    Attribute,
     ContentSpace,
     DiscreteAttribute,
     is_number,
 )
 
-if TYPE_CHECKING:
-    from dls.predicates import Subscription
-
 __all__ = [
+    "CellSet",
     "box_labels_batch",
     "event_label",
     "event_labels_batch",
     "subscription_labels",
     "validate_event",
 ]
+
+
+class CellSet(Protocol):
+    """What the mapping reads of a subscription: its space and its cells per attribute.
+
+    :class:`dls.predicates.Subscription` is one; the mapping does not import it, so that
+    the arrow runs one way (predicates use the mapping for their labels).
+    """
+
+    space: ContentSpace
+
+    def cells(self, attr: Attribute) -> np.ndarray:
+        """Sorted cell indexes of ``attr`` that the subscription touches."""
+        ...
 
 
 def validate_event(space: ContentSpace, attrs: Any) -> tuple[int, ...]:
@@ -128,7 +141,7 @@ def _check_budget(space: ContentSpace, counts: list[int], budget: int | None, wh
     return total
 
 
-def subscription_labels(sub: Subscription, budget: int | None = None) -> np.ndarray:
+def subscription_labels(sub: CellSet, budget: int | None = None) -> np.ndarray:
     """Sorted unique uint64 labels of the cells a subscription touches (paper §3.3).
 
     ``budget`` defaults to the space's ``filters.label_budget``.
@@ -153,7 +166,9 @@ def box_labels_batch(
     lo = np.asarray(lo_cells, dtype=np.int64)
     hi = np.asarray(hi_cells, dtype=np.int64)
     if lo.shape != hi.shape or lo.ndim != 2 or lo.shape[1] != len(space.attributes):
-        raise ValueError(f"lo_cells and hi_cells must both be (n, {len(space.attributes)})")
+        raise PredicateError(
+            f"lo_cells and hi_cells must both be (n, {len(space.attributes)}), got "
+            f"{lo.shape} and {hi.shape}", field="cells", value=(lo.shape, hi.shape))
     if np.any(hi < lo):
         row = int(np.flatnonzero((hi < lo).any(axis=1))[0])
         raise LabelBudgetError(f"box {row} has hi < lo", field="cells", value=row)

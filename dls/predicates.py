@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from dls.exceptions import PredicateError
+from dls.mapping import subscription_labels
 from dls.space import (
     Attribute,
     ContentSpace,
@@ -427,8 +428,6 @@ class Subscription:
 
     def labels(self, budget: int | None = None) -> np.ndarray:
         """Sorted unique uint64 labels of every cell the subscription touches (paper §3.3)."""
-        from dls.mapping import subscription_labels
-
         if self._labels is None:
             self._labels = subscription_labels(self, budget)
         elif budget is not None and len(self._labels) > budget:

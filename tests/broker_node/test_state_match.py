@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dls.bank as bank_mod
+import dls.bitset_bank as bank_mod
 from broker_node.exceptions import BrokerError
 from broker_node.state import BrokerConfig, BrokerState
 from dls.space import ContentSpace

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -9,7 +10,8 @@ from hypothesis import strategies as st
 
 from dls.bank import BitSlicedCBFBank, ClientFilterBank, DirectLabelBank
 from dls.cbf import CountingBloomFilter
-from dls.exceptions import FilterParamsError, IncompatibleFiltersError
+from dls.counting import AbsentLabelError
+from dls.exceptions import DLSError, FilterParamsError, IncompatibleFiltersError
 from dls.hashing import PositionTable
 
 
@@ -241,7 +243,7 @@ def test_client_filter_serialisation_and_load() -> None:
 
 
 def test_match_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dls.bank as bank_mod
+    import dls.bitset_bank as bitset_bank_mod
 
     rng = np.random.default_rng(2)
     bank = BitSlicedCBFBank(300, 2)
@@ -250,7 +252,7 @@ def test_match_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
     events = rng.integers(0, 250, 1000).astype(np.uint64)
     exclude = rng.integers(-1, 300, 1000).astype(np.int64)
     full = bank.match(events, exclude)
-    monkeypatch.setattr(bank_mod, "_MATCH_CHUNK_BYTES", 8 * 5 * 37)
+    monkeypatch.setattr(bitset_bank_mod, "_MATCH_CHUNK_BYTES", 8 * 5 * 37)
     chunked = bank.match(events, exclude)
     assert np.array_equal(full[0], chunked[0]) and np.array_equal(full[1], chunked[1])
 
@@ -260,9 +262,9 @@ def test_match_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_match_decode_blocks(monkeypatch: pytest.MonkeyPatch, capacity: int,
                              block_bytes: int) -> None:
     """Block-wise decoding (power-of-two width or not) gives the brute-force answer."""
-    import dls.bank as bank_mod
+    import dls.bitset as bitset_mod
 
-    monkeypatch.setattr(bank_mod, "_DECODE_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(bitset_mod, "_DECODE_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(capacity + block_bytes)
     m, k = 97, 2
     n_clients = capacity - 7
@@ -385,3 +387,48 @@ def test_direct_bank_with_a_base():
     assert off.tolist() == [0, 1, 1, 1] and cli.tolist() == [3]
     with pytest.raises(FilterParamsError, match="outside the label space"):
         bank.add(np.array([3]), np.array([7], dtype=np.uint64))
+
+
+def test_bank_errors_are_dls_errors_that_name_the_field() -> None:
+    """Every error is a DLSError and still the builtin the caller may catch."""
+    bank = BitSlicedCBFBank(100, 2)
+    bank.add(np.array([1], dtype=np.int64), np.array([10], dtype=np.uint64))
+    cases: list[tuple[Callable[[], object], type[Exception], str, object]] = [
+        (lambda: bank.contains("x", 1), TypeError, "client", "x"),  # type: ignore[arg-type]
+        (lambda: bank.contains(-2, 1), ValueError, "client", -2),
+        (lambda: bank.add(np.array([1.5]), np.array([1], dtype=np.uint64)), TypeError,
+         "clients", ("float64", (1,))),
+        (lambda: bank.add(np.array([1, 2]), np.array([1], dtype=np.uint64)), ValueError,
+         "clients", (2, 1)),
+        (lambda: bank.add(np.array([-3]), np.array([1], dtype=np.uint64)), ValueError,
+         "clients", -3),
+        (lambda: bank.match(np.array([1, 2], dtype=np.uint64), np.array([1])), ValueError,
+         "exclude", ("int64", (1,))),
+        (lambda: bank.load_client_filter(0, "f"), TypeError, "cbf", "f"),  # type: ignore[arg-type]
+        (lambda: bank.remove(np.array([1]), np.array([11], dtype=np.uint64)), KeyError,
+         "label", (1, 11)),
+        (lambda: bank.remove(np.array([900]), np.array([10], dtype=np.uint64)), KeyError,
+         "label", (900, 10)),
+    ]
+    for call, builtin, field, value in cases:
+        with pytest.raises(DLSError) as info:
+            call()
+        assert isinstance(info.value, builtin), (field, type(info.value))
+        assert info.value.field == field and info.value.value == value
+    assert isinstance(info.value, AbsentLabelError)
+    assert str(info.value) == "client 900 does not contain label 10"  # no KeyError quotes
+    with pytest.raises(FilterParamsError) as params:
+        bank.match_threads = 0
+    assert params.value.field == "match_threads" and params.value.value == 0
+    direct = DirectLabelBank(10)
+    with pytest.raises(AbsentLabelError, match="client 3 does not contain label 5"):
+        direct.remove(np.array([3]), np.array([5], dtype=np.uint64))
+
+
+def test_bank_shares_the_filter_parameters() -> None:
+    """The bank reads its parameters like a CountingBloomFilter does (one mixin)."""
+    bank = BitSlicedCBFBank(101, 3, counter_bits=8, seed=9)
+    cbf = CountingBloomFilter.with_params(101, 3, counter_bits=8, seed=9)
+    assert bank.params == cbf.params and bank.max_count == cbf.max_count == 255
+    assert (bank.m, bank.k, bank.counter_bits, bank.seed) == (101, 3, 8, 9)
+    assert repr(bank).startswith("BitSlicedCBFBank(m=101, k=3, counter_bits=8, seed=9, ")

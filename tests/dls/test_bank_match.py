@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dls.bank as bank_mod
-from dls.bank import BitSlicedCBFBank, DirectLabelBank, _row_counts
+import dls.bitset as bitset_mod
+import dls.bitset_bank as bitset_bank_mod
+from dls.bank import BitSlicedCBFBank, DirectLabelBank
 from dls.hashing import PositionTable
 
 LABELS = 120  # labels 0..LABELS-1 are "in the space"; events also use labels beyond it
@@ -104,9 +106,9 @@ def test_every_match_path_gives_the_filters_answer(
     want = _reference(bank, labels, exclude)
     _assert_same(bank.match(labels, exclude), want)
     bank.match_threads = threads
-    with mock.patch.object(bank_mod, "_PARALLEL_MIN_EVENTS", 2), \
-            mock.patch.object(bank_mod, "_DECODE_BLOCK_BYTES", block_bytes), \
-            mock.patch.object(bank_mod, "_MATCH_CHUNK_BYTES", chunk_bytes):
+    with mock.patch.object(bitset_bank_mod, "_PARALLEL_MIN_EVENTS", 2), \
+            mock.patch.object(bitset_mod, "_DECODE_BLOCK_BYTES", block_bytes), \
+            mock.patch.object(bitset_bank_mod, "_MATCH_CHUNK_BYTES", chunk_bytes):
         _assert_same(bank.match(labels, exclude), want)
 
 
@@ -116,7 +118,7 @@ def test_threads_on_a_large_batch(threads: int) -> None:
     rng = np.random.default_rng(threads)
     bank = BitSlicedCBFBank(997, 4, seed=3, initial_capacity=256)
     bank.add(rng.integers(0, 250, 20_000), rng.integers(0, 3000, 20_000).astype(np.uint64))
-    labels = rng.integers(0, 3500, 4 * bank_mod._PARALLEL_MIN_EVENTS).astype(np.uint64)
+    labels = rng.integers(0, 3500, 4 * bitset_bank_mod._PARALLEL_MIN_EVENTS).astype(np.uint64)
     exclude = rng.integers(-1, 250, len(labels)).astype(np.int64)
     want = bank.match(labels, exclude)
     bank.match_threads = threads
@@ -164,22 +166,3 @@ def test_match_threads_is_validated() -> None:
     bank.match_threads = 2
     off, cli = bank.match(np.zeros(0, dtype=np.uint64))
     assert off.tolist() == [0] and cli.shape == (0,) and cli.dtype == np.int64
-
-
-@settings(max_examples=80, deadline=None)
-@given(n_events=st.integers(0, 40), n_words=st.integers(1, 40), seed=st.integers(0, 2**16),
-       density=st.sampled_from([0.0, 0.1, 0.5, 1.0]))
-def test_row_counts(n_events: int, n_words: int, seed: int, density: float) -> None:
-    rng = np.random.default_rng(seed)
-    bits = rng.random((n_events, n_words * 64)) < density
-    acc = np.packbits(bits, axis=1, bitorder="little").view(np.uint64)
-    got = _row_counts(acc)
-    assert got.dtype == np.int64
-    assert got.tolist() == bits.sum(axis=1).tolist()
-
-
-@pytest.mark.parametrize("n_words", [8, 992, 1000, 1008])
-def test_row_counts_full_rows(n_words: int) -> None:
-    """All bits set: the largest lane sums (up to 1,000 words) do not overflow."""
-    acc = np.full((3, n_words), np.iinfo(np.uint64).max, dtype=np.uint64)
-    assert _row_counts(acc).tolist() == [64 * n_words] * 3

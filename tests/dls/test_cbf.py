@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dls.cbf import HEADER_SIZE, CBFParams, CountingBloomFilter, count_keys
+from dls.cbf import HEADER_SIZE, CBFParams, CountingBloomFilter
+from dls.counting import AbsentLabelError, FilterTypeError
 from dls.exceptions import DLSError, FilterParamsError, IncompatibleFiltersError
 from dls.hashing import PositionTable, positions
 
@@ -458,18 +459,6 @@ def test_union_incompatible() -> None:
         a |= 3  # type: ignore[misc]
 
 
-def test_count_keys_paths_agree() -> None:
-    rng = np.random.default_rng(0)
-    keys = rng.integers(0, 5000, 20_000)
-    u1, c1 = count_keys(keys, 5000)  # bincount path
-    u2, c2 = count_keys(keys, 2**40)  # sort path, int64
-    u3, c3 = count_keys(keys, 2**31)  # sort path, uint32
-    ref_u, ref_c = np.unique(keys, return_counts=True)
-    for u, c in ((u1, c1), (u2, c2), (u3, c3)):
-        assert np.array_equal(u, ref_u) and np.array_equal(c, ref_c)
-        assert u.dtype == np.int64
-
-
 @settings(max_examples=80, deadline=None)
 @given(added=labels_st, bits=st.sampled_from([4, 8]), m=st.integers(1, 64), k=st.integers(1, 6),
        data=st.data())
@@ -489,3 +478,28 @@ def test_scalar_ops_equal_batched_ops(added: list[int], bits: int, m: int, k: in
     assert f == g
     probe = added + [x ^ 1 for x in added]
     assert [f.count(x) for x in probe] == g.count_many(np.array(probe, dtype=np.uint64)).tolist()
+
+
+def test_filter_errors_are_dls_errors() -> None:
+    """Removing an absent label, combining with a non-filter, a position function of the
+    wrong shape: DLSErrors that are still the builtins callers catch."""
+    f = CountingBloomFilter(100, 0.01)
+    with pytest.raises(AbsentLabelError) as absent:
+        f.remove(7)
+    assert isinstance(absent.value, KeyError) and isinstance(absent.value, DLSError)
+    assert absent.value.field == "label" and absent.value.value == 7
+    assert str(absent.value) == "label 7 is not in the filter"
+    with pytest.raises(AbsentLabelError) as many:
+        f.remove_many([8])
+    assert many.value.value == 8
+    with pytest.raises(FilterTypeError) as other:
+        f.union(3)  # type: ignore[arg-type]
+    assert isinstance(other.value, TypeError) and other.value.field == "other"
+
+    def bad(labels: np.ndarray) -> np.ndarray:
+        return np.zeros((labels.shape[0], 2), dtype=np.int64)
+
+    g = CountingBloomFilter.with_params(100, 3, position_fn=bad)
+    with pytest.raises(FilterParamsError) as shape:
+        g.positions([1, 2])
+    assert shape.value.field == "position_fn" and shape.value.value == (2, 2)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dls.exceptions import EventError
+from dls.exceptions import EventError, PredicateError
 from dls.mapping import box_labels_batch, event_label, event_labels_batch, validate_event
 from dls.predicates import NumericConstraint, Subscription
 from dls.space import ContentSpace, DiscreteAttribute, UniformAttribute
@@ -191,3 +191,25 @@ def test_bad_events_are_refused(event, fragment):
 def test_domain_ends_are_inside():
     assert SPACE.decompose(event_label(SPACE, {"price": 1000, "sym": "IBM"})) == (31, 1)
     assert SPACE.decompose(event_label(SPACE, {"price": 0, "sym": "AAPL"})) == (0, 0)
+
+
+def test_box_batch_refuses_mismatched_shapes():
+    lo = np.zeros((3, 2), dtype=np.int64)
+    with pytest.raises(PredicateError) as exc:
+        box_labels_batch(SPACE, lo, np.zeros((3, 3), dtype=np.int64))
+    assert isinstance(exc.value, ValueError)
+    assert exc.value.field == "cells" and exc.value.value == ((3, 2), (3, 3))
+    assert "(n, 2)" in str(exc.value)
+
+
+def test_mapping_does_not_import_predicates():
+    """The arrow runs one way: predicates use the mapping for their labels, not back."""
+    import ast
+    from pathlib import Path
+
+    import dls.mapping
+
+    tree = ast.parse(Path(dls.mapping.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "dls.predicates" not in imported
+    assert Subscription(SPACE, "price < 10").labels().size > 0

@@ -1,0 +1,361 @@
+"""A bank of client filters as a count matrix and its bit-sliced mirror.
+
+:class:`BitsetBank` is what both banks of :mod:`dls.bank` are: a ``(rows, capacity)``
+count matrix (one column per client) and beside it the ``(rows, capacity // 64)``
+``uint64`` bitset whose bit ``c`` of row ``r`` says ``count[r, c] > 0``. It adds and removes
+(client, label) pairs and matches a batch of event labels; a subclass says which rows a
+label touches (:meth:`BitsetBank._pair_rows`, :meth:`BitsetBank._match_rows`) and whether
+counts saturate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dls.bitset import WORD_BITS, decode, decode_into, round_up, row_counts, shared_pool
+from dls.counting import AbsentLabelError, FilterInputError, FilterTypeError, count_keys
+from dls.exceptions import FilterParamsError
+from dls.hashing import as_label_array
+
+__all__ = ["BitsetBank", "check_client", "check_exclude", "check_pairs"]
+
+_MATCH_CHUNK_BYTES = 64 * 2**20
+"""Bitset bytes of one chunk of a batch: a larger batch is matched a chunk at a time."""
+
+_PARALLEL_MIN_EVENTS = 1024
+"""Events per thread below which a batch is not handed to threads: handing a part to a
+thread must cost less than matching it (docs/architecture.md, matching many clients)."""
+
+
+def check_client(client: Any) -> int:
+    """Validate one client index (a non-negative integer, bools refused) and return it.
+
+    Raises:
+        FilterTypeError: If ``client`` is not an integer (a ``TypeError`` too).
+        FilterInputError: If it is negative (a ``ValueError`` too).
+    """
+    if not isinstance(client, int | np.integer) or isinstance(client, bool | np.bool_):
+        raise FilterTypeError(f"client must be an integer, got {client!r}", field="client",
+                              value=client)
+    if int(client) < 0:
+        raise FilterInputError(f"client must be non-negative, got {int(client)}",
+                               field="client", value=int(client))
+    return int(client)
+
+
+def check_pairs(clients: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate (client, label) pairs: int64 clients and uint64 labels of one length.
+
+    Raises:
+        FilterTypeError: If ``clients`` is not a 1-D integer array (a ``TypeError`` too).
+        FilterInputError: If the lengths differ or a client is negative or too large (a
+            ``ValueError`` too); labels are checked by :func:`dls.hashing.as_label_array`.
+    """
+    lab = as_label_array(labels)
+    cli = np.asarray(clients)
+    if cli.ndim == 0:
+        cli = cli.reshape(1)
+    if cli.ndim != 1 or (cli.size and cli.dtype.kind not in "iu"):
+        raise FilterTypeError(
+            f"clients must be a 1-D integer array, got {cli.dtype} {cli.shape}",
+            field="clients", value=(str(cli.dtype), cli.shape))
+    if cli.shape != lab.shape:
+        raise FilterInputError(
+            f"clients and labels must have the same length, got {cli.shape[0]} and {lab.shape[0]}",
+            field="clients", value=(cli.shape[0], lab.shape[0]))
+    if cli.size and cli.dtype.kind == "u" and int(cli.max()) > np.iinfo(np.int64).max:
+        raise FilterInputError(f"client index too large: {int(cli.max())}", field="clients",
+                               value=int(cli.max()))
+    cli = cli.astype(np.int64, copy=False)
+    if cli.size and int(cli.min()) < 0:
+        raise FilterInputError(f"clients must be non-negative, got {int(cli.min())}",
+                               field="clients", value=int(cli.min()))
+    return cli, lab
+
+
+def check_exclude(exclude: Any, n_events: int) -> np.ndarray | None:
+    """Validate a match's ``exclude`` (None, or an integer array of shape ``(n_events,)``).
+
+    Raises:
+        FilterInputError: If it has another shape or is not integer (a ``ValueError`` too).
+    """
+    if exclude is None:
+        return None
+    ex = np.asarray(exclude)
+    if ex.ndim == 0:
+        ex = ex.reshape(1)
+    if ex.shape != (n_events,) or (ex.size and ex.dtype.kind not in "iu"):
+        raise FilterInputError(
+            f"exclude must be an integer array of shape ({n_events},), got {ex.dtype} {ex.shape}",
+            field="exclude", value=(str(ex.dtype), ex.shape))
+    return ex.astype(np.int64, copy=False)
+
+
+def _absent(client: int, label: int) -> AbsentLabelError:
+    return AbsentLabelError(f"client {client} does not contain label {label}", field="label",
+                            value=(client, label))
+
+
+class BitsetBank:
+    """A (rows, capacity) count matrix and its bit-sliced mirror: updates and matching."""
+
+    _count_dtype: np.dtype[Any]
+
+    def __init__(self, n_rows: int, capacity: int) -> None:
+        self._rows = n_rows
+        self._cap = 0
+        self._n_clients = 0
+        self._counts = np.zeros((n_rows, 0), dtype=self._count_dtype)
+        self._bits = np.zeros((n_rows, 0), dtype=np.uint64)
+        self._threads = 1
+        self._grow_to(round_up(max(capacity, WORD_BITS)))
+
+    # -- to specialise ------------------------------------------------------------
+    def _saturation(self) -> int | None:
+        """Saturation value of the counts, or None when counts are exact."""
+        raise NotImplementedError
+
+    def _pair_rows(self, labels: np.ndarray) -> np.ndarray:
+        """Count-matrix rows incremented by each label, int64 (n, r)."""
+        raise NotImplementedError
+
+    def _match_rows(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Rows to AND for each event label, and a mask of labels that can match."""
+        raise NotImplementedError
+
+    def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`_match_rows` as a (k, E) int array: one contiguous index vector per hash."""
+        rows, valid = self._match_rows(labels)
+        return np.ascontiguousarray(rows.T), valid
+
+    def _check_capacity(self, capacity: int) -> None:
+        """Raise if ``capacity`` client slots cannot be allocated."""
+
+    # -- capacity -----------------------------------------------------------------
+    @property
+    def n_clients(self) -> int:
+        """One more than the highest client index ever added (0 when empty)."""
+        return self._n_clients
+
+    @property
+    def capacity(self) -> int:
+        """Number of client slots allocated (a multiple of 64)."""
+        return self._cap
+
+    def _grow_to(self, capacity: int) -> None:
+        self._check_capacity(capacity)
+        counts = np.zeros((self._rows, capacity), dtype=self._count_dtype)
+        counts[:, : self._cap] = self._counts
+        bits = np.zeros((self._rows, capacity // WORD_BITS), dtype=np.uint64)
+        bits[:, : self._cap // WORD_BITS] = self._bits
+        self._counts, self._bits, self._cap = counts, bits, capacity
+
+    def _ensure_clients(self, n_clients: int) -> None:
+        if n_clients > self._cap:
+            needed = round_up(n_clients)
+            target = max(needed, 2 * self._cap)
+            try:
+                self._check_capacity(target)
+            except FilterParamsError:
+                target = needed
+            self._grow_to(target)
+        self._n_clients = max(self._n_clients, n_clients)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the count matrix and the bitset."""
+        return int(self._counts.nbytes + self._bits.nbytes)
+
+    # -- updates --------------------------------------------------------------------
+    def _refresh(self, flat_keys: np.ndarray, old_counts: np.ndarray,
+                 new_counts: np.ndarray) -> None:
+        """Flip the bitset bits of the counters (sorted unique flat indices) that crossed 0.
+
+        Only counters going 0 -> non-zero or non-zero -> 0 change a bit. Bits of one
+        64-client word are OR-reduced together (``reduceat`` over the sorted keys), so each
+        touched word is written once, without re-reading its 64 counters.
+        """
+        flat_bits = self._bits.reshape(-1)
+        was, now = old_counts != 0, new_counts != 0
+        for keys, setting in ((flat_keys[now & ~was], True), (flat_keys[was & ~now], False)):
+            if keys.size == 0:
+                continue
+            words = keys >> 6  # WORD_BITS == 64
+            masks = np.left_shift(np.uint64(1), (keys & 63).astype(np.uint64))
+            starts = np.flatnonzero(np.concatenate(([True], words[1:] != words[:-1])))
+            merged = np.bitwise_or.reduceat(masks, starts)
+            w = words[starts]
+            if setting:
+                flat_bits[w] |= merged
+            else:
+                flat_bits[w] &= ~merged
+
+    def _add_pairs(self, clients: Any, labels: Any) -> np.ndarray:
+        cli, lab = check_pairs(clients, labels)
+        if cli.size == 0:
+            return cli
+        rows = self._pair_rows(lab)  # validates labels before anything changes
+        self._ensure_clients(int(cli.max()) + 1)
+        keys = rows * np.int64(self._cap)
+        keys += cli[:, None]
+        uniq, inc = count_keys(keys.reshape(-1), self._rows * self._cap)
+        flat = self._counts.reshape(-1)
+        old = flat[uniq].astype(np.int64)
+        new = old + inc
+        sat = self._saturation()
+        if sat is not None:
+            np.minimum(new, sat, out=new)
+        else:
+            limit = int(np.iinfo(self._count_dtype).max)
+            if int(new.max()) > limit:
+                raise FilterParamsError(
+                    f"a count would exceed {limit}", field="labels", value=int(new.max())
+                )
+        flat[uniq] = new
+        self._refresh(uniq, old, new)
+        return cli
+
+    def _remove_pairs(self, clients: Any, labels: Any) -> np.ndarray:
+        cli, lab = check_pairs(clients, labels)
+        if cli.size == 0:
+            return cli
+        rows = self._pair_rows(lab)
+        outside = cli >= self._cap
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise _absent(int(cli[i]), int(lab[i]))
+        keys = rows * np.int64(self._cap)
+        keys += cli[:, None]
+        uniq, dec = count_keys(keys.reshape(-1), self._rows * self._cap)
+        flat = self._counts.reshape(-1)
+        cur = flat[uniq].astype(np.int64)
+        sat = self._saturation()
+        bad = dec > cur
+        if sat is not None:
+            bad &= cur < sat
+        if bad.any():
+            offending = np.isin(keys, uniq[bad]).any(axis=1)
+            i = int(np.argmax(offending))
+            raise _absent(int(cli[i]), int(lab[i]))
+        new = cur - dec
+        if sat is not None:
+            new[cur == sat] = sat  # a saturated counter stays saturated
+        flat[uniq] = new
+        self._refresh(uniq, cur, new)
+        return cli
+
+    # -- queries --------------------------------------------------------------------
+    @property
+    def match_threads(self) -> int:
+        """Threads :meth:`match` may use on a large batch (1, the default: no threads)."""
+        return self._threads
+
+    @match_threads.setter
+    def match_threads(self, value: int) -> None:
+        if (not isinstance(value, int | np.integer) or isinstance(value, bool | np.bool_)
+                or int(value) < 1):
+            raise FilterParamsError(f"match_threads must be a positive integer, got {value!r}",
+                                    field="match_threads", value=value)
+        self._threads = int(value)
+
+    def match(
+        self, labels: np.ndarray, exclude: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Clients whose filter contains each event label, as CSR.
+
+        With :attr:`match_threads` above 1, a batch of at least that many times
+        ``_PARALLEL_MIN_EVENTS`` events is split into contiguous parts matched on that
+        many threads (numpy releases the GIL in the gathers and the decode); the result
+        is the same.
+
+        Args:
+            labels: ``E`` event labels (uint64).
+            exclude: Optional int64 array of shape ``(E,)``: a client not to return for
+                each event (the publisher), or -1 for none.
+
+        Returns:
+            ``(offsets, clients)``: int64 arrays of lengths ``E + 1`` and
+            ``offsets[-1]``; clients ascending within each event.
+        """
+        lab = as_label_array(labels)
+        n_events = lab.shape[0]
+        ex = check_exclude(exclude, n_events)
+        words = self._cap // WORD_BITS
+        # bounded memory: the bitset of a chunk and its gather buffer (8 bytes a word)
+        chunk = max(1, _MATCH_CHUNK_BYTES // max(1, 16 * words))
+        parts = min(self.match_threads, n_events // _PARALLEL_MIN_EVENTS)
+        if n_events <= chunk:
+            if parts > 1:
+                return self._match_parallel(lab, ex, parts)
+            return self._match_chunk(lab, ex)
+        parts_off: list[np.ndarray] = []
+        parts_cli: list[np.ndarray] = []
+        base = 0
+        for start in range(0, n_events, chunk):  # bounded memory; loop over chunks only
+            stop = min(start + chunk, n_events)
+            sub_ex = None if ex is None else ex[start:stop]
+            sub_parts = min(parts, (stop - start) // _PARALLEL_MIN_EVENTS)
+            off, cli = (self._match_parallel(lab[start:stop], sub_ex, sub_parts)
+                        if sub_parts > 1 else self._match_chunk(lab[start:stop], sub_ex))
+            parts_off.append(off[1:] + base)
+            parts_cli.append(cli)
+            base += int(off[-1])
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), *parts_off])
+        return offsets, np.concatenate(parts_cli)
+
+    def _accumulate(self, labels: np.ndarray, exclude: np.ndarray | None) -> np.ndarray:
+        """The (E, W) uint64 bitset of the clients matching each label (AND of its rows)."""
+        cols, valid = self._match_cols(labels)
+        acc = np.take(self._bits, cols[0], axis=0)
+        if len(cols) > 1:
+            tmp = np.empty_like(acc)
+            for j in range(1, len(cols)):  # loop over k, not over events or clients
+                np.take(self._bits, cols[j], axis=0, out=tmp)
+                acc &= tmp
+        if valid is not None:
+            acc[~valid] = 0
+        if exclude is not None:
+            ev = np.flatnonzero((exclude >= 0) & (exclude < self._cap))
+            who = exclude[ev]
+            acc[ev, who // WORD_BITS] &= ~(np.uint64(1) << (who % WORD_BITS).astype(np.uint64))
+        return acc
+
+    def _match_chunk(
+        self, labels: np.ndarray, exclude: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return decode(self._accumulate(labels, exclude))
+
+    def _match_parallel(
+        self, labels: np.ndarray, exclude: np.ndarray | None, parts: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_match_chunk` on ``parts`` threads, each on a contiguous slice of events.
+
+        Two rounds, so that no part's clients are copied twice: each thread gathers its
+        slice's bitset and row counts; the offsets of the whole batch follow; then each
+        thread decodes its bitset straight into its range of the one output array.
+        """
+        n_events = labels.shape[0]
+        edges = [n_events * i // parts for i in range(parts + 1)]
+        pool = shared_pool(parts - 1)  # the calling thread takes the first part itself
+
+        def gather(i: int) -> tuple[np.ndarray, np.ndarray]:
+            a, b = edges[i], edges[i + 1]
+            acc = self._accumulate(labels[a:b], None if exclude is None else exclude[a:b])
+            return acc, row_counts(acc)
+
+        others = [pool.submit(gather, i) for i in range(1, parts)]
+        accs = [gather(0), *(f.result() for f in others)]
+        offsets = np.zeros(n_events + 1, dtype=np.int64)
+        np.cumsum(np.concatenate([c for _, c in accs]), out=offsets[1:])
+        clients = np.empty(int(offsets[-1]), dtype=np.int64)
+
+        def decode_part(i: int) -> None:
+            decode_into(accs[i][0], offsets[edges[i]:edges[i + 1] + 1], clients)
+
+        done = [pool.submit(decode_part, i) for i in range(1, parts)]
+        decode_part(0)
+        for f in done:
+            f.result()
+        return offsets, clients
+
