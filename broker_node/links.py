@@ -7,7 +7,7 @@ In ``exact`` mode (the default) the decision is made on exact counts: the count 
 label over local subscriptions and all neighbours' advertisements. The count *advertised
 to* neighbour *j* is that total minus *j*'s own advertisement; a label is advertised to *j*
 when that count goes 0 -> 1 and withdrawn when it goes 1 -> 0 (paper Algorithms 2 and 3
-with the fix of docs/architecture.md, "The broker state machine and the fix to the paper").
+with the fix of docs/architecture.md#exact-aggregation).
 The ``paper`` mode's rules are in :mod:`broker_node.paper`.
 """
 

@@ -3,9 +3,9 @@
 The paper decides what to advertise to *j* with ``SFF_j``, of the same size as the ERTs:
 query-then-add (Algorithm 2: forward a label found absent) and query-then-delete
 (Algorithm 3: withdraw a label whose count is 1). That rule loses live subscriptions
-through the filters' false positives (docs/architecture.md, "The broker state machine and
-the fix to the paper"; tests/broker_node/test_paper_counterexample.py). It is kept to
-reproduce the paper's numbers; never use it to route real traffic.
+through the filters' false positives (docs/architecture.md#exact-aggregation;
+tests/broker_node/test_paper_counterexample.py). It is kept to reproduce the paper's
+numbers; never use it to route real traffic.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The exact subscription registry of a broker, and the CSR helpers its batches go through.
 
 An unsubscription names a subscription id and removes exactly the labels that id added, so
-the broker keeps ``subscription id -> (client, labels)`` (docs/architecture.md, "The broker
-state machine and the fix to the paper"). Subscriptions arrive in batches given as CSR
+the broker keeps ``subscription id -> (client, labels)``
+(docs/architecture.md#exact-aggregation). Subscriptions arrive in batches given as CSR
 ``(offsets, labels)``: row ``i`` holds the labels ``labels[offsets[i]:offsets[i + 1]]``.
 """
 

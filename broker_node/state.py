@@ -20,7 +20,7 @@ State (paper Algorithm 1, generalised to many neighbours):
 
 Events (paper Algorithm 4) go to every client whose filter contains the label and to every
 neighbour whose ERT does, never back to the client or neighbour they came from. The why of
-these rules is in docs/architecture.md, "The broker state machine and the fix to the paper".
+these rules is in docs/architecture.md#exact-aggregation.
 """
 
 from __future__ import annotations
@@ -474,7 +474,7 @@ class BrokerState:
                 # An ERT with no counter set passes no label. Scanning its m counters for
                 # one is worth it when probing the batch's e * k positions would cost more,
                 # i.e. for large batches (_EMPTY_SCAN_RATIO is measured; see
-                # docs/architecture.md, "Where the speed comes from").
+                # docs/architecture.md#decode-and-match-choices).
                 if _EMPTY_SCAN_RATIO * e * ert.k >= ert.m and not counters.any():
                     continue
                 key = (ert.m, ert.k, ert.seed)

@@ -2,7 +2,7 @@
 
 The broker decides to advertise a label to a neighbour when the label's exact count goes
 0 -> 1 and to withdraw it when it goes 1 -> 0 (:mod:`broker_node.links`; the why is in
-docs/architecture.md, "The broker state machine and the fix to the paper"). Counts are
+docs/architecture.md#exact-aggregation). Counts are
 exact, so these decisions never suffer from Bloom-filter false positives.
 
 Two layouts behind one interface:

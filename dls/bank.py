@@ -20,7 +20,7 @@ batch be matched on several threads, with the same result.
 
 What both banks share (the count matrix, its bitset, updates and matching) is
 :class:`dls.bitset_bank.BitsetBank`; turning matched bitsets into CSR is :mod:`dls.bitset`;
-the design is in docs/architecture.md ("Matching many clients at once").
+the design is in docs/architecture.md#the-client-filter-bank.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def row_counts(acc: np.ndarray) -> np.ndarray:
     16-bit lanes (at most 128 each, at most 16,000 once the ``W // 8`` words of a row are
     added), then the four lanes summed by one multiply (the total, at most ``64 W``,
     fits the top 16 bits): fewer, wider additions than the row-wise sum (the measurement
-    is in benchmarks/README.md, the rule in docs/architecture.md).
+    is in benchmarks/README.md, the rule in docs/architecture.md#decode-and-match-choices).
     """
     counts = np.bitwise_count(acc)
     n_words = acc.shape[1]
@@ -114,7 +114,7 @@ def decode(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Counts come from a popcount per row, so the output is allocated once at its final
     size and filled by :func:`decode_into`. Its byte-per-client scan (``flatnonzero``
     of the unpacked bits, one byte per client slot and event) is what matching costs when
-    many clients match (docs/architecture.md).
+    many clients match (docs/architecture.md#decode-and-match-choices).
     """
     offsets = row_offsets(acc)
     clients = np.empty(int(offsets[-1]), dtype=np.int64)

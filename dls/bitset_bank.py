@@ -26,7 +26,7 @@ _MATCH_CHUNK_BYTES = 64 * 2**20
 
 _PARALLEL_MIN_EVENTS = 1024
 """Events per thread below which a batch is not handed to threads: handing a part to a
-thread must cost less than matching it (docs/architecture.md, matching many clients)."""
+thread must cost less than matching it (docs/architecture.md#decode-and-match-choices)."""
 
 
 def check_client(client: Any) -> int:

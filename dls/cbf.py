@@ -217,8 +217,8 @@ class CountingBloomFilter(CountingParams):
         self._counters[uniq] = np.where(cur == self._max, cur, cur - dec)
 
     # Scalar operations (one label) do not go through the numpy batch machinery: they hash
-    # with mmh3 and touch the k counters as Python ints (docs/architecture.md, "Counting
-    # Bloom filters").
+    # with mmh3 and touch the k counters as Python ints (see
+    # docs/architecture.md#counting-bloom-filters).
     def _scalar_positions(self, label: Any) -> list[int]:
         value = check_label(label)
         if self._scalar_hash:
