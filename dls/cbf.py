@@ -7,7 +7,7 @@ it. This can only add false positives, never false negatives.
 
 Each of a label's ``k`` positions (see :mod:`dls.hashing`) is one increment, so a label
 whose positions repeat increments that counter several times. A removal is refused with
-:class:`~dls.counting.AbsentLabelError` (a ``KeyError``; changing nothing) when it is
+:class:`~dls.exceptions.AbsentLabelError` (a ``KeyError``; changing nothing) when it is
 certain that what is removed was never inserted: some non-saturated counter would have to
 go below zero.
 

@@ -5,7 +5,8 @@
 ``(m, k, counter_bits, seed)`` and optional position function through
 :class:`CountingParams`, compute a label's positions the same way, and aggregate counter
 increments with :func:`count_keys`. The errors they raise about their arguments
-(:class:`FilterInputError`, :class:`FilterTypeError`) are here too.
+(:class:`FilterInputError`, :class:`FilterTypeError`) live in :mod:`dls.exceptions` with
+the core's others and are re-exported here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from dls.exceptions import DLSError, FilterParamsError
+from dls.exceptions import (
+    AbsentLabelError,
+    FilterInputError,
+    FilterParamsError,
+    FilterTypeError,
+)
 from dls.hashing import PositionFn, check_k, check_m, check_seed, positions
 
 __all__ = [
@@ -32,30 +38,6 @@ __all__ = [
 ]
 
 _BINCOUNT_MIN_DOMAIN = 1 << 10
-
-
-class AbsentLabelError(DLSError, KeyError):
-    """A removal names a label that a filter (or a client's filter) definitely lacks.
-
-    Nothing was changed. ``field`` is ``"label"``; ``value`` is the label, or for a bank
-    the ``(client, label)`` pair.
-    """
-
-
-class FilterInputError(DLSError, ValueError):
-    """An argument of a filter or bank operation has a bad value or shape.
-
-    For example clients and labels of different lengths, a negative client index, or an
-    ``exclude`` array of the wrong shape.
-    """
-
-
-class FilterTypeError(DLSError, TypeError):
-    """An argument of a filter or bank operation has the wrong type.
-
-    For example a client index that is not an integer, or a filter to combine or load that
-    is not a :class:`~dls.cbf.CountingBloomFilter`.
-    """
 
 
 def _is_int(value: Any) -> bool:

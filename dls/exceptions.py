@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "FilterTypeError",
+    "FilterInputError",
+    "AbsentLabelError",
     "DLSError",
     "EventError",
     "FilterParamsError",
@@ -67,3 +70,27 @@ class LabelError(DLSError, ValueError):
 
 class LabelTypeError(LabelError, TypeError):
     """A label (or an array of labels) that is not an integer."""
+
+
+class AbsentLabelError(DLSError, KeyError):
+    """A removal names a label that a filter (or a client's filter) definitely lacks.
+
+    Nothing was changed. ``field`` is ``"label"``; ``value`` is the label, or for a bank
+    the ``(client, label)`` pair.
+    """
+
+
+class FilterInputError(DLSError, ValueError):
+    """An argument of a filter or bank operation has a bad value or shape.
+
+    For example clients and labels of different lengths, a negative client index, or an
+    ``exclude`` array of the wrong shape.
+    """
+
+
+class FilterTypeError(DLSError, TypeError):
+    """An argument of a filter or bank operation has the wrong type.
+
+    For example a client index that is not an integer, or a filter to combine or load that
+    is not a :class:`~dls.cbf.CountingBloomFilter`.
+    """

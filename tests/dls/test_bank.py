@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from dls.bank import BitSlicedCBFBank, ClientFilterBank, DirectLabelBank
 from dls.cbf import CountingBloomFilter
-from dls.counting import AbsentLabelError
-from dls.exceptions import DLSError, FilterParamsError, IncompatibleFiltersError
+from dls.exceptions import AbsentLabelError, DLSError, FilterParamsError, IncompatibleFiltersError
 from dls.hashing import PositionTable
 
 

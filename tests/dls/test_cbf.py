@@ -8,8 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dls.cbf import HEADER_SIZE, CBFParams, CountingBloomFilter
-from dls.counting import AbsentLabelError, FilterTypeError
-from dls.exceptions import DLSError, FilterParamsError, IncompatibleFiltersError
+from dls.exceptions import (
+    AbsentLabelError,
+    DLSError,
+    FilterParamsError,
+    FilterTypeError,
+    IncompatibleFiltersError,
+)
 from dls.hashing import PositionTable, positions
 
 labels_st = st.lists(st.integers(0, 2**64 - 1), max_size=60)
