@@ -1,12 +1,11 @@
 """The hand-written codec of RawEvent, the message every event travels as.
 
 :func:`encode_fast` and :func:`decode_fast` do what fastavro's generic functions do for the
-RawEvent schema, in a fraction of their time (docs/architecture.md, "The wire contract").
-They are used only while the schema file is the one they were written for (the same
-Parsing Canonical Form, :data:`RAW_EVENT_CANONICAL`), they produce the same bytes as
-fastavro (the tests check both ways), and they hand anything unusual (an odd type, a
-corrupt body) back to the caller by returning ``None``: fastavro then decides and words
-the error.
+RawEvent schema, faster. They are used only while the schema file is the one they were
+written for (the same Parsing Canonical Form, :data:`RAW_EVENT_CANONICAL`), they produce
+the same bytes as fastavro (the tests check both ways), and they hand anything unusual (an
+odd type, a corrupt body) back to the caller by returning ``None``: fastavro then decides
+and words the error.
 
 Lengths below 64 (one varint byte, even) are read and written inline, without a function
 call: the common case. That is why the decoder spells the same few lines out at each

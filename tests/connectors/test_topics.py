@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.exceptions import ConnectorError, SerdeError, TopicNameError
+from connectors.exceptions import ConnectorError, ConnectorSettingError, SerdeError, TopicNameError
 from connectors.topics import (
     HEADER_CLIENTS,
     HEADER_DLQ_REASON,
@@ -296,8 +296,11 @@ def test_delivery_partition_is_a_stable_hash() -> None:
 
 @pytest.mark.parametrize("partitions", [0, -1, 2.0, None])
 def test_delivery_partition_refuses_a_bad_count(partitions: object) -> None:
-    with pytest.raises(ValueError, match=f"partitions must be an integer >= 1, got {partitions!r}"):
+    with pytest.raises(ValueError, match=f"partitions must be an integer >= 1, got {partitions!r}"
+                       ) as err:
         delivery_partition("alice", partitions)  # type: ignore[arg-type]
+    assert isinstance(err.value, ConnectorSettingError)
+    assert (err.value.field, err.value.value) == ("partitions", partitions)
 
 
 def test_delivery_partition_refuses_a_bad_client() -> None:
