@@ -318,17 +318,3 @@ def test_clients_header_of_nothing() -> None:
     assert decode_clients(None) == frozenset()
     assert decode_clients(b"") == frozenset()
     assert HEADER_CLIENTS == "dls-clients"
-
-
-def test_client_refuses_a_negative_partition_count(tmp_path) -> None:
-    import json
-
-    from connectors.client import Client
-
-    space = tmp_path / "space.json"
-    space.write_text(json.dumps({"attributes": [
-        {"name": "x", "type": "numeric", "low": 0, "high": 1, "granules": 2}]}))
-    with pytest.raises(ConnectorError, match="shared_delivery_partitions must be an integer "
-                                             ">= 0, got -2") as err:
-        Client("127.0.0.1:1", "A", "alice", space, shared_delivery_partitions=-2)
-    assert err.value.field == "shared_delivery_partitions" and err.value.value == -2
