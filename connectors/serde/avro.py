@@ -40,7 +40,10 @@ def _schema_dir() -> Path:
     beside = Path(__file__).resolve().parents[2] / "schemas" / "avro"
     if beside.is_dir():
         return beside
-    return Path(str(resources.files("schemas").joinpath("avro")))
+    try:
+        return Path(str(resources.files("schemas").joinpath("avro")))
+    except ModuleNotFoundError:  # not installed: Serde() then says where it looked
+        return beside
 
 
 SCHEMA_DIR: Path = _schema_dir()

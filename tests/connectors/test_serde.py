@@ -605,3 +605,22 @@ def test_changed_raw_event_schema_turns_the_fast_path_off(tmp_path: Path) -> Non
     assert other.decode(other.encode("RawEvent", rec)) == ("RawEvent", rec)
     with pytest.raises(SerdeError, match="unknown schema fingerprint"):
         other.decode(encode_raw_event("A", "c", "e", {}))
+
+
+def test_schema_dir_beside_the_package_or_through_importlib(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors.serde import avro
+
+    assert avro._schema_dir() == SCHEMA_DIR  # beside connectors/, as in site-packages
+    # installed somewhere without schemas/ beside it: the importable package is used
+    monkeypatch.setattr(avro, "__file__", str(tmp_path / "connectors" / "serde" / "avro.py"))
+    assert avro._schema_dir() == SCHEMA_DIR
+    # and without any: the path looked at, for Serde's "no .avsc schema in ..." error
+
+    def missing(name: str) -> None:
+        raise ModuleNotFoundError(name)
+
+    monkeypatch.setattr(avro.resources, "files", missing)
+    assert avro._schema_dir() == tmp_path / "schemas" / "avro"
+    with pytest.raises(SerdeError, match="no .avsc schema in .*schemas/avro"):
+        Serde(avro._schema_dir())
