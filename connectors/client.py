@@ -6,7 +6,9 @@ What comes back on the client's delivery topic may include the network's false
 positives; :meth:`Client.deliveries` checks every event against the client's live
 subscriptions exactly, drops and counts the false positives, and yields the rest. It also
 drops repeats of an event (same origin and event id, which a node running at least once
-may send again after a crash), remembering the last ``SEEN_MEMORY`` events.
+may send again after a crash), remembering at least the last ``SEEN_MEMORY`` events. A
+delivery that does not decode is logged (with its ``topic[partition]@offset``), counted
+and skipped: the listener goes on, and commits past it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.exceptions import ConnectorError
+from connectors.exceptions import ConnectorError, ConnectorSettingError, SerdeError
 from connectors.kafka import (
     admin,
     close_consumer,
@@ -32,8 +33,9 @@ from connectors.kafka import (
     ensure_topics,
     producer_config,
 )
+from connectors.recent import RecentKeys, routed_key
 from connectors.serde import (
-    SERDE,
+    decode_raw_event,
     encode_label_subscription,
     encode_label_unsubscription,
     encode_raw_event,
@@ -60,6 +62,7 @@ _log = logging.getLogger("dlsroute.client")
 __all__ = ["SEEN_MEMORY", "Client", "Delivery"]
 
 SEEN_MEMORY = 100_000
+"""How many delivered events (at least) a client remembers to drop their repeats."""
 
 
 @dataclass(frozen=True)
@@ -91,10 +94,10 @@ class Client:
         another test) never joins, and stalls, the same group.
         """
         if not isinstance(shared_delivery_partitions, int) or shared_delivery_partitions < 0:
-            raise ConnectorError(f"shared_delivery_partitions must be an integer >= 0, got "
-                                 f"{shared_delivery_partitions!r}",
-                                 field="shared_delivery_partitions",
-                                 value=shared_delivery_partitions)
+            raise ConnectorSettingError(f"shared_delivery_partitions must be an integer >= 0, "
+                                        f"got {shared_delivery_partitions!r}",
+                                        field="shared_delivery_partitions",
+                                        value=shared_delivery_partitions)
         self.bootstrap, self.node, self.client_id = bootstrap, node, client_id
         self.shared_partitions = shared_delivery_partitions
         self.space = space if isinstance(space, ContentSpace) else ContentSpace.from_json(space)
@@ -110,8 +113,9 @@ class Client:
         self.delivered = 0
         self.false_positives = 0
         self.duplicates = 0
+        self.undecodable = 0
         self._control_ready: set[str] = set()
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._seen = RecentKeys(SEEN_MEMORY)
 
     # -- control -----------------------------------------------------------------------------
     def subscribe(self, where: Any, sub_id: str | None = None) -> str:
@@ -239,7 +243,7 @@ class Client:
             out: list[Delivery] = []
             deadline = time.monotonic() + timeout
             quiet_since = time.monotonic()
-            seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+            seen = RecentKeys(SEEN_MEMORY)
             while time.monotonic() < deadline:
                 msgs = consume_batch(reader, 1000, 0.1)
                 if msgs:
@@ -255,22 +259,27 @@ class Client:
         finally:
             reader.close()
 
-    def _take(self, msg: Any, seen: OrderedDict[tuple[str, str], None]) -> Delivery | None:
+    def _take(self, msg: Any, seen: RecentKeys) -> Delivery | None:
         """Check one delivered message; None if it is not one to yield.
 
-        That is a repeat of an event seen (counted in ``duplicates``) or, on the shared
-        delivery topic, a message for other clients of the same partition (not counted).
+        That is a message that does not decode (logged, counted in ``undecodable``), a
+        repeat of an event seen (counted in ``duplicates``) or, on the shared delivery
+        topic, a message for other clients of the same partition (not counted).
         """
         if self.shared_partitions and not self._for_me(msg):
             return None
-        d = self._check(msg)
-        key = (d.origin, d.event_id)
+        try:
+            d = self._check(msg)
+        except SerdeError as exc:
+            self.undecodable += 1
+            _log.warning("client %s skips an undecodable delivery at %s: %s", self.client_id,
+                         source_of(msg.topic(), msg.partition(), msg.offset()), exc)
+            return None
+        key = routed_key(d.origin, d.event_id)
         if key in seen:
             self.duplicates += 1
             return None
-        seen[key] = None
-        if len(seen) > SEEN_MEMORY:
-            seen.popitem(last=False)
+        seen.add(key)
         self.delivered += 1
         if not d.subscriptions:
             self.false_positives += 1
@@ -283,10 +292,13 @@ class Client:
         return False
 
     def _check(self, msg: Any) -> Delivery:
-        name, rec = SERDE.decode(msg.value() or b"")
-        if name != "RawEvent":
-            raise ConnectorError(f"{source_of(msg.topic(), msg.partition(), msg.offset())}: "
-                                 f"expected a RawEvent, got {name}", field="schema", value=name)
+        """The delivery ``msg`` carries, matched against the live subscriptions.
+
+        Raises:
+            SerdeError: The value is not a RawEvent that decodes, or the label header is
+                not 8 bytes.
+        """
+        rec = decode_raw_event(msg.value() or b"")
         attrs = rec["attrs"]
         live = list(self.subscriptions.items())  # another thread may (un)subscribe
         hits = tuple(sid for sid, s in live if s.matches(attrs))

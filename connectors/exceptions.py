@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dls.exceptions import DLSError
 
-__all__ = ["ConnectorError", "ConnectorSettingError", "SerdeError", "TopicNameError"]
+__all__ = [
+    "ConnectorError",
+    "ConnectorSettingError",
+    "LocalKafkaError",
+    "SerdeError",
+    "TopicNameError",
+]
 
 
 class ConnectorError(DLSError):
@@ -21,3 +27,7 @@ class TopicNameError(ConnectorError, ValueError):
 
 class ConnectorSettingError(ConnectorError, ValueError):
     """A connector setting (a size, a timeout, a Kafka option) that cannot be used."""
+
+
+class LocalKafkaError(ConnectorError, RuntimeError):
+    """The local Kafka broker (``docker/kafka/kafka.sh``) could not be started or stopped."""

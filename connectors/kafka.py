@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.exceptions import ConnectorError
+from connectors.exceptions import ConnectorError, ConnectorSettingError
 from connectors.topics import source_of as _position
 
 __all__ = [
@@ -101,11 +101,11 @@ def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
 
 
 def _check_bootstrap(bootstrap: str) -> str:
-    """Return ``bootstrap`` stripped, or raise ``ValueError`` when it is empty."""
+    """Return ``bootstrap`` stripped; raise :class:`ConnectorSettingError` when it is empty."""
     if not isinstance(bootstrap, str) or not bootstrap.strip():
-        raise ValueError(
-            f"bootstrap servers must be a non-empty 'host:port' string, got {bootstrap!r}"
-        )
+        raise ConnectorSettingError(
+            f"bootstrap servers must be a non-empty 'host:port' string, got {bootstrap!r}",
+            field="bootstrap", value=bootstrap)
     return bootstrap.strip()
 
 
@@ -123,11 +123,16 @@ def producer_config(
     Returns:
         A fresh dict; :data:`PRODUCER_DEFAULTS` plus ``bootstrap.servers``, the
         transactional id and the overrides.
+
+    Raises:
+        ConnectorSettingError: ``bootstrap`` or ``transactional_id`` is empty (a
+            ``ValueError`` too).
     """
     conf = {"bootstrap.servers": _check_bootstrap(bootstrap), **PRODUCER_DEFAULTS}
     if transactional_id is not None:
         if not transactional_id:
-            raise ValueError("transactional_id must not be empty")
+            raise ConnectorSettingError("transactional_id must not be empty",
+                                        field="transactional_id", value=transactional_id)
         conf["transactional.id"] = transactional_id
     return _merge(conf, overrides)
 
@@ -143,9 +148,13 @@ def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str
     Returns:
         A fresh dict; :data:`CONSUMER_DEFAULTS` plus ``bootstrap.servers``, ``group.id`` and
         the overrides.
+
+    Raises:
+        ConnectorSettingError: ``bootstrap`` or ``group_id`` is empty (a ``ValueError`` too).
     """
     if not group_id:
-        raise ValueError("group_id must not be empty")
+        raise ConnectorSettingError("group_id must not be empty", field="group_id",
+                                    value=group_id)
     conf = {"bootstrap.servers": _check_bootstrap(bootstrap), "group.id": group_id}
     conf.update(CONSUMER_DEFAULTS)
     return _merge(conf, overrides)
@@ -203,66 +212,100 @@ def ensure_topics(
     Raises:
         ConnectorError: A topic could not be created (invalid name, no permission, ...) or
             did not show up in the metadata within ``timeout``.
-        ValueError: ``partitions`` or ``replication`` is below 1.
+        ConnectorSettingError: ``partitions`` or ``replication`` is below 1 (a
+            ``ValueError`` too).
     """
     wanted = list(dict.fromkeys(names))
     if not wanted:
         return
-    if partitions < 1 or replication < 1:
-        raise ValueError(
-            f"partitions and replication must be >= 1, got {partitions}, {replication}"
-        )
-    deadline = time.monotonic() + timeout
+    for field, value in (("partitions", partitions), ("replication", replication)):
+        if value < 1:
+            raise ConnectorSettingError(
+                f"partitions and replication must be >= 1, got {partitions}, {replication}",
+                field=field, value=value)
+    deadline = _Deadline(timeout)
     client = admin(bootstrap)
-
-    def left() -> float:
-        return max(deadline - time.monotonic(), 0.1)
-
-    while True:  # short attempts until the deadline: one lost request is not fatal
-        try:
-            existing = client.list_topics(timeout=min(left(), 5.0)).topics
-            break
-        except KafkaException as exc:
-            if time.monotonic() >= deadline:
-                raise ConnectorError(
-                    f"cannot read topic metadata from {bootstrap} within {timeout:g}s: {exc}"
-                ) from exc
-            _log.warning("metadata request to %s failed (%s); retrying", bootstrap, exc)
-            time.sleep(_POLL_S)
+    existing = _topic_names(client, bootstrap, deadline)
     missing = [n for n in wanted if n not in existing]
     if missing:
-        topic_config = {k: str(v) for k, v in (config or {}).items()}
-        new = [NewTopic(n, partitions, replication, config=topic_config) for n in missing]
-        futures = client.create_topics(new, operation_timeout=left(), request_timeout=left())
-        for name, future in futures.items():
-            try:
-                future.result(timeout=left())
-            except KafkaException as exc:
-                err = _kafka_error(exc)
-                if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    continue
-                raise ConnectorError(
-                    f"cannot create topic {name!r} on {bootstrap}: {exc}", field="topic", value=name
-                ) from exc
-            except concurrent.futures.TimeoutError as exc:
-                raise ConnectorError(
-                    f"creating topic {name!r} on {bootstrap} took longer than {timeout:g}s",
-                    field="topic",
-                    value=name,
-                ) from exc
-            _log.info("created topic %s (%d partitions)", name, partitions)
+        _create(client, bootstrap, missing, partitions, replication, config or {}, deadline)
+    _wait_until_ready(client, bootstrap, wanted, deadline)
 
-    pending = wanted
+
+class _Deadline:
+    """The time left of ``timeout`` seconds from now (at least 0.1 s, as a request timeout)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.at = time.monotonic() + timeout
+
+    def left(self) -> float:
+        return max(self.at - time.monotonic(), 0.1)
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+
+def _topic_names(client: AdminClient, bootstrap: str, deadline: _Deadline) -> Any:
+    """The topics the cluster has, asked in short attempts until the deadline.
+
+    One lost metadata request is not fatal.
+    """
     while True:
         try:
-            pending = _not_ready(client.list_topics(timeout=min(left(), 5.0)), pending)
+            return client.list_topics(timeout=min(deadline.left(), 5.0)).topics
+        except KafkaException as exc:
+            if deadline.passed():
+                raise ConnectorError(
+                    f"cannot read topic metadata from {bootstrap} within "
+                    f"{deadline.timeout:g}s: {exc}") from exc
+            _log.warning("metadata request to %s failed (%s); retrying", bootstrap, exc)
+            time.sleep(_POLL_S)
+
+
+def _create(client: AdminClient, bootstrap: str, names: list[str], partitions: int,
+            replication: int, config: Mapping[str, str | int], deadline: _Deadline) -> None:
+    """Create ``names``; one that another creator made meanwhile counts as created."""
+    topic_config = {k: str(v) for k, v in config.items()}
+    new = [NewTopic(n, partitions, replication, config=topic_config) for n in names]
+    left = deadline.left
+    futures = client.create_topics(new, operation_timeout=left(), request_timeout=left())
+    for name, future in futures.items():
+        try:
+            future.result(timeout=left())
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise ConnectorError(
+                f"cannot create topic {name!r} on {bootstrap}: {exc}", field="topic", value=name
+            ) from exc
+        except concurrent.futures.TimeoutError as exc:
+            raise ConnectorError(
+                f"creating topic {name!r} on {bootstrap} took longer than "
+                f"{deadline.timeout:g}s",
+                field="topic",
+                value=name,
+            ) from exc
+        _log.info("created topic %s (%d partitions)", name, partitions)
+
+
+def _wait_until_ready(client: AdminClient, bootstrap: str, names: list[str],
+                      deadline: _Deadline) -> None:
+    """Return once the metadata shows every topic of ``names`` with a leader everywhere."""
+    pending = names
+    while True:
+        try:
+            pending = _not_ready(client.list_topics(timeout=min(deadline.left(), 5.0)),
+                                 pending)
         except KafkaException as exc:
             _log.debug("metadata request failed, retrying: %s", exc)
         if not pending:
             return
-        if time.monotonic() >= deadline:
+        if deadline.passed():
             raise ConnectorError(
-                f"topics not ready on {bootstrap} after {timeout:g}s: {', '.join(pending)}",
+                f"topics not ready on {bootstrap} after {deadline.timeout:g}s: "
+                f"{', '.join(pending)}",
                 field="topic",
                 value=pending[0],
             )
@@ -410,7 +453,7 @@ def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:
 
     Read off the messages themselves: ``Consumer.position(Consumer.assignment())`` says
     the same for the partitions these messages came from, but ``assignment()`` waits on
-    librdkafka's main thread, which costs milliseconds per call while it is busy producing.
+    librdkafka's main thread, which is slow while it is busy producing.
     Messages of one partition come in offset order, so the last one seen wins.
     """
     # A consumed message always has a topic, partition and offset (None only on
@@ -422,8 +465,8 @@ def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:
     parts = list(map(Message.partition, msgs))
     if topics.count(topics[0]) == len(msgs) and parts.count(parts[0]) == len(msgs):
         # One partition, the usual batch of a busy node: its last message says it all.
-        # The counts compare in C; hashing a (topic, partition) key per message cost
-        # three times as much (140 against 46 ns per message, 1,000 built by hand).
+        # The counts compare in C, where hashing a (topic, partition) key per message
+        # would run in Python.
         return {(topics[0], parts[0]): msgs[-1].offset() + 1}  # type: ignore[dict-item, operator]
     return {(t, p): m.offset() + 1  # type: ignore[misc, operator]
             for t, p, m in zip(topics, parts, msgs, strict=True)}
@@ -471,18 +514,18 @@ def consume_batch(consumer: Consumer, max_messages: int, timeout: float) -> list
 
     Raises:
         ConnectorError: A message carried a fatal error, or the consumer itself failed.
-        ValueError: ``max_messages`` is below 1.
+        ConnectorSettingError: ``max_messages`` is below 1 (a ``ValueError`` too).
     """
     if max_messages < 1:
-        raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        raise ConnectorSettingError(f"max_messages must be >= 1, got {max_messages}",
+                                    field="max_messages", value=max_messages)
     try:
         msgs = consumer.consume(num_messages=1, timeout=timeout)
         if msgs and max_messages > 1:
             msgs += consumer.consume(num_messages=max_messages - 1, timeout=0)
     except KafkaException as exc:
         raise ConnectorError(f"consume failed: {exc}") from exc
-    # The usual case, checked at C level: 21 µs per 1,000 messages against 78 µs for
-    # check_message on each (measured with timeit on messages built by hand).
+    # The usual case, checked at C level: far cheaper than check_message on each message.
     if not any(map(Message.error, msgs)):
         return msgs
     return [ok for msg in msgs if (ok := check_message(msg)) is not None]

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from connectors.exceptions import ConnectorSettingError, LocalKafkaError
+
 __all__ = [
     "KAFKA_SCRIPT",
     "LocalKafkaError",
@@ -39,12 +41,15 @@ def port_answers(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-class LocalKafkaError(RuntimeError):
-    """The local Kafka broker could not be started or stopped."""
+def _run_script(command: str, port: int, timeout: float) -> None:
+    """Run ``kafka.sh <command>`` for the broker on ``port``.
 
-
-def _run_script(command: str, port: int, timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run ``kafka.sh <command>`` for the broker on ``port`` and return the finished process."""
+    Raises:
+        LocalKafkaError: The script is missing, took longer than ``timeout`` or failed (the
+            message holds the tail of its error output).
+        ConnectorSettingError: ``port`` is out of range.
+    """
+    _check_port(port)
     bash = shutil.which("bash")
     if bash is None:
         raise LocalKafkaError("bash not found on PATH")
@@ -56,7 +61,7 @@ def _run_script(command: str, port: int, timeout: float) -> subprocess.Completed
     env.setdefault("PYTHON", sys.executable)
     try:
         # Fixed argv, no shell: the only variable part is the validated port.
-        return subprocess.run(  # noqa: S603
+        proc = subprocess.run(  # noqa: S603
             [bash, str(KAFKA_SCRIPT), command],
             env=env,
             capture_output=True,
@@ -66,12 +71,17 @@ def _run_script(command: str, port: int, timeout: float) -> subprocess.Completed
         )
     except subprocess.TimeoutExpired as exc:
         raise LocalKafkaError(f"kafka.sh {command} took longer than {timeout:g}s") from exc
+    if proc.returncode != 0:
+        raise LocalKafkaError(
+            f"kafka.sh {command} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
 
 
 def _check_port(port: int) -> None:
-    """Raise ``ValueError`` unless ``port`` is a usable TCP port (the controller takes port+1)."""
+    """Raise unless ``port`` is a usable TCP port (the controller takes port+1)."""
     if not 1 <= port <= 65534:
-        raise ValueError(f"port must be in 1..65534, got {port}")
+        raise ConnectorSettingError(f"port must be in 1..65534, got {port}", field="port",
+                                    value=port)
 
 
 def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0) -> str:
@@ -90,14 +100,9 @@ def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0) -> str:
 
     Raises:
         LocalKafkaError: The broker did not come up; the message holds the log tail.
-        ValueError: ``port`` is out of range.
+        ConnectorSettingError: ``port`` is out of range (a ``ValueError`` too).
     """
-    _check_port(port)
-    proc = _run_script("up", port, timeout)
-    if proc.returncode != 0:
-        raise LocalKafkaError(
-            f"kafka.sh up failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
+    _run_script("up", port, timeout)
     return f"127.0.0.1:{port}"
 
 
@@ -110,14 +115,9 @@ def stop_local_kafka(port: int = 9092, *, timeout: float = 60.0) -> None:
 
     Raises:
         LocalKafkaError: ``kafka.sh down`` failed.
-        ValueError: ``port`` is out of range.
+        ConnectorSettingError: ``port`` is out of range (a ``ValueError`` too).
     """
-    _check_port(port)
-    proc = _run_script("down", port, timeout)
-    if proc.returncode != 0:
-        raise LocalKafkaError(
-            f"kafka.sh down failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
+    _run_script("down", port, timeout)
 
 
 def docker_engine_available(timeout: float = 3.0) -> bool:

@@ -35,7 +35,7 @@ from typing import Any
 import mmh3
 import numpy as np
 
-from connectors.exceptions import SerdeError, TopicNameError
+from connectors.exceptions import ConnectorSettingError, SerdeError, TopicNameError
 
 __all__ = [
     "NAME_PATTERN",
@@ -305,11 +305,12 @@ def delivery_partition(client: str, partitions: int) -> int:
 
     Raises:
         TopicNameError: ``client`` is not a valid client name.
-        ValueError: ``partitions`` is below 1.
+        ConnectorSettingError: ``partitions`` is below 1 (a ``ValueError`` too).
     """
     check_name(client, "client")
     if not isinstance(partitions, int) or partitions < 1:
-        raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
+        raise ConnectorSettingError(f"partitions must be an integer >= 1, got {partitions!r}",
+                                    field="partitions", value=partitions)
     return int(mmh3.hash(client.encode(), 0, signed=False)) % partitions
 
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.exceptions import ConnectorError
-from connectors.kafka import committed_offsets, ensure_topics, next_offsets, offsets_to_commit
+from connectors.exceptions import ConnectorError, ConnectorSettingError
+from connectors.kafka import (
+    committed_offsets,
+    consume_batch,
+    consumer_config,
+    ensure_topics,
+    next_offsets,
+    offsets_to_commit,
+    producer_config,
+)
 
 
 def test_ensure_topics_without_a_broker_names_it_and_the_timeout() -> None:
@@ -14,6 +22,25 @@ def test_ensure_topics_without_a_broker_names_it_and_the_timeout() -> None:
     with pytest.raises(ConnectorError,
                        match=r"cannot read topic metadata from 127\.0\.0\.1:1 within 1\.5s"):
         ensure_topics("127.0.0.1:1", ["dls.x"], timeout=1.5)
+
+
+@pytest.mark.parametrize("call, field, value", [
+    (lambda: producer_config("  "), "bootstrap", "  "),
+    (lambda: producer_config(None), "bootstrap", None),  # type: ignore[arg-type]
+    (lambda: producer_config("h:1", transactional_id=""), "transactional_id", ""),
+    (lambda: consumer_config("h:1", ""), "group_id", ""),
+    (lambda: ensure_topics("h:1", ["t"], partitions=0), "partitions", 0),
+    (lambda: ensure_topics("h:1", ["t"], replication=0), "replication", 0),
+    (lambda: consume_batch(None, 0, 1.0), "max_messages", 0),  # type: ignore[arg-type]
+])
+def test_bad_settings_are_connector_setting_errors(call: object, field: str,
+                                                   value: object) -> None:
+    """Raised before any client is made: a ConnectorError that is a ValueError too."""
+    with pytest.raises(ConnectorSettingError) as err:
+        call()  # type: ignore[operator]
+    assert isinstance(err.value, ValueError) and isinstance(err.value, ConnectorError)
+    assert (err.value.field, err.value.value) == (field, value)
+    assert repr(value) in str(err.value) or field in str(err.value)
 
 
 def test_next_offsets_is_one_past_the_last_message_of_each_partition() -> None:
@@ -42,7 +69,7 @@ class _Coordinator:
     def __init__(self, fails: int, code: int) -> None:
         self.fails, self.code, self.calls = fails, code, 0
 
-    def committed(self, partitions, timeout):
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
         self.calls += 1
         if self.calls <= self.fails:
             raise KafkaException(KafkaError(self.code))

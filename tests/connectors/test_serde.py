@@ -13,18 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors import serde as S
 from connectors.exceptions import SerdeError
 from connectors.serde import (
     HEADER_SIZE,
     MARKER,
     SCHEMA_DIR,
     SERDE,
-    DeadLetterMsg,
-    LabelSubscriptionMsg,
-    LabelUnsubscriptionMsg,
-    LinkMsg,
-    RawEventMsg,
+    RawKind,
     Serde,
     decode_dead_letter,
     decode_label_subscription,
@@ -40,6 +35,8 @@ from connectors.serde import (
     encode_raw_subscription,
     encode_raw_unsubscription,
 )
+from connectors.serde import raw_event as RE
+from connectors.topics import encode_labels
 
 ALL = {"RawSubscription", "RawUnsubscription", "RawEvent", "LabelSubscription",
        "LabelUnsubscription", "LinkControl", "DeadLetter"}
@@ -120,7 +117,7 @@ def test_schema_files() -> None:
 
 
 def test_fast_raw_event_codec_is_on_for_the_shipped_schema() -> None:
-    assert SERDE._raw_event_header == SERDE.header("RawEvent")
+    assert SERDE.raw_event_header == SERDE.header("RawEvent")
 
 
 # ------------------------------------------------------------------------ round trips
@@ -131,39 +128,45 @@ def test_label_subscription_round_trip(client: str, sid: str, labels: np.ndarray
                                        where: str | None) -> None:
     data = encode_label_subscription(client, sid, labels, where)
     msg = decode_label_subscription(data)
-    assert msg == LabelSubscriptionMsg(client, sid, labels, where)
-    assert msg.labels.dtype == np.dtype(np.uint64)
-    assert msg.labels.tolist() == labels.tolist()
-    assert not msg.labels.flags.writeable
+    assert set(msg) == {"client", "id", "labels", "where"}
+    assert (msg["client"], msg["id"], msg["where"]) == (client, sid, where)
+    assert np.array_equal(msg["labels"], labels)
+    assert msg["labels"].dtype == np.dtype(np.uint64)
+    assert msg["labels"].tolist() == labels.tolist()
+    assert not msg["labels"].flags.writeable
     name, rec = SERDE.decode(data)
     assert name == "LabelSubscription"
-    assert rec == {"client": client, "id": sid, "labels": S.encode_labels(labels),
+    assert rec == {"client": client, "id": sid, "labels": encode_labels(labels),
                    "where": where}
 
 
 def test_label_subscription_edges() -> None:
     labels = np.array([0, 2**64 - 1, 1], dtype=np.uint64)
     msg = decode_label_subscription(encode_label_subscription("c", "s", labels, None))
-    assert msg.labels.tolist() == [0, 2**64 - 1, 1]
-    assert msg.where is None
+    assert msg["labels"].tolist() == [0, 2**64 - 1, 1]
+    assert msg["where"] is None
     # where may be left out altogether (default null)
     data = SERDE.encode("LabelSubscription", {"client": "c", "id": "s", "labels": b""})
-    assert decode_label_subscription(data) == LabelSubscriptionMsg(
-        "c", "s", np.array([], dtype=np.uint64), None)
-    assert msg != decode_label_subscription(encode_label_subscription("c", "s", labels[:2]))
+    empty = decode_label_subscription(data)
+    assert (empty["client"], empty["id"], empty["where"]) == ("c", "s", None)
+    assert empty["labels"].dtype == np.dtype(np.uint64) and empty["labels"].size == 0
+    fewer = decode_label_subscription(encode_label_subscription("c", "s", labels[:2]))
+    assert not np.array_equal(msg["labels"], fewer["labels"])
 
 
 @given(names, text)
 def test_label_unsubscription_round_trip(client: str, sid: str) -> None:
     assert decode_label_unsubscription(encode_label_unsubscription(client, sid)) == \
-        LabelUnsubscriptionMsg(client, sid)
+        {"client": client, "id": sid}
 
 
 @given(names, st.sampled_from(["advertise", "withdraw", "ADVERTISE", "Withdraw"]), labels_arr)
 def test_link_round_trip(source: str, kind: str, labels: np.ndarray) -> None:
     data = encode_link(source, kind, labels)
     msg = decode_link(data)
-    assert msg == LinkMsg(source, kind.lower(), labels)
+    assert set(msg) == {"source", "kind", "labels"}
+    assert (msg["source"], msg["kind"]) == (source, kind.lower())
+    assert np.array_equal(msg["labels"], labels) and not msg["labels"].flags.writeable
     assert SERDE.decode(data)[1]["kind"] == kind.upper()
 
 
@@ -172,9 +175,10 @@ def test_raw_event_round_trip(node: str, client: str, eid: str, attrs: dict[str,
                               payload: bytes) -> None:
     data = encode_raw_event(node, client, eid, attrs, payload)
     msg = decode_raw_event(data)
-    assert msg == RawEventMsg(node, client, eid, attrs, payload)
+    assert msg == {"node": node, "client": client, "id": eid, "attrs": attrs,
+                   "payload": payload}
     for k, v in attrs.items():
-        assert type(msg.attrs[k]) is type(v)  # ints stay ints, floats stay floats
+        assert type(msg["attrs"][k]) is type(v)  # ints stay ints, floats stay floats
     assert SERDE.decode(data) == ("RawEvent", {"node": node, "client": client, "id": eid,
                                                "attrs": attrs, "payload": payload})
 
@@ -188,7 +192,7 @@ def test_fast_raw_event_codec_matches_fastavro(node: str, client: str, eid: str,
     reference = SERDE.header("RawEvent") + buf.getvalue()
     assert encode_raw_event(node, client, eid, attrs, payload) == reference
     assert SERDE.encode("RawEvent", rec) == reference
-    assert S._fast_decode_raw_event(reference) == (node, client, eid, attrs, payload)
+    assert RE.decode_fast(reference) == rec
 
 
 @settings(max_examples=300)
@@ -202,10 +206,7 @@ def test_fast_raw_event_decoder_never_disagrees_with_fastavro(body: bytes,
         msg = valid[:i] + body[:3] + valid[i + data.draw(st.integers(0, 3)):]
     else:
         msg = SERDE.header("RawEvent") + body
-    try:
-        fast: Any = S._fast_decode_raw_event(msg)
-    except S._FAST_FAILURES:
-        fast = None
+    fast = RE.decode_fast(msg)  # None: the fast decoder gives up
     try:
         slow: Any = SERDE._decode_body(SERDE._entry("RawEvent"), msg)
     except SerdeError:
@@ -213,7 +214,7 @@ def test_fast_raw_event_decoder_never_disagrees_with_fastavro(body: bytes,
     if fast is not None:
         assert slow is not None
         # repr, not ==: a mutated double can decode to NaN, which never equals itself
-        assert repr(fast) == repr(tuple(slow.values()))
+        assert repr(fast) == repr(slow)
     got: Any
     try:
         got = decode_raw_event(msg)
@@ -225,15 +226,15 @@ def test_fast_raw_event_decoder_never_disagrees_with_fastavro(body: bytes,
 def test_raw_event_types_and_defaults() -> None:
     attrs = {"i": 5, "f": 5.0, "s": "AAPL", "neg": -(2**63), "big": 2**63 - 1, "u": "ü€😀"}
     msg = decode_raw_event(encode_raw_event("A", "c", "e", attrs))
-    assert msg.attrs == attrs
-    assert type(msg.attrs["i"]) is int and type(msg.attrs["f"]) is float
-    assert msg.payload == b""
+    assert msg["attrs"] == attrs
+    assert type(msg["attrs"]["i"]) is int and type(msg["attrs"]["f"]) is float
+    assert msg["payload"] == b""
     # payload may be left out of a generic record: its default is empty bytes
     assert SERDE.encode("RawEvent", {"node": "A", "client": "c", "id": "e", "attrs": attrs}) \
         == encode_raw_event("A", "c", "e", attrs, b"")
-    nan = decode_raw_event(encode_raw_event("A", "c", "e", {"x": math.nan})).attrs["x"]
+    nan = decode_raw_event(encode_raw_event("A", "c", "e", {"x": math.nan}))["attrs"]["x"]
     assert math.isnan(nan)
-    inf = decode_raw_event(encode_raw_event("A", "c", "e", {"x": -math.inf})).attrs["x"]
+    inf = decode_raw_event(encode_raw_event("A", "c", "e", {"x": -math.inf}))["attrs"]["x"]
     assert inf == -math.inf
 
 
@@ -242,8 +243,8 @@ def test_raw_event_unusual_inputs_go_through_fastavro() -> None:
     msg = decode_raw_event(encode_raw_event(
         "A", "c", "e" * 300, {"f": np.float64(2.5), "big": 2**70, "k" * 100: "v" * 1000},
         bytearray(b"xyz")))
-    assert msg.attrs == {"f": 2.5, "big": float(2**70), "k" * 100: "v" * 1000}
-    assert msg.id == "e" * 300 and msg.payload == b"xyz"
+    assert msg["attrs"] == {"f": 2.5, "big": float(2**70), "k" * 100: "v" * 1000}
+    assert msg["id"] == "e" * 300 and msg["payload"] == b"xyz"
 
 
 def test_raw_event_map_in_blocks_with_sizes() -> None:
@@ -257,8 +258,8 @@ def test_raw_event_map_in_blocks_with_sizes() -> None:
     expected: dict[str, Any] = {"node": "A", "client": "c", "id": "e", "attrs": {"a": 1, "b": "z"},
                 "payload": b""}
     assert SERDE._decode_body(SERDE._entry("RawEvent"), data) == expected
-    assert S._fast_decode_raw_event(data) == tuple(expected.values())
-    assert decode_raw_event(data) == RawEventMsg(**expected)
+    assert RE.decode_fast(data) == expected
+    assert decode_raw_event(data) == expected
 
 
 @given(st.text(max_size=30), text, st.binary(max_size=50),
@@ -268,8 +269,8 @@ def test_dead_letter_round_trip(source: str, reason: str, raw: bytes,
                                 headers: dict[str, bytes], field: str | None,
                                 value: str | None) -> None:
     data = encode_dead_letter(source, reason, raw, headers, field=field, value=value)
-    assert decode_dead_letter(data) == DeadLetterMsg(source, reason, field, value, raw,
-                                                     headers)
+    assert decode_dead_letter(data) == {"source": source, "reason": reason, "field": field,
+                                        "value": value, "raw": raw, "headers": headers}
 
 
 def test_dead_letter_inputs() -> None:
@@ -277,13 +278,13 @@ def test_dead_letter_inputs() -> None:
         "dls.node.A.publish[0]@5", "bad label", None,
         [("dls-label", b"\x01"), ("x", None), ("dls-label", b"\x02"), ("s", "é")],
         field="attrs", value={"p": [1, 2]}))
-    assert msg.raw == b""
-    assert msg.headers == {"dls-label": b"\x02", "x": b"", "s": "é".encode()}
-    assert (msg.field, msg.value) == ("attrs", '{"p": [1, 2]}')
-    assert decode_dead_letter(encode_dead_letter("s", "r", b"", None, value=b"\x00")).value \
+    assert msg["raw"] == b""
+    assert msg["headers"] == {"dls-label": b"\x02", "x": b"", "s": "é".encode()}
+    assert (msg["field"], msg["value"]) == ("attrs", '{"p": [1, 2]}')
+    assert decode_dead_letter(encode_dead_letter("s", "r", b"", None, value=b"\x00"))["value"] \
         == "b'\\x00'"
-    assert decode_dead_letter(encode_dead_letter("s", "r", b"", {}, value=3)).value == "3"
-    assert decode_dead_letter(encode_dead_letter("s", "r", b"", {})).value is None
+    assert decode_dead_letter(encode_dead_letter("s", "r", b"", {}, value=3))["value"] == "3"
+    assert decode_dead_letter(encode_dead_letter("s", "r", b"", {}))["value"] is None
 
 
 def test_raw_subscription_and_unsubscription_encoders() -> None:
@@ -296,14 +297,16 @@ def test_raw_subscription_and_unsubscription_encoders() -> None:
         "RawUnsubscription", {"node": "A", "client": "c", "id": "s1"})
 
 
-def test_message_equality_with_arrays() -> None:
-    a = LinkMsg("A", "advertise", np.array([1, 2], dtype=np.uint64))
-    assert a == LinkMsg("A", "advertise", np.array([1, 2], dtype=np.uint64))
-    assert a != LinkMsg("A", "advertise", np.array([1, 3], dtype=np.uint64))
-    assert a != LinkMsg("A", "withdraw", np.array([1, 2], dtype=np.uint64))
-    assert a != "A"
-    with pytest.raises(AttributeError):
-        a.kind = "withdraw"  # type: ignore[misc]
+def test_decoded_labels_are_read_only() -> None:
+    link = decode_link(encode_link("A", "advertise", np.array([1, 2], dtype=np.uint64)))
+    sub = decode_label_subscription(encode_label_subscription(
+        "c", "s", np.array([1, 2], dtype=np.uint64)))
+    for msg in (link, sub):
+        assert msg["labels"].tolist() == [1, 2]
+        with pytest.raises(ValueError, match="read-only"):
+            msg["labels"][0] = 3
+    assert decode_link(encode_link("A", "withdraw", np.array([1], dtype=np.uint64)))["kind"] \
+        == "withdraw"
 
 
 # ------------------------------------------------------------------------ encode errors
@@ -526,7 +529,7 @@ SUB = {"node": "A", "client": "c1", "id": "s1", "where": "p < 3"}
     (_j({"node": "A", "client": "c", "id": "s", "payload": "x"}), "unsubscription",
      "raw unsubscription: unknown field 'payload'", "payload", "x"),
 ])
-def test_decode_raw_rejects(data: bytes, kind: S.RawKind, message: str, field: str,
+def test_decode_raw_rejects(data: bytes, kind: RawKind, message: str, field: str,
                             value: object) -> None:
     with pytest.raises(SerdeError) as err:
         decode_raw(data, kind)
@@ -596,9 +599,28 @@ def test_changed_raw_event_schema_turns_the_fast_path_off(tmp_path: Path) -> Non
     (tmp_path / "RawEvent.avsc").write_text(json.dumps(doc))
     other = Serde(tmp_path)
     assert other.names == ("RawEvent",)
-    assert other._raw_event_header is None
+    assert other.raw_event_header is None
     assert other.fingerprint("RawEvent") != SERDE.fingerprint("RawEvent")
     rec = {"node": "A", "client": "c", "id": "e", "attrs": {"p": 1}, "payload": b"", "ttl": 9}
     assert other.decode(other.encode("RawEvent", rec)) == ("RawEvent", rec)
     with pytest.raises(SerdeError, match="unknown schema fingerprint"):
         other.decode(encode_raw_event("A", "c", "e", {}))
+
+
+def test_schema_dir_beside_the_package_or_through_importlib(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors.serde import avro
+
+    assert avro._schema_dir() == SCHEMA_DIR  # beside connectors/, as in site-packages
+    # installed somewhere without schemas/ beside it: the importable package is used
+    monkeypatch.setattr(avro, "__file__", str(tmp_path / "connectors" / "serde" / "avro.py"))
+    assert avro._schema_dir() == SCHEMA_DIR
+    # and without any: the path looked at, for Serde's "no .avsc schema in ..." error
+
+    def missing(name: str) -> None:
+        raise ModuleNotFoundError(name)
+
+    monkeypatch.setattr(avro.resources, "files", missing)
+    assert avro._schema_dir() == tmp_path / "schemas" / "avro"
+    with pytest.raises(SerdeError, match="no .avsc schema in .*schemas/avro"):
+        Serde(avro._schema_dir())

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.exceptions import ConnectorError, SerdeError, TopicNameError
+from connectors.exceptions import ConnectorError, ConnectorSettingError, SerdeError, TopicNameError
 from connectors.topics import (
     HEADER_CLIENTS,
     HEADER_DLQ_REASON,
@@ -296,8 +296,11 @@ def test_delivery_partition_is_a_stable_hash() -> None:
 
 @pytest.mark.parametrize("partitions", [0, -1, 2.0, None])
 def test_delivery_partition_refuses_a_bad_count(partitions: object) -> None:
-    with pytest.raises(ValueError, match=f"partitions must be an integer >= 1, got {partitions!r}"):
+    with pytest.raises(ValueError, match=f"partitions must be an integer >= 1, got {partitions!r}"
+                       ) as err:
         delivery_partition("alice", partitions)  # type: ignore[arg-type]
+    assert isinstance(err.value, ConnectorSettingError)
+    assert (err.value.field, err.value.value) == ("partitions", partitions)
 
 
 def test_delivery_partition_refuses_a_bad_client() -> None:
@@ -315,17 +318,3 @@ def test_clients_header_of_nothing() -> None:
     assert decode_clients(None) == frozenset()
     assert decode_clients(b"") == frozenset()
     assert HEADER_CLIENTS == "dls-clients"
-
-
-def test_client_refuses_a_negative_partition_count(tmp_path) -> None:
-    import json
-
-    from connectors.client import Client
-
-    space = tmp_path / "space.json"
-    space.write_text(json.dumps({"attributes": [
-        {"name": "x", "type": "numeric", "low": 0, "high": 1, "granules": 2}]}))
-    with pytest.raises(ConnectorError, match="shared_delivery_partitions must be an integer "
-                                             ">= 0, got -2") as err:
-        Client("127.0.0.1:1", "A", "alice", space, shared_delivery_partitions=-2)
-    assert err.value.field == "shared_delivery_partitions" and err.value.value == -2

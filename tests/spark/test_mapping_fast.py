@@ -175,8 +175,8 @@ def test_subscriptions_fast_path_matches_catalyst_and_python(spark: Any) -> None
             want = Subscription(SPACE, where).labels()
         except DLSError:
             pytest.fail(f"{where!r} should be refused")
-        assert np.array_equal(m.labels, want), where
-        assert m.where == (where if isinstance(where, str) else m.where)
+        assert np.array_equal(m["labels"], want), where
+        assert m["where"] == (where if isinstance(where, str) else m["where"])
     assert len(good) >= 10
 
 
@@ -237,6 +237,6 @@ def test_fast_path_with_labels_on_the_64th_bit(spark: Any) -> None:
     assert rows == _rows(map_subscriptions(space, src, TOPICS, fast=False))
     for w, (topic, _key, value, _headers) in zip(wheres, rows, strict=True):
         assert topic == TOPICS.node_subscribe("A"), w
-        labels = decode_label_subscription(value).labels
+        labels = decode_label_subscription(value)["labels"]
         assert np.array_equal(labels, Subscription(space, w).labels()), w
         assert int(labels[0]) >= 1 << 63

@@ -179,7 +179,7 @@ def _labels_by_id(out: list[Any]) -> dict[str, Any]:
             got[f"s{_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit('@', 1)[1]}"] = None
         else:
             m = decode_label_subscription(bytes(r.value))
-            got[m.id] = m.labels
+            got[m["id"]] = m["labels"]
     return got
 
 
@@ -187,10 +187,10 @@ def _check_dead(row: Any, topic: str, offset: int, raw: bytes) -> None:
     h = _headers(row)
     assert h[HEADER_DLQ_SOURCE].decode() == f"{topic}[0]@{offset}"
     dl = decode_dead_letter(bytes(row.value))
-    assert dl.source == f"{topic}[0]@{offset}"
-    assert dl.reason == h[HEADER_DLQ_REASON].decode() and dl.reason
-    assert dl.raw == raw
-    assert dl.headers == {"h1": b"\x00\x01", "h2": b""}
+    assert dl["source"] == f"{topic}[0]@{offset}"
+    assert dl["reason"] == h[HEADER_DLQ_REASON].decode() and dl["reason"]
+    assert dl["raw"] == raw
+    assert dl["headers"] == {"h1": b"\x00\x01", "h2": b""}
 
 
 @pytest.mark.parametrize("n", range(len(SPACES)))
@@ -267,7 +267,7 @@ def test_subscriptions_match_python(spark: Any, n: int) -> None:
     for r in out:
         if r.topic != TOPICS.deadletter:
             m = decode_label_subscription(bytes(r.value))
-            good[m.id] = (r.topic, m)
+            good[m["id"]] = (r.topic, m)
     dead = {int(_headers(r)[HEADER_DLQ_SOURCE].decode().rsplit("@", 1)[1]): r
             for r in out if r.topic == TOPICS.deadletter}
     n_good = 0
@@ -282,8 +282,8 @@ def test_subscriptions_match_python(spark: Any, n: int) -> None:
         topic, m = good[s["id"]]
         n_good += 1
         assert topic == TOPICS.node_subscribe(s["node"])
-        assert m.client == s["client"]
-        assert np.array_equal(m.labels, labels), s["where"]
+        assert m["client"] == s["client"]
+        assert np.array_equal(m["labels"], labels), s["where"]
     assert n_good >= (60 if n < 2 else 12) and len(dead) > 3
 
 
@@ -346,14 +346,14 @@ def test_bad_raw_records_are_dead_letters(spark: Any) -> None:
     for row, i in zip(dead, range(1, len(values)), strict=True):
         _check_dead(row, TOPICS.raw_events, i, values[i] or b"")
     reasons = [decode_dead_letter(bytes(r.value)) for r in dead]
-    assert reasons[0].reason == "raw event: empty message"
-    assert reasons[5].field == "extra" and "unknown field 'extra'" in reasons[5].reason
-    assert reasons[6].field == "node" and "'a.b'" in reasons[6].reason
-    assert reasons[15].field == "price" and "NaN" in reasons[15].reason
-    assert reasons[16].field == "sym"
-    assert reasons[20].field == "price" and reasons[20].value == "inf"
-    assert "beyond the float64 range" in reasons[20].reason
-    assert "JSON" in reasons[21].reason
+    assert reasons[0]["reason"] == "raw event: empty message"
+    assert reasons[5]["field"] == "extra" and "unknown field 'extra'" in reasons[5]["reason"]
+    assert reasons[6]["field"] == "node" and "'a.b'" in reasons[6]["reason"]
+    assert reasons[15]["field"] == "price" and "NaN" in reasons[15]["reason"]
+    assert reasons[16]["field"] == "sym"
+    assert reasons[20]["field"] == "price" and reasons[20]["value"] == "inf"
+    assert "beyond the float64 range" in reasons[20]["reason"]
+    assert "JSON" in reasons[21]["reason"]
 
 
 def test_unsubscriptions(spark: Any) -> None:
@@ -395,10 +395,10 @@ def test_repeated_json_keys_and_huge_label_counts(spark: Any) -> None:
                                           TOPICS.raw_subscriptions), TOPICS).collect()
     by_topic = {r.topic: r for r in out}
     dl = decode_dead_letter(bytes(by_topic[TOPICS.deadletter].value))
-    assert dl.reason == ("subscription expands to 18446744073709551616 labels, over the "
-                         "budget of 65536") and dl.field == "labels"
+    assert dl["reason"] == ("subscription expands to 18446744073709551616 labels, over the "
+                         "budget of 65536") and dl["field"] == "labels"
     m = decode_label_subscription(bytes(by_topic[TOPICS.node_subscribe("A")].value))
-    assert np.array_equal(m.labels, Subscription(huge, subs[1]["where"]).labels())
+    assert np.array_equal(m["labels"], Subscription(huge, subs[1]["where"]).labels())
 
 
 def test_fast_path_edges(spark: Any) -> None:

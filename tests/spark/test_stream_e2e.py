@@ -109,7 +109,7 @@ def dead_letters(bootstrap: str, topics: Topics) -> list[Any]:
         while len(out) < high and time.monotonic() < deadline:
             for msg in consume_batch(reader, 100, 0.5):
                 dl = decode_dead_letter(msg.value())
-                assert dict(msg.headers())[HEADER_DLQ_REASON].decode() == dl.reason
+                assert dict(msg.headers())[HEADER_DLQ_REASON].decode() == dl["reason"]
                 out.append(dl)
         return out
     finally:
@@ -224,12 +224,13 @@ def test_raw_json_to_deliveries_with_restarts(spark: Any, net: LocalNetwork,
         # 5. Bad raw records are dead letters, each once per raw record (the replayed
         # batch wrote its dead letter again: at-least-once).
         letters = dead_letters(kafka_bootstrap, topics)
-        reasons = Counter(dl.source.split("[")[0] for dl in letters)
+        reasons = Counter(dl["source"].split("[")[0] for dl in letters)
         assert reasons[topics.raw_subscriptions] == 2
         assert reasons[topics.raw_events] == 4
-        assert any("volume" in dl.reason for dl in letters)
-        assert any("outside the domain" in dl.reason and dl.field == "price" for dl in letters)
-        assert any(dl.raw == b"this is not json" for dl in letters)
+        assert any("volume" in dl["reason"] for dl in letters)
+        assert any("outside the domain" in dl["reason"] and dl["field"] == "price"
+                   for dl in letters)
+        assert any(dl["raw"] == b"this is not json" for dl in letters)
     finally:
         for c in clients.values():
             c.close()
