@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spark.exceptions import SparkJarsError
+
 __all__ = [
     "POM",
     "SparkJarsError",
@@ -36,10 +38,6 @@ _REPO = Path(__file__).resolve().parents[1]
 _STAMP = ".complete"
 # artifact-1.2.3.jar, artifact_2.13-4.2.0.jar, artifact-1.1.10.5.jar, artifact-3.0.0-M1.jar
 _JAR_RE = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*(?:-[A-Za-z][A-Za-z0-9.]*)?)\.jar$")
-
-
-class SparkJarsError(RuntimeError):
-    """The connector jars could not be fetched or do not fit the installed pyspark."""
 
 
 def libs_dir() -> Path:

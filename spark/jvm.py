@@ -27,16 +27,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from spark.exceptions import JvmBuildError
+
 __all__ = ["FAST_CLASS", "SOURCES", "JvmBuildError", "build", "fast_jar", "jar_path"]
 
 SOURCES: Path = Path(__file__).resolve().parent / "jvm" / "src"
 """The Java sources of the jar."""
 FAST_CLASS = "dlsroute.spark.FastMap"
 """The UDF class of :mod:`spark.mapping`'s fast path."""
-
-
-class JvmBuildError(RuntimeError):
-    """The Java sources could not be compiled."""
 
 
 def _cache_dir() -> Path:
