@@ -18,9 +18,10 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from spark.exceptions import SparkJarsError
+from spark.exceptions import SparkJarsError, SparkJobError
 
 __all__ = [
     "POM",
@@ -134,18 +135,31 @@ def spark_jars(*, fetch_missing: bool = True) -> list[Path]:
     return jars
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Fetch (``--force``: again) and print the jars."""
+def tool_main(job: Callable[[bool], Iterable[Path]], argv: list[str] | None,
+              error: type[SparkJobError]) -> int:
+    """Run ``job(force)`` (``force``: ``--force`` is an argument) and print its paths.
+
+    Returns the exit status: 0, or 1 after printing an ``error`` the job raised.
+    """
     args = sys.argv[1:] if argv is None else argv
     try:
-        if "--force" in args:
-            fetch(force=True)
-        for p in spark_jars():
+        for p in job("--force" in args):
             print(p)
-    except SparkJarsError as exc:
+    except error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fetch (``--force``: again) and print the jars."""
+
+    def job(force: bool) -> list[Path]:
+        if force:
+            fetch(force=True)
+        return spark_jars()
+
+    return tool_main(job, argv, SparkJarsError)
 
 
 if __name__ == "__main__":

@@ -108,13 +108,9 @@ def fast_jar() -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Build (``--force``: again) and print the jar."""
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        print(build(force="--force" in args))
-    except JvmBuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    from spark.jars import tool_main
+
+    return tool_main(lambda force: [build(force=force)], argv, JvmBuildError)
 
 
 if __name__ == "__main__":
