@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 
 __all__ = ["decode"]
 
-_NAME_RE = "^" + NAME_PATTERN + "$"
+# Python's fullmatch in Java's find() (rlike): \z is the end of the input, where $ would
+# also match before a final line break.
+_NAME_RE = r"\A" + NAME_PATTERN + r"\z"
 _TYPED = {
     "event": {"node": "string", "client": "string", "id": "string",
               "attrs": "map<string,string>", "payload": "string"},
