@@ -40,6 +40,7 @@ import numpy as np
 
 from dls.exceptions import DLSError
 from dls.space import ContentSpace, DiscreteAttribute, UniformAttribute
+from spark.exceptions import AnalyzeError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,10 +58,6 @@ __all__ = [
 ]
 
 _SAMPLE_REASONS = 5
-
-
-class AnalyzeError(DLSError, ValueError):
-    """An analysis argument is invalid (the error names it and its value)."""
 
 
 @dataclass(frozen=True)

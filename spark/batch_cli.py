@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from spark.exceptions import SparkArgumentError
+
 __all__ = ["register"]
 
 
@@ -92,7 +94,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def _fraction(text: str) -> float:
     v = float(text)
     if not 0.0 < v <= 1.0:
-        raise argparse.ArgumentTypeError(f"--sample must be in (0, 1], got {text}")
+        raise SparkArgumentError(f"--sample must be in (0, 1], got {text}", field="--sample",
+                                 value=text)
     return v
 
 

@@ -18,7 +18,10 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from spark.exceptions import SparkJarsError, SparkJobError
 
 __all__ = [
     "POM",
@@ -36,10 +39,6 @@ _REPO = Path(__file__).resolve().parents[1]
 _STAMP = ".complete"
 # artifact-1.2.3.jar, artifact_2.13-4.2.0.jar, artifact-1.1.10.5.jar, artifact-3.0.0-M1.jar
 _JAR_RE = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*(?:-[A-Za-z][A-Za-z0-9.]*)?)\.jar$")
-
-
-class SparkJarsError(RuntimeError):
-    """The connector jars could not be fetched or do not fit the installed pyspark."""
 
 
 def libs_dir() -> Path:
@@ -136,18 +135,31 @@ def spark_jars(*, fetch_missing: bool = True) -> list[Path]:
     return jars
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Fetch (``--force``: again) and print the jars."""
+def tool_main(job: Callable[[bool], Iterable[Path]], argv: list[str] | None,
+              error: type[SparkJobError]) -> int:
+    """Run ``job(force)`` (``force``: ``--force`` is an argument) and print its paths.
+
+    Returns the exit status: 0, or 1 after printing an ``error`` the job raised.
+    """
     args = sys.argv[1:] if argv is None else argv
     try:
-        if "--force" in args:
-            fetch(force=True)
-        for p in spark_jars():
+        for p in job("--force" in args):
             print(p)
-    except SparkJarsError as exc:
+    except error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fetch (``--force``: again) and print the jars."""
+
+    def job(force: bool) -> list[Path]:
+        if force:
+            fetch(force=True)
+        return spark_jars()
+
+    return tool_main(job, argv, SparkJarsError)
 
 
 if __name__ == "__main__":

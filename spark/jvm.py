@@ -27,16 +27,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from spark.exceptions import JvmBuildError
+
 __all__ = ["FAST_CLASS", "SOURCES", "JvmBuildError", "build", "fast_jar", "jar_path"]
 
 SOURCES: Path = Path(__file__).resolve().parent / "jvm" / "src"
 """The Java sources of the jar."""
 FAST_CLASS = "dlsroute.spark.FastMap"
 """The UDF class of :mod:`spark.mapping`'s fast path."""
-
-
-class JvmBuildError(RuntimeError):
-    """The Java sources could not be compiled."""
 
 
 def _cache_dir() -> Path:
@@ -110,13 +108,9 @@ def fast_jar() -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Build (``--force``: again) and print the jar."""
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        print(build(force="--force" in args))
-    except JvmBuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    from spark.jars import tool_main
+
+    return tool_main(lambda force: [build(force=force)], argv, JvmBuildError)
 
 
 if __name__ == "__main__":

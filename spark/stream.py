@@ -24,25 +24,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.kafka import ensure_topics
-from connectors.topics import Topics
+from connectors.topics import CONTROL_TOPIC_CONFIG, Topics
 from dls.space import ContentSpace
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["CONTROL_RETENTION", "input_rows", "map_raw", "prepare_topics", "start_query"]
+__all__ = ["input_rows", "map_raw", "prepare_topics", "start_query"]
 
 log = logging.getLogger(__name__)
-
-CONTROL_RETENTION = {"retention.ms": "-1", "retention.bytes": "-1"}
-"""Settings of the node control topics (the nodes rebuild their state from them)."""
 
 
 def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = ()) -> None:
     """Create the raw topics, the dead-letter topic and the given nodes' input topics.
 
-    A node's subscribe and unsubscribe topics get unlimited retention, as the node itself
+    A node's subscribe and unsubscribe topics get the settings of
+    :data:`connectors.topics.CONTROL_TOPIC_CONFIG` (unlimited retention), as the node itself
     creates them; otherwise the first record the job writes for a node that has not started
     yet would create them with the broker's default retention.
     """
@@ -52,7 +50,7 @@ def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = ()) ->
     if nodes:
         ensure_topics(bootstrap, [t for n in nodes for t in (topics.node_subscribe(n),
                                                              topics.node_unsubscribe(n))],
-                      config=CONTROL_RETENTION)
+                      config=CONTROL_TOPIC_CONFIG)
         ensure_topics(bootstrap, [topics.node_publish(n) for n in nodes])
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.topics import Topics, check_name
-from dls.exceptions import DLSError
+from spark.exceptions import WorkloadError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,10 +64,6 @@ DOMAIN_HIGH = 2**20 - 1
 DISTRIBUTIONS = ("uniform", "zipf")
 FORMATS = ("jsonl", "parquet")
 _TWO_53 = float(2**53)
-
-
-class WorkloadError(DLSError, ValueError):
-    """A workload parameter is invalid (the error names it and its value)."""
 
 
 def _positive_int(name: str, value: Any, low: int = 1, high: int | None = None) -> None:

@@ -374,6 +374,28 @@ def test_unsubscriptions(spark: Any) -> None:
     assert sum(r.topic == TOPICS.deadletter for r in out) == 2
 
 
+def test_names_ending_in_a_line_break_are_dead_letters(spark: Any) -> None:
+    """Python refuses a node or client ``"A\\n"`` (``fullmatch``); so must Spark's rlike, whose
+    ``$`` would match before a final line break (the record would name a topic Kafka refuses)."""
+    space = ContentSpace.from_spec(SPACES[0])
+    attrs = {"sym": "IBM", "price": 1, "temp": 36}
+    names = [("A\n", "c"), ("A", "c\n"), ("A\r\n", "c")]
+    events = [json.dumps({"node": n, "client": c, "id": "e", "attrs": attrs}).encode()
+              for n, c in names]
+    events += [SERDE.encode("RawEvent", {"node": n, "client": c, "id": "e", "attrs": attrs,
+                                         "payload": b""}) for n, c in names]
+    for fast in (None, False):
+        out = map_events(space, _source(spark, events, TOPICS.raw_events), TOPICS,
+                         fast=fast).collect()
+        assert [r.topic for r in out] == [TOPICS.deadletter] * len(events), fast
+        fields = [decode_dead_letter(bytes(r.value)).field for r in out]
+        assert sorted(fields) == ["client", "client", "node", "node", "node", "node"], fast
+    unsubs = [json.dumps({"node": n, "client": c, "id": "s"}).encode() for n, c in names]
+    out = map_unsubscriptions(space, _source(spark, unsubs, TOPICS.raw_unsubscriptions),
+                              TOPICS).collect()
+    assert [r.topic for r in out] == [TOPICS.deadletter] * len(unsubs)
+
+
 def test_repeated_json_keys_and_huge_label_counts(spark: Any) -> None:
     """A repeated key keeps its last value and first place (Python's json); a subscription
     of 2**64 cells is refused as over the budget, not an overflow that stops the query."""

@@ -1,0 +1,143 @@
+"""Raw events -> events on ``dls.node.N.publish`` (or dead letters), in Catalyst.
+
+An event's label is that of :func:`dls.mapping.event_label`: the cell of each attribute's
+value shifted into its bits under the space's application prefix; the value is the SDK's
+RawEvent (a JSON event encoded as the SDK encodes it, an Avro one passed on byte for byte);
+the headers are those :meth:`connectors.client.Client.publish` writes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, Topics
+from dls.space import ContentSpace, DiscreteAttribute
+from spark.catalyst.columns import (
+    ATTR_TYPE,
+    be8,
+    cell,
+    discrete_index,
+    error,
+    first_error,
+    fns,
+    header_bytes,
+    long_lit,
+    non_null,
+    quoted,
+    replace_err,
+    schema_json,
+    str_array,
+)
+from spark.catalyst.decode import decode
+from spark.catalyst.sink import finish, with_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["build_events"]
+
+
+def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
+    """Add ``_label`` (bigint) of ``attrs`` and its error to ``_err``, as ``event_label``."""
+    F = fns()
+    names = [a.name for a in space.attributes]
+    attrs = F.col("attrs")
+    df = df.select("*", F.try_element_at(F.array_except(F.map_keys(attrs), str_array(names)),
+                                         F.lit(1)).alias("_extra"),
+                   *[F.try_element_at(attrs, F.lit(a.name)).alias(f"_a{i}")
+                     for i, a in enumerate(space.attributes)])
+    vals = []
+    for i, a in enumerate(space.attributes):
+        e = F.col(f"_a{i}")
+        if isinstance(a, DiscreteAttribute):
+            vals.append(e["member2"].alias(f"_x{i}"))
+        else:
+            vals.append(F.coalesce(e["member0"].cast("double"), e["member1"]).alias(f"_x{i}"))
+    df = df.select("*", *vals)
+    extra = F.col("_extra")
+    checks: list[tuple[Column, Column]] = [
+        (extra.isNotNull(),
+         error(F.concat(F.lit("unknown attribute "), quoted(extra),
+                        F.lit(f" (the space has {names})")), extra, None)),
+    ]
+    cells = []
+    for i, a in enumerate(space.attributes):
+        e, x = F.col(f"_a{i}"), F.col(f"_x{i}")
+        name = repr(a.name)
+        checks.append((e.isNull(), error(f"event lacks attribute {name}", a.name, None)))
+        shown = F.coalesce(e["member0"].cast("string"), e["member1"].cast("string"))
+        if isinstance(a, DiscreteAttribute):
+            c = F.try_element_at(discrete_index(a), x)
+            checks += [
+                (x.isNull(), error(F.concat(F.lit(f"attribute {name} is discrete: value must be "
+                                                  "a string, got "), shown), a.name, shown)),
+                (c.isNull(), error(F.concat(F.lit(f"attribute {name}: unknown value "),
+                                            quoted(x)), a.name, x)),
+            ]
+        else:
+            checks += [
+                # A number beyond float64 (1e400; Python reads it as inf) fills no member.
+                (x.isNull() & e["member2"].isNull(),
+                 error(f"attribute {name}: value is beyond the float64 range (infinite)",
+                       a.name, "inf")),
+                (x.isNull(), error(F.concat(F.lit(f"attribute {name}: value must be a number, "
+                                                  "got "), quoted(e["member2"])),
+                                   a.name, e["member2"])),
+                (F.isnan(x), error(f"attribute {name}: value is NaN", a.name, "NaN")),
+                ((x < a.low) | (x > a.high),
+                 error(F.concat(F.lit(f"attribute {name}: value "), shown,
+                                F.lit(f" is outside the domain [{a.low}, {a.high}]")),
+                       a.name, shown)),
+            ]
+            c = cell(a, x)
+        cells.append(c.alias(f"_c{i}"))
+    df = df.select("*", *cells)
+    label = long_lit(space.app_prefix)
+    for i, shift in enumerate(space.shifts):
+        label = label.bitwiseOR(F.shiftleft(F.coalesce(F.col(f"_c{i}"), F.lit(0).cast("bigint")),
+                                            shift))
+    df = df.select("*", label.alias("_label"))
+    return replace_err(df, first_error(*checks))
+
+
+def _raw_event_wire_schema() -> str:
+    """The RawEvent schema with ``attrs`` as an array of ``{key, value}`` records.
+
+    Avro writes a map as blocks of ``key value`` pairs and an array of such records as
+    blocks of the same bytes, so both encode alike; an array keeps the keys' order, which
+    ``to_avro`` of a map (a Java ``HashMap`` inside) does not.
+    """
+    schema = json.loads(schema_json("RawEvent"))
+    for f in schema["fields"]:
+        if f["name"] == "attrs":
+            f["type"] = {"type": "array", "items": {
+                "type": "record", "name": "AttrEntry", "fields": [
+                    {"name": "key", "type": "string"},
+                    {"name": "value", "type": f["type"]["values"]}]}}
+    return json.dumps(schema)
+
+
+def build_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
+    """Raw events -> sink records, the Catalyst mapping of :func:`spark.mapping.map_events`."""
+    from pyspark.sql.avro.functions import to_avro
+
+    F = fns()
+    decoded = decode(raw, "event", len(space.attributes))
+    df = with_topic(_with_event_label(space, decoded), topics, "publish")
+    entries = F.coalesce(F.map_entries(F.col("attrs")),
+                         F.array().cast(f"array<struct<key:string,value:{ATTR_TYPE}>>"))
+    body = to_avro(F.struct(non_null("node"), non_null("client"), non_null("id"),
+                            entries.alias("attrs"), non_null("payload", bytearray())),
+                   _raw_event_wire_schema())
+    value = F.when(F.col("_avro"), F.col("_value")).otherwise(
+        F.concat(header_bytes("RawEvent"), body))
+    return finish(
+        df, topics, F.col("_topic"), value,
+        F.array(
+            F.struct(F.lit(HEADER_LABEL).alias("key"), be8(F.col("_label")).alias("value")),
+            F.struct(F.lit(HEADER_ORIGIN).alias("key"),
+                     F.encode(F.concat_ws("/", F.col("node"), F.col("client")), "UTF-8")
+                     .alias("value")),
+            F.struct(F.lit(HEADER_EVENT_ID).alias("key"),
+                     F.encode(F.col("id"), "UTF-8").alias("value"))))

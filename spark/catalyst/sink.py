@@ -1,0 +1,97 @@
+"""Both ends of a mapping: the source columns a record keeps, and the sink record it becomes.
+
+:func:`with_source` reads what a dead letter needs of a Kafka source row (value, headers,
+``topic[partition]@offset``); :func:`with_topic` names the node topic and refuses a node
+whose topic name Kafka would not take; :func:`finish` makes one sink record per row: the
+mapped record, or a ``DeadLetter`` on ``dls.deadletter`` as the nodes write theirs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from connectors.topics import HEADER_DLQ_REASON, HEADER_DLQ_SOURCE, MAX_TOPIC_LENGTH, Topics
+from spark.catalyst.columns import (
+    HEADERS_TYPE,
+    error,
+    first_error,
+    fns,
+    header_bytes,
+    non_null,
+    quoted,
+    replace_err,
+    schema_json,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["finish", "with_source", "with_topic"]
+
+
+def with_source(raw: DataFrame) -> DataFrame:
+    """``_value``, ``_headers`` (never null) and ``_source`` of Kafka source rows."""
+    F = fns()
+    cols = set(raw.columns)
+    headers = F.col("headers") if "headers" in cols else F.lit(None)
+    return raw.select(
+        F.col("value").alias("_value"),
+        F.coalesce(headers.cast(HEADERS_TYPE), F.array().cast(HEADERS_TYPE)).alias("_headers"),
+        F.format_string("%s[%s]@%s", F.col("topic"), F.col("partition").cast("string"),
+                        F.col("offset").cast("string")).alias("_source"),
+    )
+
+
+def _node_topic(node: Column, topics: Topics, suffix: str) -> Column:
+    F = fns()
+    return F.concat(F.lit(f"{topics.prefix}.node."), node, F.lit(f".{suffix}"))
+
+
+def _topic_err(topic: Column) -> Column:
+    F = fns()
+    return first_error((F.length(topic) > MAX_TOPIC_LENGTH,
+                        error(F.concat(F.lit("node "), quoted(F.col("node")),
+                                       F.lit(f" makes a topic name longer than Kafka's "
+                                             f"{MAX_TOPIC_LENGTH} characters")),
+                              "node", F.col("node"))))
+
+
+def with_topic(df: DataFrame, topics: Topics, suffix: str) -> DataFrame:
+    """Add ``_topic``, the node's topic ``dls.node.N.<suffix>``, and its error to ``_err``."""
+    F = fns()
+    df = df.withColumn("_topic", _node_topic(F.col("node"), topics, suffix))
+    return replace_err(df, _topic_err(F.col("_topic")))
+
+
+def finish(df: DataFrame, topics: Topics, topic: Column, value: Column,
+           headers: Column) -> DataFrame:
+    """One sink record per input row: the mapped record, or a DeadLetter when ``_err`` is set.
+
+    A projection, not a filter and a union: a filter on ``_err`` would be pushed down
+    through every stage by the optimizer, inlining each stage's expressions into the next.
+    """
+    from pyspark.sql.avro.functions import to_avro
+
+    F = fns()
+    # Every check builds its reason; should one come out null (a null operand of concat),
+    # the dead letter still says something rather than carry a null header.
+    reason = F.coalesce(F.col("_err.reason"), F.lit("unusable record"))
+    hmap = F.map_from_entries(F.transform(F.col("_headers"), lambda h: F.struct(
+        h["key"].alias("key"), F.coalesce(h["value"], F.lit(bytearray())).alias("value"))))
+    body = to_avro(F.struct(
+        non_null("_source").alias("source"), reason.alias("reason"),
+        F.col("_err.field").alias("field"), F.col("_err.value").alias("value"),
+        F.coalesce(F.col("_value"), F.lit(bytearray())).alias("raw"),
+        F.coalesce(hmap, F.create_map().cast("map<string,binary>")).alias("headers")),
+        schema_json("DeadLetter"))
+    dead_headers = F.array(
+        F.struct(F.lit(HEADER_DLQ_REASON).alias("key"),
+                 F.encode(reason, "UTF-8").alias("value")),
+        F.struct(F.lit(HEADER_DLQ_SOURCE).alias("key"),
+                 F.encode(F.col("_source"), "UTF-8").alias("value")))
+    ok = F.col("_err").isNull()
+    return df.select(
+        F.when(ok, topic).otherwise(F.lit(topics.deadletter)).alias("topic"),
+        F.lit(None).cast("binary").alias("key"),
+        F.when(ok, value).otherwise(F.concat(header_bytes("DeadLetter"), body)).alias("value"),
+        F.when(ok, headers.cast(HEADERS_TYPE)).otherwise(dead_headers).alias("headers"))

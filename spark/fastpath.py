@@ -1,0 +1,169 @@
+"""The mapping through the project's Java UDFs: ``FastMap`` first, ``General`` for the rest.
+
+``dlsroute.spark.FastMap`` (``spark/jvm/src``, built by :mod:`spark.jvm`) maps the common
+JSON records from the :func:`fast_config` of a space and topics, and returns null for the
+rest; ``dlsroute.spark.General`` runs the Catalyst mapping (:mod:`spark.catalyst`), built
+once per session, space, topics and source schema, on the rows FastMap declines. The plan
+Spark optimises and compiles for each batch is then a few expressions, not the whole
+mapping (the why, with its measurements: ``docs/architecture.md``, the Spark mapping).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from connectors.serde import SERDE
+from connectors.topics import (
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    MAX_TOPIC_LENGTH,
+    Topics,
+)
+from dls.space import ContentSpace, DiscreteAttribute, UniformAttribute
+from spark.catalyst.columns import HEADERS_TYPE, fns, json_rules
+from spark.exceptions import FastPathError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["FAST_TYPE", "Build", "fast_config", "hybrid"]
+
+Build = Callable[[ContentSpace, "DataFrame", Topics], "DataFrame"]
+"""A Catalyst mapping: ``build(space, raw, topics)`` -> sink records."""
+
+FAST_TYPE = "struct<topic:binary,value:binary,label:binary,origin:binary,eid:binary>"
+"""What ``dlsroute.spark.FastMap`` gives for a record it maps: the topic's name as UTF-8
+(binary: no Java string to encode per row) and the three event headers' values (null for
+subscriptions)."""
+_FAST_FN = "dlsroute_fast_map"
+_FAST_SCHEMAS = {"event": "RawEvent", "subscription": "LabelSubscription"}
+
+
+def _hex(text: str) -> str:
+    return text.encode().hex() or "-"
+
+
+def _bits(x: float) -> str:
+    return struct.pack(">d", float(x)).hex()
+
+
+def fast_config(space: ContentSpace, topics: Topics, kind: str) -> bytes:
+    """The first argument of ``dlsroute.spark.FastMap``: what it needs of space and topics.
+
+    Lines of space-separated fields: strings as hex of their UTF-8 bytes (``-`` when
+    empty), doubles as hex of their IEEE bits, so that Java sees exactly Python's values.
+    ``kind``: "event" or "subscription".
+    """
+    app = space.app_prefix
+    lines = [f"kind {kind}", f"prefix {_hex(topics.prefix)}",
+             f"header {SERDE.header(_FAST_SCHEMAS[kind]).hex()}",
+             f"app {app - (1 << 64) if app >= 1 << 63 else app}",
+             f"budget {space.filters.label_budget}", f"maxtopic {MAX_TOPIC_LENGTH}"]
+    for a, shift in zip(space.attributes, space.shifts, strict=True):
+        head = f"attr {_hex(a.name)} {shift}"
+        if isinstance(a, DiscreteAttribute):
+            lines.append(f"{head} d " + " ".join(_hex(v) for v in a.values))
+        elif isinstance(a, UniformAttribute):
+            lines.append(f"{head} u {_bits(a.low)} {_bits(a.high)} {a.granules}")
+        else:
+            lines.append(f"{head} b {_bits(a.low)} {_bits(a.high)} "
+                         + " ".join(_bits(b) for b in a.breakpoints))
+    return ("\n".join(lines) + "\n").encode()
+
+
+_GENERAL: dict[tuple[Any, ...], tuple[Any, str]] = {}
+
+
+def _general_udf(kind: str, build: Build, space: ContentSpace, raw: DataFrame,
+                 topics: Topics) -> str | None:
+    """The name of the general mapping of ``kind`` as a Java UDF (``dlsroute.spark.General``).
+
+    Built once per session, space, topics and source schema: the Catalyst mapping over an
+    empty source of ``raw``'s schema, whose optimised projections the UDF runs on a struct
+    of one row's columns. None when the session lacks the jar.
+    """
+    from py4j.protocol import Py4JError
+
+    spark = raw.sparkSession
+    schema = raw.schema
+    key = (kind, id(spark), json.dumps(space.to_spec(), sort_keys=True), topics.prefix,
+           schema.json())
+    hit = _GENERAL.get(key)
+    if hit is not None and hit[0] is spark:
+        return hit[1]
+    name = f"dlsroute_general_{len(_GENERAL)}_{kind}"
+    # An RDD, not a local relation: the optimiser would fold an empty local one away.
+    empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
+    jvm = spark._jvm  # noqa: SLF001 - the py4j gateway
+    if jvm is None:
+        return None
+    try:
+        jvm.dlsroute.spark.General.register(name, build(space, empty, topics)._jdf)  # noqa: SLF001
+    except (Py4JError, TypeError):  # the jar is not on this session's classpath
+        return None
+    _GENERAL[key] = (spark, name)
+    return name
+
+
+def _register_fast_map(spark: SparkSession) -> str | None:
+    """Register ``dlsroute.spark.FastMap`` as a function; None, or why it cannot be."""
+    from pyspark.sql.utils import AnalysisException
+
+    from spark.jvm import FAST_CLASS
+
+    try:
+        spark.udf.registerJavaFunction(_FAST_FN, FAST_CLASS, FAST_TYPE)
+    except AnalysisException as exc:
+        return str(exc)
+    return None
+
+
+def hybrid(kind: str, build: Build, space: ContentSpace, raw: DataFrame, topics: Topics,
+           fast: bool | None) -> DataFrame:
+    """``build(space, raw, topics)``, or the same records through the Java UDFs.
+
+    ``dlsroute.spark.FastMap`` maps the common JSON records (:data:`FAST_TYPE`, null for the
+    rest); the rows it declines go to ``dlsroute.spark.General``, the Catalyst mapping
+    ``build`` makes, inside a CASE WHEN (which evaluates only the branch it takes). Same
+    bytes either way (``tests/spark/test_mapping_parity.py`` runs both). ``fast``: None
+    takes the Java UDFs when the session has their jar, True insists, False never does.
+
+    Raises:
+        FastPathError: ``fast`` is True and the session cannot run the Java UDFs.
+    """
+    from spark.jvm import FAST_CLASS
+
+    F = fns()
+    spark = raw.sparkSession
+    json_rules(spark)
+    if fast is False:
+        return build(space, raw, topics)
+    general = _general_udf(kind, build, space, raw, topics)
+    problem = (_register_fast_map(spark) if general is not None
+               else f"no {FAST_CLASS} on this session's classpath")
+    if general is None or problem is not None:
+        if fast:
+            raise FastPathError(f"fast=True, but the mapping's Java UDFs cannot run: {problem}",
+                                field="fast", value=fast)
+        return build(space, raw, topics)
+    mapped = F.call_function(_FAST_FN, F.lit(bytearray(fast_config(space, topics, kind))),
+                             F.col("value"))
+    df = raw.select("*", mapped.alias("_jvm"))
+    # In a column of its own, read three times below (the optimiser keeps it apart).
+    rest = F.call_function(general, F.struct(*[F.col(c) for c in raw.columns]))
+    df = df.select("_jvm", F.when(F.col("_jvm").isNull(), rest).alias("_gen"))
+    f, g = F.col("_jvm"), F.col("_gen")
+    took = f.isNotNull()
+    headers = (F.array(*[F.struct(F.lit(k).alias("key"), f[n].alias("value"))
+                         for k, n in ((HEADER_LABEL, "label"), (HEADER_ORIGIN, "origin"),
+                                      (HEADER_EVENT_ID, "eid"))])
+               if kind == "event" else F.array().cast(HEADERS_TYPE))
+    return df.select(F.when(took, f["topic"].cast("string")).otherwise(g["topic"])
+                     .alias("topic"),
+                     F.lit(None).cast("binary").alias("key"),
+                     F.when(took, f["value"]).otherwise(g["value"]).alias("value"),
+                     F.when(took, headers).otherwise(g["headers"]).alias("headers"))
