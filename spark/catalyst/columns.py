@@ -25,9 +25,6 @@ __all__ = [
     "ERR_TYPE",
     "HEADERS_TYPE",
     "PRED_TYPE",
-    "RAW_FIELDS",
-    "RAW_OPS",
-    "RAW_SCHEMAS",
     "VAL_TYPE",
     "be8",
     "cell",
@@ -50,18 +47,6 @@ __all__ = [
     "variant_type",
 ]
 
-# TODO(merge): from connectors.serde import RAW_FIELDS, RAW_OPS, RAW_SCHEMAS
-RAW_FIELDS = {
-    "event": ("node", "client", "id", "attrs"),
-    "subscription": ("node", "client", "id", "where"),
-    "unsubscription": ("node", "client", "id"),
-}
-"""The required fields of each kind of raw record (``payload`` of an event is optional)."""
-RAW_OPS = {"event": "publish", "subscription": "subscribe", "unsubscription": "unsubscribe"}
-"""The ``op`` a raw JSON record of each kind may carry."""
-RAW_SCHEMAS = {"event": "RawEvent", "subscription": "RawSubscription",
-               "unsubscription": "RawUnsubscription"}
-"""The Avro schema of each kind of raw record."""
 
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 """The Kafka source's and sink's type of the ``headers`` column."""

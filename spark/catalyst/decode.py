@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from connectors.serde import RAW_FIELDS, RAW_OPS, RAW_SCHEMAS
 from connectors.topics import NAME_PATTERN
 from spark.catalyst.columns import (
     ERR_TYPE,
-    RAW_FIELDS,
-    RAW_OPS,
-    RAW_SCHEMAS,
     error,
     first_error,
     fns,
