@@ -388,7 +388,7 @@ def test_names_ending_in_a_line_break_are_dead_letters(spark: Any) -> None:
         out = map_events(space, _source(spark, events, TOPICS.raw_events), TOPICS,
                          fast=fast).collect()
         assert [r.topic for r in out] == [TOPICS.deadletter] * len(events), fast
-        fields = [decode_dead_letter(bytes(r.value)).field for r in out]
+        fields = [decode_dead_letter(bytes(r.value))["field"] for r in out]
         assert sorted(fields) == ["client", "client", "node", "node", "node", "node"], fast
     unsubs = [json.dumps({"node": n, "client": c, "id": "s"}).encode() for n, c in names]
     out = map_unsubscriptions(space, _source(spark, unsubs, TOPICS.raw_unsubscriptions),
