@@ -86,6 +86,10 @@ class NodeSettings(BaseSettings):
                     "alive (each message and its header list), so at Python's default of "
                     "700 the loop ran 60-100 collections a second; 0 keeps the default")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = Field(
+        default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$",
+        description="address the metrics page binds to (0.0.0.0: every interface, as in "
+                    "the compose deployment)")
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
 

@@ -14,10 +14,17 @@ from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_node.committers import AtLeastOnce
 from broker_node.config import NodeSettings
 from broker_node.service import NodeService
 from broker_node.state import ADVERTISE, WITHDRAW
-from connectors.topics import HEADER_CLIENTS, HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN
+from connectors.topics import (
+    HEADER_CLIENTS,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    decode_clients,
+)
 from dls.mapping import event_label
 from dls.space import ContentSpace
 
@@ -45,16 +52,32 @@ def _node(space_file: Path, *, cache: float, partitions: int, delivery: str
     svc = NodeService(NodeSettings(node="A", neighbours=("B",), space=space_file,
                                    route_cache_mb=cache, delivery=delivery,
                                    shared_delivery_partitions=partitions))
-    svc._producer = _Producer()  # type: ignore[assignment]
+    svc.connect(_Producer())  # type: ignore[arg-type]
     return svc
 
 
 def _outputs(svc: NodeService) -> list[Any]:
     """Everything sent, plus the messages held back at least once, as one sorted list."""
-    sent = list(svc._producer.sent)  # type: ignore[union-attr]
-    for (topic, part), (value, hdrs) in svc._tails.items():
+    sent = list(svc.committer.producer.sent)  # type: ignore[union-attr]
+    held = svc.committer.held if isinstance(svc.committer, AtLeastOnce) else {}
+    for (topic, part), (value, hdrs) in held.items():
         sent.append((topic, value, list(hdrs), part))
     return sorted(sent, key=repr)
+
+
+def _per_client(outputs: list[Any]) -> dict[str, int]:
+    """Deliveries by client in the outputs (a topic per client, or the shared topic)."""
+    counts: dict[str, int] = {}
+    for topic, _, headers, _ in outputs:
+        if topic == "dls.deliver":
+            names = decode_clients(dict(headers)[HEADER_CLIENTS])
+        elif topic.startswith("dls.deliver."):
+            names = {topic[len("dls.deliver."):]}
+        else:
+            continue
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 _OP = st.one_of(
@@ -108,13 +131,19 @@ def test_cached_routes_equal_fresh_ones(tmp_path_factory: pytest.TempPathFactory
                 run.append(_msg(topic, offset, [
                     (HEADER_LABEL, label_of[x].to_bytes(8, "big")),
                     (HEADER_ORIGIN, origin), (HEADER_EVENT_ID, b"e%d" % offset)]))
-            cached._route(list(run))
-            fresh._route(list(run))
+            cached.process(list(run))
+            fresh.process(list(run))
             assert _outputs(cached) == _outputs(fresh)
     assert cached.metrics.deliveries == fresh.metrics.deliveries
+    # Per-client deliveries: the tally agrees with what was sent, cached or not.
+    for svc in (cached, fresh):
+        totals = svc.metrics.per_client.totals()
+        assert int(totals.sum()) == svc.metrics.deliveries
+        got = {svc.state.clients[i]: int(n) for i, n in enumerate(totals) if n}
+        assert got == _per_client(_outputs(svc))
     assert cached.metrics.events_forwarded == fresh.metrics.events_forwarded
-    assert not fresh._route_cache
-    assert cached._route_cache_bytes <= cache * 1e6
+    assert not fresh.router.cached
+    assert cached.router.cache_bytes <= cache * 1e6
 
 
 def test_a_repeated_label_is_routed_once_and_a_subscription_change_is_seen(
@@ -123,14 +152,14 @@ def test_a_repeated_label_is_routed_once_and_a_subscription_change_is_seen(
     space_file.write_text(json.dumps(SPEC))
     label = event_label(ContentSpace.from_json(space_file), {"x": 50})
     svc = _node(space_file, cache=1.0, partitions=1, delivery="exactly_once")
+    sent = svc.committer.producer.sent  # type: ignore[union-attr]
 
     def publish(n: int) -> list[bytes]:
-        start = len(svc._producer.sent)  # type: ignore[union-attr]
-        svc._route([_msg("dls.node.A.publish", svc.metrics.events_in + i, [
+        start = len(sent)
+        svc.process([_msg("dls.node.A.publish", svc.metrics.events_in + i, [
             (HEADER_LABEL, label.to_bytes(8, "big")), (HEADER_ORIGIN, b"A/pub"),
             (HEADER_EVENT_ID, b"e%d" % (svc.metrics.events_in + i))]) for i in range(n)])
-        return [dict(h)[HEADER_CLIENTS]
-                for _, _, h, _ in svc._producer.sent[start:]]  # type: ignore[union-attr]
+        return [dict(h)[HEADER_CLIENTS] for _, _, h, _ in sent[start:]]
 
     svc.state.subscribe("ann", "s1", [label])
     assert publish(4) == [b"ann"] * 4
