@@ -105,31 +105,36 @@ class DeliveryTally:
         self._uses[:] = 0
 
 
+def _counter(doc: str) -> Any:
+    """A counter field of :class:`Metrics` (its doc is the HELP text of the page)."""
+    return field(default=0, metadata={"doc": doc})
+
+
 @dataclass
 class Metrics:
     """The node's counters: plain ints the loop adds to (each is ``dls_<name>_total``)."""
 
-    events_in: int = 0
-    deliveries: int = 0
-    delivery_messages: int = 0
-    events_forwarded: int = 0
-    control_in: int = 0
-    labels_advertised: int = 0
-    labels_withdrawn: int = 0
-    dead_letters: int = 0
-    duplicates: int = 0
-    queue_full_waits: int = 0
-    # events routed from a plan made earlier (cached, or for an event of the same key
-    # earlier in the run), and plans made
-    route_cache_hits: int = 0
-    route_cache_misses: int = 0
-    batches: int = 0
+    events_in: int = _counter("events routed (repeats and dead letters not included)")
+    deliveries: int = _counter("deliveries to clients")
+    delivery_messages: int = _counter("messages written to delivery topics")
+    events_forwarded: int = _counter("events forwarded to neighbours")
+    control_in: int = _counter("control messages applied (subscribe, unsubscribe, link)")
+    labels_advertised: int = _counter("labels advertised to neighbours")
+    labels_withdrawn: int = _counter("labels withdrawn from neighbours")
+    dead_letters: int = _counter("messages written to the dead-letter topic")
+    duplicates: int = _counter("repeated events and unsubscriptions dropped")
+    queue_full_waits: int = _counter("waits for room in the producer's local queue")
+    route_cache_hits: int = _counter(
+        "events routed from a plan made earlier (cached, or for an event of the same key "
+        "earlier in the run)")
+    route_cache_misses: int = _counter("routing plans made")
+    batches: int = _counter("batches committed")
     #: deliveries by client (``dls_client_deliveries_total``)
     per_client: DeliveryTally = field(default_factory=DeliveryTally)
 
-    def counters(self) -> dict[str, int]:
-        """Every int counter by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
+    def counters(self) -> dict[str, tuple[int, str]]:
+        """Every int counter by name: (value, doc)."""
+        return {f.name: (getattr(self, f.name), f.metadata["doc"]) for f in fields(self)
                 if f.name != "per_client"}
 
 
@@ -154,9 +159,8 @@ class NodeCollector:
     def collect(self) -> Iterator[Metric]:
         """The families of one scrape."""
         node, state = self.node, self.state
-        for name, value in self.metrics.counters().items():
-            c = CounterMetricFamily(f"dls_{name}", f"{name.replace('_', ' ')} (node)",
-                                    labels=["node"])
+        for name, (value, doc) in self.metrics.counters().items():
+            c = CounterMetricFamily(f"dls_{name}", doc, labels=["node"])
             c.add_metric([node], value)
             yield c
         for name, value, doc in (("subscriptions", len(state), "live subscriptions"),
