@@ -85,7 +85,7 @@ class DeliveryTally:
             self._first = keep
 
     def totals(self) -> np.ndarray:
-        """Deliveries so far by client index (a copy; clients never served may be absent)."""
+        """Deliveries so far by client index (a copy; it ends at the last client served)."""
         with self._lock:
             self._fold()
             return self._totals.copy()
@@ -186,8 +186,9 @@ class NodeCollector:
         names = self.state.clients
         delivered = CounterMetricFamily("dls_client_deliveries",
                                         "deliveries to the client", labels=["node", "client"])
-        for i, n in enumerate(self.metrics.per_client.totals().tolist()[:len(names)]):
-            delivered.add_metric([self.node, names[i]], n)
+        totals = self.metrics.per_client.totals().tolist()
+        for i, name in enumerate(names):  # a client not served yet: 0
+            delivered.add_metric([self.node, name], totals[i] if i < len(totals) else 0)
         yield delivered
         fill = GaugeMetricFamily("dls_client_filter_fill",
                                  "share of set positions in the client's filter",

@@ -79,8 +79,8 @@ class NodeService:
         self.inbox = Inbox(s.node, t, self.state, self.metrics, self._routed)
         self.controls = Controls(s, self.state, self.inbox, self.metrics)
         self.router = Router(s, t, self.state, self.metrics)
+        self.committer: Committer | None = None  # made at start (or by connect)
         self.settings = s
-        self.committer: Committer | None = None
         self._consumer: Consumer | None = None
         self._metrics_server: MetricsServer | None = None
         self._stop = threading.Event()
@@ -98,9 +98,8 @@ class NodeService:
     @settings.setter
     def settings(self, s: NodeSettings) -> None:
         self._settings = self.controls.settings = self.router.settings = s
-        committer = getattr(self, "committer", None)
-        if committer is not None:
-            committer.settings = s
+        if self.committer is not None:
+            self.committer.settings = s
 
     @property
     def transactional(self) -> bool:
