@@ -41,7 +41,8 @@ class DeliveryTally:
     indexes of every plan, as offsets and a flat array) and gets their slot numbers; for a
     run of events it counts the slot of each event's plan (:meth:`count`, one numpy call).
     The counts are folded into per-client totals when read (:meth:`totals`) and when plans
-    are dropped (:meth:`forget`). Thread-safe: the loop counts while a scrape reads.
+    are dropped (:meth:`forget`, :meth:`release`). Thread-safe: the loop counts while a
+    scrape reads.
     """
 
     def __init__(self) -> None:
@@ -83,6 +84,13 @@ class DeliveryTally:
             self._blocks = [b for b in self._blocks if b[0] >= keep]
             self._uses = np.zeros(self._next - keep, dtype=np.int64)
             self._first = keep
+
+    def release(self, first: int) -> None:
+        """Fold the counts, then drop the plans from slot ``first`` on (used no more)."""
+        with self._lock:
+            self._fold()
+            self._blocks = [b for b in self._blocks if b[0] < first]
+            self._next = first
 
     def totals(self) -> np.ndarray:
         """Deliveries so far by client index (a copy; it ends at the last client served)."""

@@ -145,8 +145,9 @@ class Router:
     def _keep(self, made: dict[Key, Plan], budget: float) -> None:
         """Cache plans just made, within the budget (full: start over, not track ages)."""
         tally = self.metrics.per_client
-        if not budget:
-            tally.forget()  # no plan is used again
+        first = _slot(next(iter(made.values())))
+        if not budget:  # none of these plans is used again (those cached before may be)
+            tally.release(first)
             return
         size = sum(plan_bytes(plan, bool(self.settings.shared_delivery_partitions))
                    for plan in made.values())
@@ -159,7 +160,7 @@ class Router:
         if size > budget:
             tally.forget()
             return
-        tally.forget(before=_slot(next(iter(made.values()))))  # keep the plans just made
+        tally.forget(before=first)  # keep the plans just made
         self._cache.update(made)
         self._cache_bytes = size
 

@@ -49,6 +49,12 @@ def test_tally_counts_deliveries_per_client() -> None:
     assert tally.add_plans(np.array([0, 1]), np.array([0])) == 4
     tally.count(np.array([4]))
     assert tally.totals().tolist() == [3, 2, 0, 2, 2]
+    c = tally.add_plans(np.array([0, 1]), np.array([2]))
+    tally.count(np.array([c, 4]))
+    tally.release(c)  # plan c used no more: counted, then dropped; plan 4 stays
+    assert tally.add_plans(np.array([0, 1]), np.array([1])) == c  # its slot again
+    tally.count(np.array([4, c]))
+    assert tally.totals().tolist() == [5, 3, 1, 2, 2]
 
 
 def test_the_page_of_a_node_with_neighbours_parses(space: ContentSpace) -> None:

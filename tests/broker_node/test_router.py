@@ -86,6 +86,7 @@ _OP = st.one_of(
     st.tuples(st.just("unsub"), st.integers(0, 50)),
     st.tuples(st.just("link"), st.sampled_from((ADVERTISE, WITHDRAW)),
               st.lists(st.integers(0, 100), min_size=1, max_size=6)),
+    st.tuples(st.just("cache")),  # the cached node's cache off, or on again
     st.tuples(st.just("events"),
               st.lists(st.tuples(st.integers(0, 100),
                                  st.sampled_from(("pub", *CLIENTS, "B"))),
@@ -118,6 +119,10 @@ def test_cached_routes_equal_fresh_ones(tmp_path_factory: pytest.TempPathFactory
                 svc.state.unsubscribe(*subs[op[1]])
             elif op[0] == "link":
                 svc.state.on_link("B", op[1], [label_of[x] for x in op[2]])
+        if op[0] == "cache":  # as a benchmark does between rounds, cache kept meanwhile
+            on = not cached.settings.route_cache_mb
+            cached.settings = cached.settings.model_copy(
+                update={"route_cache_mb": cache if on else 0.0})
         if op[0] == "sub":
             subs.append((op[1], f"s{len(subs)}"))
         elif op[0] == "unsub" and op[1] < len(subs):
@@ -199,3 +204,29 @@ def test_every_state_change_moves_the_version(tmp_path: Path) -> None:
     assert moved()
     state.unsubscribe("ann", "s1")
     assert moved()
+
+
+def test_the_cache_switched_off_and_on_again_keeps_its_plans_and_counts(
+        tmp_path: Path) -> None:
+    """A benchmark turns the cache off for a round, then on: cached plans still count."""
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    label = event_label(ContentSpace.from_json(space_file), {"x": 50})
+    svc = _node(space_file, cache=1.0, partitions=0, delivery="exactly_once")
+    svc.state.subscribe("ann", "s1", [label])
+    on = svc.settings
+
+    def publish(n: int) -> None:
+        start = svc.metrics.events_in
+        svc.process([_msg("dls.node.A.publish", start + i, [
+            (HEADER_LABEL, label.to_bytes(8, "big")), (HEADER_ORIGIN, b"A/pub"),
+            (HEADER_EVENT_ID, b"e%d" % (start + i))]) for i in range(n)])
+
+    publish(2)
+    svc.settings = on.model_copy(update={"route_cache_mb": 0.0})
+    publish(3)
+    svc.settings = on
+    publish(4)  # all from the plan cached in the first run
+    assert (svc.metrics.route_cache_misses, svc.metrics.route_cache_hits) == (2, 7)
+    assert svc.metrics.per_client.totals().tolist() == [9]
+    assert svc.metrics.deliveries == 9
