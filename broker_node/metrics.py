@@ -50,9 +50,8 @@ class DeliveryTally:
         self._lock = threading.Lock()
         self._totals = np.zeros(0, dtype=np.int64)  # by client index
         self._blocks: list[tuple[int, np.ndarray, np.ndarray]] = []  # slot, sizes, clients
-        self._first = 0  # the slot of _uses[0]
         self._next = 0  # the slot of the next plan
-        self._uses = np.zeros(0, dtype=np.int64)
+        self._uses = np.zeros(0, dtype=np.int64)  # by slot, since the last fold
 
     def add_plans(self, offsets: np.ndarray, clients: np.ndarray) -> int:
         """Register plans: plan ``i`` delivers to ``clients[offsets[i]:offsets[i + 1]]``.
@@ -63,9 +62,8 @@ class DeliveryTally:
         with self._lock:
             base = self._next
             self._next += len(sizes)
-            need = self._next - self._first
-            if need > len(self._uses):
-                grown = np.zeros(max(need, 2 * len(self._uses)), dtype=np.int64)
+            if self._next > len(self._uses):
+                grown = np.zeros(max(self._next, 2 * len(self._uses)), dtype=np.int64)
                 grown[:len(self._uses)] = self._uses
                 self._uses = grown
             self._blocks.append((base, sizes, np.asarray(clients, dtype=np.int64)))
@@ -74,16 +72,20 @@ class DeliveryTally:
     def count(self, slots: np.ndarray) -> None:
         """Count one use of the plan of each slot (an event routed by it)."""
         with self._lock:
-            np.add.at(self._uses, slots - self._first, 1)
+            np.add.at(self._uses, slots, 1)
 
-    def forget(self, before: int | None = None) -> None:
-        """Fold the counts, then drop the plans of slots below ``before`` (all: None)."""
+    def forget(self, keep_from: int | None = None) -> None:
+        """Fold the counts, then drop the plans below slot ``keep_from`` (all: None).
+
+        The plans kept are numbered again from slot 0 (the caller moves their slots down
+        by ``keep_from``), so that slot numbers stay as small as the plans alive.
+        """
         with self._lock:
             self._fold()
-            keep = self._next if before is None else before
-            self._blocks = [b for b in self._blocks if b[0] >= keep]
-            self._uses = np.zeros(self._next - keep, dtype=np.int64)
-            self._first = keep
+            keep = self._next if keep_from is None else keep_from
+            self._blocks = [(base - keep, sizes, clients)
+                            for base, sizes, clients in self._blocks if base >= keep]
+            self._next -= keep
 
     def release(self, first: int) -> None:
         """Fold the counts, then drop the plans from slot ``first`` on (used no more)."""
@@ -101,8 +103,7 @@ class DeliveryTally:
     def _fold(self) -> None:
         """Add the uses counted since the last fold to the totals (the lock held)."""
         for base, sizes, clients in self._blocks:
-            lo = base - self._first
-            used = self._uses[lo:lo + len(sizes)]
+            used = self._uses[base:base + len(sizes)]
             if not used.any() or not len(clients):
                 continue
             add = np.bincount(clients, weights=np.repeat(used, sizes))

@@ -27,13 +27,27 @@ from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
 from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
 
-__all__ = ["Plan", "Router", "plan_bytes"]
+__all__ = ["Plan", "Router", "plan_bytes", "slots"]
 
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes,
-#: tally slot); see :meth:`Router.plans`.
-Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int]
+#: and the plan's slot in the delivery tally as two ints ``lo, hi``); see
+#: :meth:`Router.plans`.
+Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int]
 
-_slot = itemgetter(3)
+_lo, _hi = itemgetter(3), itemgetter(4)
+
+
+def slots(plans: list[Plan]) -> np.ndarray:
+    """The tally slot of each plan: ``256 * hi + lo``.
+
+    A slot is kept as two ints from 0 to 255, objects CPython shares (always in the CPU's
+    cache): reading the slots of a run's plans touches no memory beyond the plan tuples,
+    where a plain int per plan costs a cache miss per event routed from a cache much larger
+    than the CPU's.
+    """
+    n = len(plans)
+    return (np.fromiter(map(_lo, plans), np.int64, n)
+            + 256 * np.fromiter(map(_hi, plans), np.int64, n))
 
 
 def plan_bytes(plan: Plan, shared: bool) -> int:
@@ -80,16 +94,17 @@ class Router:
         values = list(map(Message.value, good))
         n_parts = self.settings.shared_delivery_partitions
         if n_parts:
+            spreads = list(map(itemgetter(0), plans))
             deliveries = sum(map(itemgetter(1), plans))
-            messages = sum(map(len, map(itemgetter(0), plans)))
-            out.produce_spread(self.topics.shared_deliver, values, carried_of,
-                               list(map(itemgetter(0), plans)), n_parts)
+            messages = sum(map(len, spreads))
+            out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
+                               n_parts)
         else:
             deliver = self._delivery_topics()
             produce = out.produce
             deliveries = 0
-            for (clients, count, _, _), value, carried in zip(plans, values, carried_of,
-                                                              strict=True):
+            for (clients, count, *_), value, carried in zip(plans, values, carried_of,
+                                                            strict=True):
                 deliveries += count
                 for c in clients:
                     produce(deliver[c], value, carried)
@@ -100,7 +115,7 @@ class Router:
             node = self.settings.node
             links = [self.topics.link(node, n) for n in self.state.neighbours]
             produce, forwarded = out.produce, 0
-            for (_, _, to, _), value, carried in zip(plans, values, carried_of, strict=True):
+            for (_, _, to, *_), value, carried in zip(plans, values, carried_of, strict=True):
                 for j in to:
                     produce(links[j], value, carried)
                 forwarded += len(to)
@@ -116,7 +131,7 @@ class Router:
     def plans(self, keys: list[Key]) -> list[Plan]:
         """The plan of each event ``(label, origin client, origin neighbour)`` of a run.
 
-        A plan is ``(messages, deliveries, neighbours, slot)``. Messages are
+        A plan is ``(messages, deliveries, neighbours, slot lo, slot hi)``. Messages are
         ``(partition, (HEADER_CLIENTS, value))`` pairs with a shared delivery topic, else
         the client indexes to deliver to; neighbours are the indexes of those to forward
         to. Each use of a plan is counted in the per-client delivery tally.
@@ -134,23 +149,23 @@ class Router:
         self.metrics.route_cache_hits += len(keys) - len(todo)
         if not todo:
             hits: list[Plan] = found  # type: ignore[assignment]
-            tally.count(np.fromiter(map(_slot, hits), np.int64, len(hits)))
+            tally.count(slots(hits))
             return hits
         made = dict(zip(todo, self._route_keys(todo), strict=True))
         plans = [made[k] if p is None else p for k, p in zip(keys, found, strict=True)]
-        tally.count(np.fromiter(map(_slot, plans), np.int64, len(plans)))
+        tally.count(slots(plans))
         self._keep(made, budget)
         return plans
 
     def _keep(self, made: dict[Key, Plan], budget: float) -> None:
         """Cache plans just made, within the budget (full: start over, not track ages)."""
         tally = self.metrics.per_client
-        first = _slot(next(iter(made.values())))
+        first = int(slots([next(iter(made.values()))])[0])
         if not budget:  # none of these plans is used again (those cached before may be)
             tally.release(first)
             return
-        size = sum(plan_bytes(plan, bool(self.settings.shared_delivery_partitions))
-                   for plan in made.values())
+        shared = bool(self.settings.shared_delivery_partitions)
+        size = sum(plan_bytes(plan, shared) for plan in made.values())
         if self._cache_bytes + size <= budget:
             self._cache.update(made)
             self._cache_bytes += size
@@ -160,8 +175,10 @@ class Router:
         if size > budget:
             tally.forget()
             return
-        tally.forget(before=first)  # keep the plans just made
-        self._cache.update(made)
+        tally.forget(keep_from=first)  # keep the plans just made, from slot 0 now
+        self._cache.update({k: (*p[:3], (s - first) & 255, (s - first) >> 8)
+                            for (k, p), s in zip(made.items(), slots(list(made.values())),
+                                                 strict=True)})
         self._cache_bytes = size
 
     def _route_keys(self, keys: list[Key]) -> list[Plan]:
@@ -186,8 +203,8 @@ class Router:
             offsets = routes.offsets.tolist()
             clients = routes.clients.tolist()
             msgs = [clients[offsets[e]:offsets[e + 1]] for e in range(n)]
-        return [(tuple(m), c, tuple(t), base + i)
-                for i, (m, c, t) in enumerate(zip(msgs, counts, to, strict=True))]
+        return [(tuple(m), c, tuple(t), slot & 255, slot >> 8)
+                for slot, m, c, t in zip(range(base, base + n), msgs, counts, to, strict=True)]
 
     def shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
                           ) -> tuple[list[int], list[int], list[bytes]]:

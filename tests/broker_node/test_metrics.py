@@ -42,19 +42,23 @@ def test_tally_counts_deliveries_per_client() -> None:
     b = tally.add_plans(np.array([0, 1]), np.array([4]))
     assert b == 3
     tally.count(np.array([3, 2]))
-    tally.forget(before=b)  # plans 0-2 dropped after their counts are folded in
-    tally.count(np.array([3]))
+    tally.forget(keep_from=b)  # plans 0-2 counted, then dropped; plan 3 is slot 0 now
+    tally.count(np.array([0]))
     assert tally.totals().tolist() == [2, 2, 0, 2, 2]
-    tally.forget()
-    assert tally.add_plans(np.array([0, 1]), np.array([0])) == 4
-    tally.count(np.array([4]))
-    assert tally.totals().tolist() == [3, 2, 0, 2, 2]
+    assert tally.add_plans(np.array([0, 1]), np.array([0])) == 1
+    tally.count(np.array([1, 0]))
+    assert tally.totals().tolist() == [3, 2, 0, 2, 3]
     c = tally.add_plans(np.array([0, 1]), np.array([2]))
-    tally.count(np.array([c, 4]))
-    tally.release(c)  # plan c used no more: counted, then dropped; plan 4 stays
+    assert c == 2
+    tally.count(np.array([c, 0]))
+    tally.release(c)  # plan c used no more: counted, then dropped; plans 0 and 1 stay
     assert tally.add_plans(np.array([0, 1]), np.array([1])) == c  # its slot again
-    tally.count(np.array([4, c]))
-    assert tally.totals().tolist() == [5, 3, 1, 2, 2]
+    tally.count(np.array([1, c]))
+    assert tally.totals().tolist() == [4, 3, 1, 2, 4]
+    tally.forget()
+    assert tally.add_plans(np.array([0, 1]), np.array([3])) == 0  # numbered from 0 again
+    tally.count(np.array([0]))
+    assert tally.totals().tolist() == [4, 3, 1, 3, 4]
 
 
 def test_the_page_of_a_node_with_neighbours_parses(space: ContentSpace) -> None:

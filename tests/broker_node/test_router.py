@@ -230,3 +230,30 @@ def test_the_cache_switched_off_and_on_again_keeps_its_plans_and_counts(
     assert (svc.metrics.route_cache_misses, svc.metrics.route_cache_hits) == (2, 7)
     assert svc.metrics.per_client.totals().tolist() == [9]
     assert svc.metrics.deliveries == 9
+
+
+def test_a_full_cache_starts_over_with_the_plans_just_made_and_counts_them(
+        tmp_path: Path) -> None:
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    space = ContentSpace.from_json(space_file)
+    a, b = event_label(space, {"x": 10}), event_label(space, {"x": 90})
+    svc = _node(space_file, cache=0.0005, partitions=0, delivery="exactly_once")  # one plan
+    svc.state.subscribe("ann", "s1", [a, b])
+    svc.state.subscribe("bob", "s2", [b])
+
+    def publish(label: int) -> None:
+        n = svc.metrics.events_in
+        svc.process([_msg("dls.node.A.publish", n, [
+            (HEADER_LABEL, label.to_bytes(8, "big")), (HEADER_ORIGIN, b"A/pub"),
+            (HEADER_EVENT_ID, b"e%d" % n)])])
+
+    publish(a)
+    assert svc.router.cached == 1
+    publish(b)  # does not fit beside a's plan: the cache starts over with b's
+    assert svc.router.cached == 1
+    publish(b)
+    publish(b)
+    assert (svc.metrics.route_cache_misses, svc.metrics.route_cache_hits) == (2, 2)
+    assert svc.metrics.per_client.totals().tolist() == [4, 3]  # ann: a + 3 b; bob: 3 b
+    assert svc.metrics.deliveries == 7
