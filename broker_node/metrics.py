@@ -90,7 +90,7 @@ class DeliveryTally:
     def release(self, first: int) -> None:
         """Fold the counts, then drop the plans from slot ``first`` on (used no more)."""
         with self._lock:
-            self._fold()
+            self._fold([b for b in self._blocks if b[0] >= first])
             self._blocks = [b for b in self._blocks if b[0] < first]
             self._next = first
 
@@ -100,18 +100,20 @@ class DeliveryTally:
             self._fold()
             return self._totals.copy()
 
-    def _fold(self) -> None:
-        """Add the uses counted since the last fold to the totals (the lock held)."""
-        for base, sizes, clients in self._blocks:
+    def _fold(self, blocks: list[tuple[int, np.ndarray, np.ndarray]] | None = None) -> None:
+        """Add the uses counted since the last fold to the totals (the lock held).
+
+        ``blocks``: only those plans (their uses are then reset); None: every plan.
+        """
+        for base, sizes, clients in self._blocks if blocks is None else blocks:
             used = self._uses[base:base + len(sizes)]
-            if not used.any() or not len(clients):
-                continue
-            add = np.bincount(clients, weights=np.repeat(used, sizes))
-            if len(add) > len(self._totals):
-                self._totals = np.concatenate([
-                    self._totals, np.zeros(len(add) - len(self._totals), dtype=np.int64)])
-            self._totals[:len(add)] += np.rint(add).astype(np.int64)
-        self._uses[:] = 0
+            if len(clients) and used.any():
+                add = np.bincount(clients, weights=np.repeat(used, sizes))
+                if len(add) > len(self._totals):
+                    self._totals = np.concatenate([self._totals, np.zeros(
+                        len(add) - len(self._totals), dtype=np.int64)])
+                self._totals[:len(add)] += np.rint(add).astype(np.int64)
+            used[:] = 0
 
 
 def _counter(doc: str) -> Any:
