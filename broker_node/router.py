@@ -203,8 +203,9 @@ class Router:
             offsets = routes.offsets.tolist()
             clients = routes.clients.tolist()
             msgs = [clients[offsets[e]:offsets[e + 1]] for e in range(n)]
-        return [(tuple(m), c, tuple(t), slot & 255, slot >> 8)
-                for slot, m, c, t in zip(range(base, base + n), msgs, counts, to, strict=True)]
+        slot = np.arange(base, base + n)
+        return [(tuple(m), c, tuple(t), lo, hi) for m, c, t, lo, hi in zip(
+            msgs, counts, to, (slot & 255).tolist(), (slot >> 8).tolist(), strict=True)]
 
     def shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
                           ) -> tuple[list[int], list[int], list[bytes]]:
