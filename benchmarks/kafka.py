@@ -148,7 +148,8 @@ from benchmarks.core import (
 )
 from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
 from broker_node.config import NodeSettings
-from broker_node.service import NodeService, set_young_threshold
+from broker_node.heap import set_young_threshold
+from broker_node.service import NodeService
 from connectors.kafka import (
     PRODUCER_DEFAULTS,
     admin,

@@ -109,6 +109,10 @@ class NodeSettings(BaseSettings):
                     "would collect many times per batch (docs/architecture.md, the node "
                     "loop); 0 keeps the default")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = Field(
+        default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$",
+        description="address the metrics page binds to (0.0.0.0: every interface, as in "
+                    "the compose deployment)")
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from broker_node.service import freeze_heap
+from broker_node.heap import freeze_heap
 
 
 def _tracked(obj: object) -> bool:
@@ -44,7 +44,7 @@ def test_a_frozen_object_is_still_freed_by_reference_counting() -> None:
 
 
 def test_set_young_threshold_sets_generation_0_only_and_returns_the_old_one() -> None:
-    from broker_node.service import set_young_threshold
+    from broker_node.heap import set_young_threshold
 
     original = gc.get_threshold()  # given back after the test by the _gc_thresholds fixture
     before = set_young_threshold("node A", 50_000)

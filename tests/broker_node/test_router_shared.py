@@ -38,7 +38,7 @@ def test_every_delivery_once_in_its_clients_partition(tmp_path_factory, partitio
     offsets = np.zeros(len(per_event) + 1, dtype=np.int64)
     np.cumsum([len(c) for c in per_event], out=offsets[1:])
     clients = np.array([c for cs in per_event for c in sorted(cs)], dtype=np.int64)
-    events, parts, named = svc._shared_deliveries(offsets, clients)
+    events, parts, named = svc.router.shared_deliveries(offsets, clients)
     assert events == sorted(events)  # batch order
     names = svc.state.clients
     for e, want in enumerate(per_event):

@@ -1,0 +1,362 @@
+"""How a batch is committed: its outputs produced and its input offsets committed.
+
+Two strategies behind one small interface (:class:`Committer`), chosen by
+``NodeSettings.delivery``:
+
+- :class:`ExactlyOnce`: the batch's outputs and its input offsets go in one Kafka
+  transaction; a crash loses nothing and duplicates nothing for ``read_committed`` readers.
+- :class:`AtLeastOnce`: no transaction. The input offsets of a batch are committed once
+  everything produced for it (and before it) is acknowledged by the broker, learnt from
+  one delivery callback per batch and ``(topic, partition)`` written, without ever waiting
+  (the hold-back rule, :meth:`AtLeastOnce.produce`). A crash repeats the outputs of the
+  batches not committed yet; nothing is lost, and repeats are dropped by event id
+  downstream.
+
+The loop calls :meth:`Committer.begin`, produces through :meth:`Committer.produce` (or the
+bulk :meth:`Committer.produce_spread` of the router), then :meth:`Committer.commit`; on an
+error :meth:`Committer.abort`, then it stops. See docs/architecture.md for why at least
+once holds back messages rather than flushing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from broker_node.config import NodeSettings
+from broker_node.exceptions import BrokerError
+from broker_node.metrics import Metrics
+from connectors.kafka import next_offsets, offsets_to_commit, producer_config
+
+__all__ = [
+    "AtLeastOnce",
+    "Committer",
+    "DeliveryErrors",
+    "ExactlyOnce",
+    "committer_for",
+    "log_failed_commit",
+    "open_producer",
+]
+
+log = logging.getLogger("dlsroute.node")
+
+#: One output message: (partition, the header that completes the carried ones).
+Spread = Sequence[tuple[int, tuple[str, bytes]]]
+
+
+class DeliveryErrors:
+    """The first delivery failure librdkafka reports (at least once stops on it)."""
+
+    def __init__(self) -> None:
+        """No failure yet."""
+        self.first: str | None = None
+
+    def on_delivery(self, err: Any, msg: Message) -> None:
+        """A delivery report: remember the first failure (a success returns at once)."""
+        if err is not None and self.first is None:
+            self.first = f"delivery to {msg.topic()}[{msg.partition()}] failed: {err}"
+
+
+def log_failed_commit(node: str, err: Any, partitions: list[TopicPartition]) -> None:
+    """Log an asynchronous offset commit that failed (the next one covers it)."""
+    if err is not None:
+        log.warning("node %s: offset commit failed (%s); the next commit covers it", node, err)
+
+
+def open_producer(s: NodeSettings, errors: DeliveryErrors) -> Producer:
+    """The Kafka producer the node's delivery mode needs (transactions initialised)."""
+    sec = s.kafka_security()
+    queue: dict[str, Any] = {"queue.buffering.max.messages": s.producer_queue_messages}
+    if s.delivery == "exactly_once":
+        producer = Producer(producer_config(
+            s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
+            **{"transaction.timeout.ms": s.transaction_timeout_ms, **queue}, **sec))
+        producer.init_transactions(s.transaction_timeout_ms / 1000.0)
+        return producer
+    # Every message gets a delivery report: the held-back last ones of a batch carry their
+    # own callback (its success is what completes the batch); the others go to
+    # errors.on_delivery, which returns at once on success. An error is served before the
+    # success of a later message of its partition, so it is seen before that batch could be
+    # committed.
+    return Producer(producer_config(s.bootstrap, **queue, on_delivery=errors.on_delivery,
+                                    **sec))
+
+
+class Committer:
+    """Produces a batch's outputs and commits its input offsets (see the module text).
+
+    ``on_commit`` runs once a batch's offsets are committed (or sure to be), ``on_abort``
+    when a batch fails: the routed-id memory follows the batches that count.
+    """
+
+    transactional = False
+
+    def __init__(self, producer: Producer, consumer: Consumer | None, settings: NodeSettings,
+                 metrics: Metrics, *, on_commit: Callable[[], None] = lambda: None,
+                 on_abort: Callable[[], None] = lambda: None) -> None:
+        """Wrap the node's producer and consumer (the consumer may be None without Kafka)."""
+        self.producer, self.consumer = producer, consumer
+        self.settings, self.metrics = settings, metrics
+        self.on_commit, self.on_abort = on_commit, on_abort
+
+    def send(self, topic: str, value: bytes | None, headers: Any = None, partition: int = -1,
+             on_delivery: Callable[[Any, Message], None] | None = None) -> None:
+        """Produce now, waiting for room when librdkafka's local queue is full."""
+        while True:
+            try:
+                if on_delivery is None:
+                    self.producer.produce(topic, value, headers=headers, partition=partition)
+                else:
+                    self.producer.produce(topic, value, headers=headers, partition=partition,
+                                          on_delivery=on_delivery)
+                return
+            except BufferError:
+                self.metrics.queue_full_waits += 1
+                self.producer.poll(0.05)  # serve delivery reports until there is room
+
+    def produce(self, topic: str, value: bytes | None, headers: Any = None,
+                partition: int = -1) -> None:
+        """Produce one output of the current batch."""
+        self.send(topic, value, headers, partition)
+
+    def produce_spread(self, topic: str, values: Sequence[bytes | None],
+                       carried_of: Sequence[Any], spreads: Sequence[Spread],
+                       partitions: int) -> None:
+        """Produce event ``i`` once per ``(partition, header)`` of ``spreads[i]``.
+
+        Each copy carries the event's headers ``carried_of[i]`` and that one header more.
+        The bulk form of :meth:`produce` for the shared delivery topic (``partitions``
+        partitions), with one ``produce`` call per message and no other work per message.
+        """
+        fast, send = self.producer.produce, self.send  # send only when the queue is full
+        for value, carried, msgs in zip(values, carried_of, spreads, strict=True):
+            for part, header in msgs:
+                try:
+                    fast(topic, value, headers=[*carried, header], partition=part)
+                except BufferError:
+                    send(topic, value, [*carried, header], part)
+
+    def begin(self) -> None:
+        """Open a batch."""
+
+    def commit(self, msgs: Sequence[Message]) -> None:
+        """Close the batch that consumed ``msgs`` (possibly none: expired controls only)."""
+        raise NotImplementedError
+
+    def abort(self, exc: BaseException) -> None:
+        """The batch failed with ``exc``: give up on it (the node then stops)."""
+        raise NotImplementedError
+
+    def idle(self) -> None:
+        """Nothing was consumed: a chance to commit what is ready."""
+
+    def finish(self) -> None:
+        """At close, before the consumer goes: commit what can be committed."""
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait for the outputs still queued (at close)."""
+        self.producer.flush(timeout)
+
+
+class ExactlyOnce(Committer):
+    """Each batch is one Kafka transaction: outputs and input offsets together."""
+
+    transactional = True
+
+    @property
+    def _limit(self) -> float:
+        """Bound of each transactional call: the transaction's own timeout.
+
+        librdkafka's default is forever: a stuck coordinator would hang the node silently
+        instead of stopping it with an error.
+        """
+        return self.settings.transaction_timeout_ms / 1000.0
+
+    def begin(self) -> None:
+        """Begin the batch's transaction."""
+        self.producer.begin_transaction()
+
+    def commit(self, msgs: Sequence[Message]) -> None:
+        """Add the input offsets to the transaction and commit it."""
+        if msgs:
+            assert self.consumer is not None  # noqa: S101
+            self.producer.send_offsets_to_transaction(
+                offsets_to_commit(next_offsets(msgs)), self.consumer.consumer_group_metadata(),
+                self._limit)
+        self.producer.commit_transaction(self._limit)
+        self.on_commit()
+
+    def abort(self, exc: BaseException) -> None:
+        """Abort the transaction: nothing of the batch shows, its offsets stay.
+
+        The state already holds the batch: the safe recovery is a restart, which rebuilds
+        it from what was committed.
+        """
+        log.error("node %s: batch failed (%r); aborting the transaction and stopping",
+                  self.settings.node, exc)
+        self.on_abort()
+        self.producer.abort_transaction(self._limit)
+
+
+class AtLeastOnce(Committer):
+    """Commit a batch's offsets once all its outputs are acknowledged; never wait.
+
+    The idempotent producer delivers the messages of one partition in the order they were
+    produced, so once the last message of a batch for a partition is acknowledged, all of
+    the batch's (and the earlier batches') messages for that partition are too. That last
+    message per ``(topic, partition)`` is held back (:meth:`produce`, the one place of the
+    rule) and produced at the end of the batch with a delivery callback; when all of a
+    batch's callbacks have come, and all of the batches before it are complete, its offsets
+    become committable. They are committed once per ``commit_interval_s`` (or when the
+    loop is idle), asynchronously: the outputs are acknowledged already, so a late or lost
+    commit only means repeats after a crash.
+    """
+
+    def __init__(self, producer: Producer, consumer: Consumer | None, settings: NodeSettings,
+                 metrics: Metrics, *, errors: DeliveryErrors | None = None,
+                 on_commit: Callable[[], None] = lambda: None,
+                 on_abort: Callable[[], None] = lambda: None) -> None:
+        """``errors``: where the producer's default delivery callback writes failures."""
+        super().__init__(producer, consumer, settings, metrics, on_commit=on_commit,
+                         on_abort=on_abort)
+        self.errors = errors or DeliveryErrors()
+        # The last message of the current batch for each (topic, partition); the batches
+        # whose outputs are not all acknowledged yet, oldest first, as [offsets to commit,
+        # callbacks still to come]; the offsets of those that are, not committed yet.
+        self._tails: dict[tuple[str, int], tuple[bytes | None, Any]] = {}
+        self._inflight: deque[list[Any]] = deque()
+        self._ready: dict[tuple[str, int], int] = {}
+        self._last_commit = time.monotonic()
+
+    @property
+    def held(self) -> dict[tuple[str, int], tuple[bytes | None, Any]]:
+        """The messages held back so far in this batch, by ``(topic, partition)`` (a copy)."""
+        return dict(self._tails)
+
+    def produce(self, topic: str, value: bytes | None, headers: Any = None,
+                partition: int = -1) -> None:
+        """Hold the message back as the batch's last for its ``(topic, partition)``.
+
+        The one it replaces is produced now. A message without a partition counts as
+        partition 0 (the node's own topics have one), so that "the last message of a
+        partition" is known.
+        """
+        key = (topic, partition if partition >= 0 else 0)
+        held = self._tails.get(key)
+        self._tails[key] = (value, headers)
+        if held is not None:
+            self.send(topic, held[0], held[1], key[1])
+
+    def produce_spread(self, topic: str, values: Sequence[bytes | None],
+                       carried_of: Sequence[Any], spreads: Sequence[Spread],
+                       partitions: int) -> None:
+        """:meth:`Committer.produce_spread` with the hold-back rule of :meth:`produce`.
+
+        Only events from the first one that is some partition's last go through
+        :meth:`produce`; those before it take the fast path, after any message held from an
+        earlier run for their partitions is sent (one partition's order is kept).
+        """
+        last: dict[int, int] = {}  # partition -> the last event of the run sent to it
+        for i in range(len(spreads) - 1, -1, -1):
+            for part, _ in spreads[i]:
+                last.setdefault(part, i)
+            if len(last) == partitions:
+                break
+        for part in last:
+            held = self._tails.pop((topic, part), None)
+            if held is not None:
+                self.send(topic, held[0], held[1], part)
+        hold = min(last.values()) if last else len(spreads)
+        super().produce_spread(topic, values[:hold], carried_of[:hold], spreads[:hold],
+                               partitions)
+        for i in range(hold, len(spreads)):
+            value, carried = values[i], carried_of[i]
+            for part, header in spreads[i]:
+                self.produce(topic, value, [*carried, header], part)
+
+    def commit(self, msgs: Sequence[Message]) -> None:
+        """Send the held-back messages with their callbacks; commit what is acknowledged."""
+        entry = [next_offsets(msgs) if msgs else {}, len(self._tails)]
+        self._inflight.append(entry)
+        tails, self._tails = self._tails, {}
+        for (topic, partition), (value, headers) in tails.items():
+            self.send(topic, value, headers, partition, partial(self._tail_delivered, entry))
+        self._commit_delivered(wait=False)
+
+    def abort(self, exc: BaseException) -> None:
+        """Leave the batch uncommitted: a restart repeats what was not committed."""
+        log.error("node %s: batch failed (%r); stopping without committing it",
+                  self.settings.node, exc)
+
+    def idle(self) -> None:
+        """Commit at once what is acknowledged."""
+        if self._inflight or self._ready:
+            self._commit_delivered(wait=False, idle=True)
+
+    def finish(self) -> None:
+        """Flush, then commit every batch synchronously (failures are logged)."""
+        if self.consumer is None or not (self._inflight or self._ready):
+            return
+        try:
+            self._commit_delivered(wait=True)
+        except Exception as exc:  # the restart repeats the uncommitted batches
+            log.error("node %s: final commit failed (%r)", self.settings.node, exc)
+
+    def _tail_delivered(self, entry: list[Any], err: Any, msg: Message) -> None:
+        """A held-back last message was delivered (or failed): count it for its batch."""
+        if err is not None:
+            self.errors.on_delivery(err, msg)
+            return
+        entry[1] -= 1
+
+    def _commit_delivered(self, *, wait: bool, idle: bool = False) -> None:
+        """Commit the offsets of the batches whose outputs are all acknowledged.
+
+        ``wait`` (at close): flush first, so that every batch is complete, and commit
+        synchronously. Otherwise commit what is complete once ``commit_interval_s`` has
+        passed since the last commit, or at once when ``idle``.
+        """
+        if wait:
+            while self.producer.flush(1.0) > 0:
+                pass
+        else:
+            self.producer.poll(0)  # serve the delivery callbacks that are due
+        if self.errors.first is not None:
+            raise BrokerError(f"node {self.settings.node}: {self.errors.first}",
+                              field="delivery", value=self.errors.first)
+        inflight = self._inflight
+        while inflight and inflight[0][1] <= 0:
+            self._ready.update(inflight.popleft()[0])
+        if not (wait or idle) and (time.monotonic() - self._last_commit
+                                   < self.settings.commit_interval_s):
+            return
+        if self._ready:
+            assert self.consumer is not None  # noqa: S101
+            offsets = offsets_to_commit(self._ready)
+            if wait:  # two calls: the stubs type each value of asynchronous apart
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            self._ready = {}
+        self._last_commit = time.monotonic()
+        # Ids of batches still in flight move too: a failed delivery stops the node, and
+        # its restart begins with an empty memory anyway.
+        self.on_commit()
+
+
+def committer_for(settings: NodeSettings, producer: Producer, consumer: Consumer | None,
+                  metrics: Metrics, *, errors: DeliveryErrors | None = None,
+                  on_commit: Callable[[], None] = lambda: None,
+                  on_abort: Callable[[], None] = lambda: None) -> Committer:
+    """The committer of ``settings.delivery`` around the node's producer and consumer."""
+    if settings.delivery == "exactly_once":
+        return ExactlyOnce(producer, consumer, settings, metrics, on_commit=on_commit,
+                           on_abort=on_abort)
+    return AtLeastOnce(producer, consumer, settings, metrics, errors=errors,
+                       on_commit=on_commit, on_abort=on_abort)

@@ -1,0 +1,215 @@
+"""Subscriptions, unsubscriptions and neighbours' link messages applied to the state.
+
+:meth:`Controls.apply` takes control messages in order and returns what they cause as data
+(:class:`Outcome`): link messages for the neighbours, dead letters, and the clients whose
+delivery topics may be new. Runs of subscriptions go to the state in one
+``subscribe_many``.
+
+What an at-least-once writer upstream may repeat changes nothing: link messages are
+idempotent (``BrokerState.on_link``), a repeated subscription with the same labels is a
+no-op, a repeated unsubscription is counted as a duplicate, and a subscription reusing a
+cancelled id is refused (the node remembers recently cancelled ids).
+
+Subscribe and unsubscribe arrive on different topics, so their relative order is not
+guaranteed: an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it
+(ordered by message timestamps) before it is dead-lettered as unknown (:meth:`expired`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from confluent_kafka import Message
+
+from broker_node.config import NodeSettings
+from broker_node.exceptions import UnknownSubscriptionError
+from broker_node.inbox import (
+    ControlRecord,
+    DeadLetter,
+    Inbox,
+    LinkChange,
+    Subscribe,
+    Unsubscribe,
+    timestamp_of,
+    topic_of,
+)
+from broker_node.metrics import Metrics
+from broker_node.state import ADVERTISE, BrokerState, LinkMessage
+from connectors.recent import RecentKeys
+from connectors.topics import decode_labels
+from dls.exceptions import DLSError
+
+__all__ = ["CANCELLED_MEMORY", "Controls", "Outcome"]
+
+#: How many cancelled subscriptions (at least) the node remembers.
+CANCELLED_MEMORY = 100_000
+
+
+@dataclass
+class Outcome:
+    """What applying control messages caused."""
+
+    links: list[LinkMessage] = field(default_factory=list)
+    letters: list[DeadLetter] = field(default_factory=list)
+    clients: list[str] = field(default_factory=list)  # their delivery topics may be new
+
+
+@dataclass
+class _Pending:
+    """An unsubscription waiting for its subscription."""
+
+    client: str
+    timestamp: int
+    deadline: float
+    msg: Message
+
+
+class Controls:
+    """Applies control messages to the state; remembers pending and cancelled ids."""
+
+    def __init__(self, settings: NodeSettings, state: BrokerState, inbox: Inbox,
+                 metrics: Metrics) -> None:
+        """Controls of one node (its inbox reads the messages)."""
+        self.settings, self.state, self.inbox, self.metrics = settings, state, inbox, metrics
+        self.pending: dict[str, _Pending] = {}
+        #: (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
+        #: no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
+        self.cancelled = RecentKeys(CANCELLED_MEMORY)
+
+    def apply(self, msgs: Sequence[Message], *, replay: bool) -> Outcome:
+        """Apply control messages in order; runs of subscriptions go in one batch.
+
+        ``replay`` (recovery): the state is rebuilt and nothing is counted; the outcome is
+        empty, since those outputs were produced the first time round.
+        """
+        out = Outcome()
+        records = [self.inbox.control(m) for m in msgs]
+        sub_topic = self.inbox.subscribe_topic
+        i = 0
+        while i < len(msgs):
+            j = i
+            while j < len(msgs) and topic_of(msgs[j]) == sub_topic:
+                j += 1
+            if j - i >= 2 and self._subscribe_run(records[i:j], replay, out):
+                i = j
+                continue
+            for record in records[i:max(j, i + 1)]:  # one by one: exact reasons for bad ones
+                self._one(record, replay, out)
+            i = max(j, i + 1)
+        return out
+
+    def expired(self) -> list[DeadLetter]:
+        """Unsubscriptions whose grace is over: dead letters (unknown subscription id)."""
+        if not self.pending:
+            return []
+        now = time.monotonic()
+        gone = [sid for sid, p in self.pending.items() if p.deadline <= now]
+        letters = []
+        for sid in gone:
+            p = self.pending.pop(sid)
+            letters.append(DeadLetter.of(
+                p.msg, f"unknown subscription id {sid!r} (client {p.client!r})", "id", sid))
+        return letters
+
+    def _subscribe_run(self, run: Sequence[ControlRecord], replay: bool, out: Outcome) -> bool:
+        """Apply consecutive subscriptions with one ``subscribe_many``.
+
+        Returns False, having changed nothing, when any of them needs the one-by-one path
+        (undecodable, a pending unsubscription, or refused by the state).
+        """
+        clients: list[str] = []
+        ids: list[str] = []
+        parts: list[np.ndarray] = []
+        for rec in run:
+            if type(rec) is not Subscribe or rec.sub_id in self.pending \
+                    or (rec.client, rec.sub_id) in self.cancelled:
+                return False
+            try:
+                parts.append(decode_labels(rec.labels))
+            except DLSError:
+                return False
+            clients.append(rec.client)
+            ids.append(rec.sub_id)
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+        try:
+            links = self.state.subscribe_many(clients, ids, offsets, np.concatenate(parts))
+        except DLSError:
+            return False
+        if not replay:
+            self.metrics.control_in += len(run)
+            out.clients += clients
+        self._links(links, replay, out)
+        return True
+
+    def _one(self, rec: ControlRecord, replay: bool, out: Outcome) -> None:
+        """Apply one record; a bad one becomes a dead letter (none on replay)."""
+        self.metrics.control_in += 0 if replay else 1
+        if isinstance(rec, DeadLetter):
+            letter: DeadLetter | None = rec
+        else:
+            try:
+                letter = self._change(rec, replay, out)
+            except DLSError as exc:  # the state (or the labels' encoding) refused it
+                letter = DeadLetter.of(rec.msg, str(exc), exc.field, exc.value)
+        if letter is not None and not replay:  # on replay it was dead-lettered already
+            out.letters.append(letter)
+
+    def _change(self, rec: Subscribe | Unsubscribe | LinkChange, replay: bool, out: Outcome
+                ) -> DeadLetter | None:
+        """Apply one decoded record to the state (raises what the state raises)."""
+        if isinstance(rec, Subscribe):
+            return self._subscribe(rec, replay, out)
+        if isinstance(rec, Unsubscribe):
+            return self._unsubscribe(rec, replay, out)
+        links = self.state.on_link(rec.source, rec.kind, decode_labels(rec.labels))
+        self._links(links, replay, out)
+        return None
+
+    def _subscribe(self, rec: Subscribe, replay: bool, out: Outcome) -> DeadLetter | None:
+        client, sid = rec.client, rec.sub_id
+        if (client, sid) in self.cancelled:
+            return DeadLetter.of(
+                rec.msg, f"subscription id {sid!r} of client {client!r} was cancelled; ids "
+                f"are not reused (a repeat from an at-least-once writer?)", "id", sid)
+        pending = self.pending.get(sid)
+        if pending is not None and pending.client == client \
+                and timestamp_of(rec.msg) <= pending.timestamp:
+            del self.pending[sid]  # subscribed and cancelled before we saw it: no-op
+            self.cancelled.add((client, sid))
+            return None
+        labels = decode_labels(rec.labels)
+        if not replay:
+            out.clients.append(client)
+        self._links(self.state.subscribe(client, sid, labels), replay, out)
+        return None
+
+    def _unsubscribe(self, rec: Unsubscribe, replay: bool, out: Outcome) -> DeadLetter | None:
+        client, sid = rec.client, rec.sub_id
+        try:
+            links = self.state.unsubscribe(client, sid)
+        except UnknownSubscriptionError:
+            if (client, sid) in self.cancelled:  # cancelled already: a repeat
+                self.metrics.duplicates += 0 if replay else 1
+                return None
+            self.pending[sid] = _Pending(
+                client, timestamp_of(rec.msg),
+                time.monotonic() + self.settings.unsubscribe_grace_s, rec.msg)
+            return None
+        self.cancelled.add((client, sid))
+        self._links(links, replay, out)
+        return None
+
+    def _links(self, links: list[LinkMessage], replay: bool, out: Outcome) -> None:
+        """Keep the link messages to send (none on replay) and count their labels."""
+        if replay or not links:
+            return
+        for m in links:
+            if m.kind == ADVERTISE:
+                self.metrics.labels_advertised += len(m.labels)
+            else:
+                self.metrics.labels_withdrawn += len(m.labels)
+        out.links += links

@@ -1,0 +1,307 @@
+"""What a consumed message is: an event to route, a control record, or a dead letter.
+
+The inbox reads messages and returns data: for a run of events an :class:`EventRun` (the
+events to route, the headers to pass on, their routing keys, and the dead letters), for a
+control message a :class:`Subscribe`, :class:`Unsubscribe`, :class:`LinkChange` or
+:class:`DeadLetter`. Nothing is raised for a bad message: a dead letter is a value, which
+the service produces to the dead-letter topic.
+
+An event repeated by an at-least-once writer upstream is dropped here, by its
+``(origin, event id)`` (:class:`RoutedIds`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from confluent_kafka import Message
+
+from broker_node.metrics import Metrics
+from broker_node.state import BrokerState
+from connectors.kafka import source_of
+from connectors.recent import RecentKeys
+from connectors.serde import SERDE, encode_dead_letter
+from connectors.topics import (
+    HEADER_CLIENTS,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_SOURCE,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    Topics,
+    decode_label,
+)
+from dls.exceptions import DLSError
+
+__all__ = [
+    "ROUTED_MEMORY",
+    "ControlRecord",
+    "DeadLetter",
+    "EventRun",
+    "Inbox",
+    "Key",
+    "LinkChange",
+    "RoutedIds",
+    "Subscribe",
+    "Unsubscribe",
+    "message_headers",
+    "offset_of",
+    "timestamp_of",
+    "topic_of",
+]
+
+log = logging.getLogger("dlsroute.node")
+
+#: How many routed events (at least) the node remembers to drop repeats.
+ROUTED_MEMORY = 100_000
+
+#: What routing an event depends on: (label, bank index of its publisher if a local
+#: client or -1, index of the neighbour it came from or -1). The usual case, a label from
+#: a publisher that is no client here and not from a neighbour, ``(label, -1, -1)``, is
+#: keyed by the label header's 8 bytes alone: no int to decode, no tuple to build and hash
+#: per event.
+Key = bytes | tuple[int, int, int]
+
+
+def timestamp_of(msg: Message) -> int:
+    """The message's timestamp (0 when it has none)."""
+    kind, ts = msg.timestamp()
+    return int(ts) if kind else 0
+
+
+def topic_of(msg: Message) -> str:
+    """The message's topic ("" for none)."""
+    return msg.topic() or ""
+
+
+def offset_of(msg: Message) -> int:
+    """The message's offset (-1 for none)."""
+    offset = msg.offset()
+    return -1 if offset is None else int(offset)
+
+
+def message_headers(msg: Message) -> list[tuple[str, bytes]]:
+    """The message's headers as (name, bytes) pairs (a missing value becomes b"")."""
+    raw = msg.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message the node cannot use: where it came from, why, and what it was."""
+
+    source: str
+    reason: str
+    raw: bytes
+    headers: list[tuple[str, bytes]]
+    field: str | None = None
+    value: Any = None
+
+    @classmethod
+    def of(cls, msg: Message, reason: str, field: str | None = None,
+           value: Any = None) -> DeadLetter:
+        """The dead letter of a consumed message."""
+        return cls(source_of(msg), reason, msg.value() or b"", message_headers(msg), field,
+                   value)
+
+    def message(self) -> tuple[bytes, list[tuple[str, bytes]]]:
+        """The DeadLetter record and headers to produce to the dead-letter topic."""
+        value = None if self.value is None else str(self.value)
+        record = encode_dead_letter(self.source, self.reason, self.raw, dict(self.headers),
+                                    field=self.field, value=value)
+        return record, [(HEADER_DLQ_REASON, self.reason.encode()),
+                        (HEADER_DLQ_SOURCE, self.source.encode())]
+
+
+class EventRun(NamedTuple):
+    """A run of events read: the good ones (with headers to pass on and keys) and the bad."""
+
+    msgs: list[Message]
+    carried: list[Any]  # each good event's headers, passed on as they came
+    keys: list[Key]
+    dead: list[DeadLetter]
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """A LabelSubscription (its labels still encoded: decoded where they are used)."""
+
+    msg: Message
+    client: str
+    sub_id: str
+    labels: bytes
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    """A LabelUnsubscription."""
+
+    msg: Message
+    client: str
+    sub_id: str
+
+
+@dataclass(frozen=True)
+class LinkChange:
+    """A LinkControl from neighbour ``source`` (advertise or withdraw)."""
+
+    msg: Message
+    source: str
+    kind: str
+    labels: bytes
+
+
+ControlRecord = Subscribe | Unsubscribe | LinkChange | DeadLetter
+
+
+class RoutedIds:
+    """The ids of routed events: those of committed batches, and those of the batch now.
+
+    ``recent`` holds ``routed_key(origin, event id)`` of the events routed in committed
+    batches (the most recent :data:`ROUTED_MEMORY` at least): a repeat is skipped, and a
+    driver such as ``dlsroute replay`` can tell when an event has passed this node.
+    """
+
+    def __init__(self, size: int = ROUTED_MEMORY) -> None:
+        """Empty memories."""
+        self.recent = RecentKeys(size)
+        self.batch: dict[bytes, None] = {}
+
+    def settle(self) -> None:
+        """The batch counts (committed): remember its ids."""
+        self.recent.update(self.batch)
+        self.batch.clear()
+
+    def drop(self) -> None:
+        """The batch failed: forget its ids."""
+        self.batch.clear()
+
+
+def _unusual(msg: Message, carried: list[tuple[str, bytes | None]]
+             ) -> tuple[bytes, bytes | None, bytes | None, Any] | DeadLetter:
+    """The label, origin, id and headers to pass on of an event not in the usual form."""
+    headers = dict(carried)
+    raw = headers.get(HEADER_LABEL)
+    if type(raw) is bytes and len(raw) == 8:
+        label8 = raw
+    else:
+        if raw is None:
+            if HEADER_LABEL not in headers:
+                return DeadLetter.of(msg, f"event without a {HEADER_LABEL} header",
+                                     HEADER_LABEL)
+            raw = b""  # present without a value: refused by decode_label
+        try:
+            label8 = decode_label(raw).to_bytes(8, "big")
+        except DLSError as exc:
+            return DeadLetter.of(msg, str(exc), HEADER_LABEL, raw.hex())
+    clean = (carried if HEADER_CLIENTS not in headers
+             else [h for h in carried if h[0] != HEADER_CLIENTS])
+    return label8, headers.get(HEADER_ORIGIN), headers.get(HEADER_EVENT_ID), clean
+
+
+class Inbox:
+    """Reads the node's input messages into events, control records and dead letters."""
+
+    def __init__(self, node: str, topics: Topics, state: BrokerState, metrics: Metrics,
+                 routed: RoutedIds | None = None) -> None:
+        """The inbox of ``node``; its neighbours are the state's."""
+        self.node, self.state, self.metrics = node, state, metrics
+        self.routed = routed or RoutedIds()
+        self.publish = topics.node_publish(node)
+        self.subscribe_topic = topics.node_subscribe(node)
+        self.unsubscribe_topic = topics.node_unsubscribe(node)
+        #: link topic -> the neighbour it comes from
+        self.link_source = {topics.link(n, node): n for n in state.neighbours}
+
+    def is_event(self, msg: Message) -> bool:
+        """An event: published here, or from a neighbour with a label header."""
+        topic = topic_of(msg)
+        return topic == self.publish or (
+            topic in self.link_source and any(k == HEADER_LABEL for k, _ in
+                                              message_headers(msg)))
+
+    def events(self, run: list[Message]) -> EventRun:
+        """The headers of a run, event by event: dead letters and repeats, in order.
+
+        Events with the usual three headers in the usual order (``Client.publish``'s and
+        the Spark job's, passed on unchanged by nodes: label, origin, id) are read by
+        position, without a dict (see docs/architecture.md).
+        """
+        node, state, link_source = self.node, self.state, self.link_source
+        batch_routed = self.routed.batch
+        routed_new, routed_old = self.routed.recent.new, self.routed.recent.old  # fixed now
+        from_bytes = int.from_bytes
+        out = EventRun([], [], [], [])
+        good, carried_of, keys = out.msgs, out.carried, out.keys
+        # Origin header value -> (origin, bank index of a local publisher or -1, id prefix),
+        # once per distinct origin of the run: a run comes from few publishers, and the
+        # state does not change while a run is routed.
+        origins: dict[bytes | None, tuple[str, int, bytes]] = {}
+        for msg in run:
+            carried: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
+            if len(carried) == 3:  # consumed header values are bytes (or None), never str
+                (k0, raw), (k1, raw_origin), (k2, eid) = carried
+                plain = (k0 == HEADER_LABEL and k1 == HEADER_ORIGIN and k2 == HEADER_EVENT_ID
+                         and type(raw) is bytes and len(raw) == 8)
+            else:
+                plain = False
+            if plain:
+                label8: bytes = raw  # type: ignore[assignment]
+                clean: Any = carried
+            else:
+                read = _unusual(msg, carried)
+                if type(read) is DeadLetter:
+                    out.dead.append(read)
+                    continue
+                label8, raw_origin, eid, clean = read  # type: ignore[misc]
+            known = origins.get(raw_origin)
+            if known is None:
+                known = origins[raw_origin] = self._origin(raw_origin)
+            origin, local, id_prefix = known
+            came_from = link_source.get(msg.topic()) if link_source else None  # type: ignore[arg-type]
+            if eid is not None:
+                key = id_prefix + eid  # routed_key(origin, event id), from the raw bytes
+                if key in routed_new or key in routed_old or key in batch_routed:
+                    self.metrics.duplicates += 1
+                    log.debug("node %s: %s repeats event %r of %s: skipped", node,
+                              source_of(msg), eid.decode("utf-8", "replace"), origin)
+                    continue
+                batch_routed[key] = None
+            good.append(msg)
+            carried_of.append(clean)
+            if came_from is None and local < 0:  # the usual key: the label's 8 bytes
+                keys.append(label8)
+            else:
+                label = from_bytes(label8, "big")
+                keys.append((label, local, -1) if came_from is None
+                            else (label, -1, state.neighbour_index(came_from)))
+        return out
+
+    def _origin(self, raw_origin: bytes | None) -> tuple[str, int, bytes]:
+        """(origin, bank index of a local publisher or -1, the prefix of its routed keys)."""
+        origin = (raw_origin or b"").decode("utf-8", "replace")
+        o_node, _, o_client = origin.partition("/")
+        local = self.state.client_index(o_client, create=False) if o_node == self.node else -1
+        return origin, local, (raw_origin or b"") + b"\x00"
+
+    def control(self, msg: Message) -> ControlRecord:
+        """The record of a control message, or the reason it is unusable."""
+        try:
+            name, rec = SERDE.decode(msg.value() or b"")
+        except DLSError as exc:
+            return DeadLetter.of(msg, f"undecodable: {exc}", getattr(exc, "field", None))
+        topic = topic_of(msg)
+        want = ("LabelSubscription" if topic == self.subscribe_topic
+                else "LabelUnsubscription" if topic == self.unsubscribe_topic
+                else "LinkControl")
+        if name != want:
+            return DeadLetter.of(msg, f"expected a {want}, got {name}", "schema", name)
+        if want == "LabelSubscription":
+            return Subscribe(msg, rec["client"], rec["id"], rec["labels"])
+        if want == "LabelUnsubscription":
+            return Unsubscribe(msg, rec["client"], rec["id"])
+        return LinkChange(msg, self.link_source[topic], str(rec["kind"]).lower(),
+                          rec["labels"])

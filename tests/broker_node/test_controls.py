@@ -1,0 +1,124 @@
+"""Control messages applied to the state: what they cause, returned as data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import Message
+
+from broker_node.config import NodeSettings
+from broker_node.controls import Controls
+from broker_node.inbox import Inbox
+from broker_node.metrics import Metrics
+from broker_node.state import ADVERTISE, WITHDRAW, BrokerState
+from connectors.serde import encode_label_subscription, encode_label_unsubscription
+from connectors.topics import Topics
+from dls.mapping import event_label
+from dls.space import ContentSpace
+
+SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
+                        "granules": 8}]}
+SUB, UNSUB = "dls.node.A.subscribe", "dls.node.A.unsubscribe"
+
+
+@pytest.fixture
+def controls(tmp_path: Path) -> Controls:
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(SPEC))
+    space = ContentSpace.from_json(path)
+    settings = NodeSettings(node="A", neighbours=("B",), space=path, unsubscribe_grace_s=0)
+    state = BrokerState.for_space("A", ["B"], space)
+    metrics = Metrics()
+    return Controls(settings, state, Inbox("A", Topics("dls"), state, metrics), metrics)
+
+
+def _labels(controls: Controls, *xs: float) -> np.ndarray:
+    space = ContentSpace.from_json(controls.settings.space)
+    return np.array(sorted({event_label(space, {"x": x}) for x in xs}), dtype=np.uint64)
+
+
+def _sub(offset: int, client: str, sid: str, labels: np.ndarray, ts: int = 0) -> Message:
+    return Message(topic=SUB, partition=0, offset=offset, timestamp=(1, ts),
+                   value=encode_label_subscription(client, sid, labels, None))
+
+
+def _unsub(offset: int, client: str, sid: str, ts: int = 0) -> Message:
+    return Message(topic=UNSUB, partition=0, offset=offset, timestamp=(1, ts),
+                   value=encode_label_unsubscription(client, sid))
+
+
+def test_a_run_of_subscriptions_is_one_batch_and_advertised(controls: Controls) -> None:
+    labels = _labels(controls, 10, 90)
+    out = controls.apply([_sub(0, "ann", "s1", labels[:1]), _sub(1, "bob", "s2", labels)],
+                         replay=False)
+    assert len(controls.state) == 2
+    assert out.clients == ["ann", "bob"] and out.letters == []
+    assert [(m.to, m.kind) for m in out.links] == [("B", ADVERTISE)]
+    assert sorted(np.concatenate([m.labels for m in out.links]).tolist()) == labels.tolist()
+    assert controls.metrics.control_in == 2
+    assert controls.metrics.labels_advertised == 2
+
+
+def test_a_bad_message_in_a_run_is_a_dead_letter_and_the_rest_applies(
+        controls: Controls) -> None:
+    labels = _labels(controls, 10)
+    junk = Message(topic=SUB, partition=0, offset=1, value=b"\x00junk")
+    out = controls.apply([_sub(0, "ann", "s1", labels), junk, _sub(2, "bob", "s2", labels)],
+                         replay=False)
+    assert len(controls.state) == 2
+    assert [d.source for d in out.letters] == [f"{SUB}[0]@1"]
+    assert out.letters[0].reason.startswith("undecodable")
+    assert controls.metrics.control_in == 3
+
+
+def test_an_early_unsubscription_waits_then_is_a_dead_letter(controls: Controls) -> None:
+    out = controls.apply([_unsub(0, "ann", "never")], replay=False)
+    assert out.letters == [] and "never" in controls.pending
+    letters = controls.expired()  # a grace of 0 s
+    assert [d.reason for d in letters] == ["unknown subscription id 'never' (client 'ann')"]
+    assert (letters[0].field, letters[0].value) == ("id", "never")
+    assert controls.pending == {} and controls.expired() == []
+
+
+def test_subscribed_and_cancelled_before_seen_is_a_no_op(controls: Controls) -> None:
+    controls.settings = controls.settings.model_copy(update={"unsubscribe_grace_s": 30})
+    labels = _labels(controls, 10)
+    controls.apply([_unsub(0, "ann", "s1", ts=200)], replay=False)
+    out = controls.apply([_sub(0, "ann", "s1", labels, ts=100)], replay=False)
+    assert len(controls.state) == 0 and out.letters == [] and out.links == []
+    assert ("ann", "s1") in controls.cancelled and controls.pending == {}
+
+
+def test_repeats_change_nothing(controls: Controls) -> None:
+    labels = _labels(controls, 10)
+    controls.apply([_sub(0, "ann", "s1", labels)], replay=False)
+    out = controls.apply([_unsub(0, "ann", "s1")], replay=False)
+    assert [m.kind for m in out.links] == [WITHDRAW]
+    again = controls.apply([_unsub(1, "ann", "s1"), _sub(1, "ann", "s1", labels)],
+                           replay=False)
+    assert controls.metrics.duplicates == 1
+    assert [d.reason for d in again.letters] == [
+        "subscription id 's1' of client 'ann' was cancelled; ids are not reused (a repeat "
+        "from an at-least-once writer?)"]
+    assert len(controls.state) == 0 and controls.pending == {}
+
+
+def test_a_refused_subscription_is_a_dead_letter_with_the_states_reason(
+        controls: Controls) -> None:
+    out = controls.apply([_sub(0, "ann", "s1", np.array([1 << 40], dtype=np.uint64))],
+                         replay=False)
+    assert len(out.letters) == 1 and "outside this node's label space" in out.letters[0].reason
+    assert len(controls.state) == 0
+
+
+def test_replay_rebuilds_the_state_and_reports_nothing(controls: Controls) -> None:
+    labels = _labels(controls, 10)
+    junk = Message(topic=SUB, partition=0, offset=9, value=b"\x00junk")
+    out = controls.apply([_sub(0, "ann", "s1", labels), junk, _unsub(0, "ann", "s1"),
+                          _sub(1, "bob", "s2", labels)], replay=True)
+    assert len(controls.state) == 1
+    assert (out.links, out.letters, out.clients) == ([], [], [])
+    assert controls.metrics.control_in == 0 and controls.metrics.labels_advertised == 0

@@ -1,0 +1,166 @@
+"""What the inbox makes of consumed messages: events, control records, dead letters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from confluent_kafka import Message
+
+from broker_node.inbox import (
+    DeadLetter,
+    Inbox,
+    LinkChange,
+    RoutedIds,
+    Subscribe,
+    Unsubscribe,
+)
+from broker_node.metrics import Metrics
+from broker_node.state import BrokerState
+from connectors.serde import (
+    SERDE,
+    encode_label_subscription,
+    encode_label_unsubscription,
+    encode_link,
+)
+from connectors.topics import (
+    HEADER_CLIENTS,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_SOURCE,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    Topics,
+)
+from dls.mapping import event_label
+from dls.space import ContentSpace
+
+SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
+                        "granules": 8}]}
+PUBLISH, LINK = "dls.node.A.publish", "dls.link.B.A"
+
+
+@pytest.fixture
+def space(tmp_path: Path) -> ContentSpace:
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(SPEC))
+    return ContentSpace.from_json(path)
+
+
+@pytest.fixture
+def inbox(space: ContentSpace) -> Inbox:
+    state = BrokerState.for_space("A", ["B"], space)
+    state.client_index("ann")
+    return Inbox("A", Topics("dls"), state, Metrics())
+
+
+def _event(topic: str, offset: int, headers: list[tuple[str, Any]]) -> Message:
+    return Message(topic=topic, partition=0, offset=offset, value=b"e%d" % offset,
+                   headers=headers)
+
+
+def _usual(label: int, origin: bytes, eid: bytes) -> list[tuple[str, bytes]]:
+    return [(HEADER_LABEL, label.to_bytes(8, "big")), (HEADER_ORIGIN, origin),
+            (HEADER_EVENT_ID, eid)]
+
+
+def test_events_are_keyed_by_label_publisher_and_neighbour(inbox: Inbox,
+                                                           space: ContentSpace) -> None:
+    label = event_label(space, {"x": 10})
+    run = inbox.events([
+        _event(PUBLISH, 0, _usual(label, b"C/pub", b"e0")),  # the usual key: 8 bytes
+        _event(PUBLISH, 1, _usual(label, b"A/ann", b"e1")),  # a local client published it
+        _event(LINK, 2, _usual(label, b"B/bob", b"e2")),  # from neighbour B
+        _event(PUBLISH, 3, [(HEADER_EVENT_ID, b"e3"), (HEADER_ORIGIN, b"C/pub"),
+                            (HEADER_LABEL, label.to_bytes(8, "big")),
+                            (HEADER_CLIENTS, b"zed")]),  # unusual order, a stray header
+    ])
+    assert run.keys == [label.to_bytes(8, "big"), (label, 0, -1), (label, -1, 0),
+                        label.to_bytes(8, "big")]
+    assert [m.offset() for m in run.msgs] == [0, 1, 2, 3]
+    assert run.carried[3] == [(HEADER_EVENT_ID, b"e3"), (HEADER_ORIGIN, b"C/pub"),
+                              (HEADER_LABEL, label.to_bytes(8, "big"))]  # dls-clients gone
+    assert run.dead == []
+
+
+def test_bad_events_are_dead_letters_in_order(inbox: Inbox, space: ContentSpace) -> None:
+    label = event_label(space, {"x": 10})
+    run = inbox.events([
+        _event(PUBLISH, 0, [(HEADER_ORIGIN, b"C/pub")]),
+        _event(PUBLISH, 1, [(HEADER_LABEL, b"\x01")]),
+        _event(PUBLISH, 2, [(HEADER_LABEL, None)]),
+        _event(PUBLISH, 3, _usual(label, b"C/pub", b"ok")),
+    ])
+    assert [m.offset() for m in run.msgs] == [3]
+    reasons = [d.reason for d in run.dead]
+    assert reasons[0] == f"event without a {HEADER_LABEL} header"
+    assert all(d.field == HEADER_LABEL for d in run.dead)
+    assert run.dead[1].value == "01"
+    assert [d.source for d in run.dead] == [f"{PUBLISH}[0]@{i}" for i in range(3)]
+    assert run.dead[2].headers == [(HEADER_LABEL, b"")]
+
+
+def test_a_repeated_event_is_dropped_and_counted(inbox: Inbox, space: ContentSpace) -> None:
+    label = event_label(space, {"x": 10})
+    first = inbox.events([_event(PUBLISH, 0, _usual(label, b"C/pub", b"same")),
+                          _event(PUBLISH, 1, _usual(label, b"C/pub", b"same")),
+                          _event(PUBLISH, 2, _usual(label, b"B/pub", b"same"))])
+    assert [m.offset() for m in first.msgs] == [0, 2]  # another origin: another event
+    assert inbox.metrics.duplicates == 1
+    assert ("C/pub", "same") not in inbox.routed.recent  # the batch is not committed yet
+    inbox.routed.settle()
+    assert ("C/pub", "same") in inbox.routed.recent
+    again = inbox.events([_event(PUBLISH, 3, _usual(label, b"C/pub", b"same"))])
+    assert again.msgs == [] and inbox.metrics.duplicates == 2
+
+
+def test_a_failed_batch_forgets_its_ids() -> None:
+    routed = RoutedIds(10)
+    routed.batch[b"o\x00e"] = None
+    routed.drop()
+    routed.settle()
+    assert ("o", "e") not in routed.recent
+
+
+def test_control_records(inbox: Inbox) -> None:
+    labels = np.array([1 << 40], dtype=np.uint64)
+    sub = inbox.control(_event("dls.node.A.subscribe", 0, []))
+    assert isinstance(sub, DeadLetter) and sub.reason.startswith("undecodable")
+    good = Message(topic="dls.node.A.subscribe", partition=0, offset=1,
+                   value=encode_label_subscription("ann", "s1", labels, None))
+    rec = inbox.control(good)
+    assert isinstance(rec, Subscribe) and (rec.client, rec.sub_id) == ("ann", "s1")
+    assert rec.labels == labels.astype(">u8").tobytes()
+    wrong = Message(topic="dls.node.A.subscribe", partition=0, offset=2,
+                    value=encode_label_unsubscription("ann", "s1"))
+    letter = inbox.control(wrong)
+    assert isinstance(letter, DeadLetter)
+    assert letter.reason == "expected a LabelSubscription, got LabelUnsubscription"
+    assert (letter.field, letter.value) == ("schema", "LabelUnsubscription")
+    unsub = inbox.control(Message(topic="dls.node.A.unsubscribe", partition=0, offset=0,
+                                  value=encode_label_unsubscription("ann", "s1")))
+    assert isinstance(unsub, Unsubscribe) and unsub.sub_id == "s1"
+    link = inbox.control(Message(topic=LINK, partition=0, offset=0,
+                                 value=encode_link("B", "ADVERTISE", labels)))
+    assert isinstance(link, LinkChange) and (link.source, link.kind) == ("B", "advertise")
+
+
+def test_a_link_message_without_a_label_is_a_control(inbox: Inbox) -> None:
+    assert inbox.is_event(_event(PUBLISH, 0, []))
+    assert inbox.is_event(_event(LINK, 0, [(HEADER_LABEL, b"x")]))
+    assert not inbox.is_event(_event(LINK, 0, []))
+    assert not inbox.is_event(_event("dls.node.A.subscribe", 0, [(HEADER_LABEL, b"x")]))
+
+
+def test_a_dead_letter_message_names_its_source_and_reason() -> None:
+    msg = _event(PUBLISH, 7, [(HEADER_LABEL, b"\x01")])
+    value, headers = DeadLetter.of(msg, "bad label", HEADER_LABEL, "01").message()
+    name, rec = SERDE.decode(value)
+    assert name == "DeadLetter"
+    assert (rec["source"], rec["reason"], rec["field"], rec["raw"]) == \
+        (f"{PUBLISH}[0]@7", "bad label", HEADER_LABEL, b"e7")
+    assert dict(headers) == {HEADER_DLQ_REASON: b"bad label",
+                             HEADER_DLQ_SOURCE: f"{PUBLISH}[0]@7".encode()}
