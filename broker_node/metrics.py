@@ -149,17 +149,6 @@ class Metrics:
                 if f.name != "per_client"}
 
 
-def client_fill(state: BrokerState) -> np.ndarray:
-    """The share of set positions in each client's filter, by client index.
-
-    Read from ``BrokerState.client_fill()`` when the state offers it; empty otherwise.
-    """
-    fill = getattr(state, "client_fill", None)
-    if fill is None:
-        return np.zeros(0)
-    return np.asarray(fill(), dtype=np.float64)
-
-
 class NodeCollector:
     """A ``prometheus_client`` collector of one node: its counters and its state's gauges."""
 
@@ -204,7 +193,7 @@ class NodeCollector:
         fill = GaugeMetricFamily("dls_client_filter_fill",
                                  "share of set positions in the client's filter",
                                  labels=["node", "client"])
-        for i, value in enumerate(client_fill(self.state).tolist()[:len(names)]):
+        for i, value in enumerate(self.state.client_fill().tolist()[:len(names)]):
             fill.add_metric([self.node, names[i]], value)
         yield fill
 

@@ -533,6 +533,15 @@ class BrokerState:
             "ert_estimated_fpr": {n: f.estimated_fpr() for n, f in self._ert.items()},
         }
 
+    def client_fill(self) -> np.ndarray:
+        """Share of set counters (labels, for direct filters) in each client's filter.
+
+        Indexed like :attr:`clients`; read by the node's metrics at each scrape.
+        """
+        fill = self._bank.fill_ratios()
+        # a client known but never given a label has no column in the bank yet
+        return np.pad(fill, (0, max(0, len(self._client_names) - len(fill))))
+
     def memory_breakdown(self) -> dict[str, int]:
         """Bytes held in the broker's arrays, per part.
 

@@ -39,7 +39,7 @@ from dls.counting import (
     read_only,
 )
 from dls.exceptions import FilterParamsError, IncompatibleFiltersError
-from dls.hashing import PositionFn, PositionTable, check_label
+from dls.hashing import PositionFn, PositionTable, check_label, label_rows
 
 __all__ = [
     "BitSlicedCBFBank",
@@ -89,6 +89,10 @@ class ClientFilterBank(Protocol):
 
     def memory_bytes(self) -> int:
         """Bytes held by the bank's arrays."""
+        ...
+
+    def fill_ratios(self) -> np.ndarray:
+        """Share of non-zero counters (or labels present) in each client's filter."""
         ...
 
 
@@ -149,6 +153,10 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
     def bits(self) -> np.ndarray:
         """Read-only view of the ``(m, capacity // 64)`` uint64 bit-sliced matrix."""
         return read_only(self._bits)
+
+    def fill_ratios(self) -> np.ndarray:
+        """Share of non-zero counters in each client's filter, by client index (float64)."""
+        return np.count_nonzero(self._counts[:, :self.n_clients], axis=0) / float(self._m)
 
     def _saturation(self) -> int | None:
         return self._max
@@ -307,6 +315,10 @@ class DirectLabelBank(BitsetBank):
         """Read-only view of the ``(L, capacity)`` uint32 count matrix."""
         return read_only(self._counts)
 
+    def fill_ratios(self) -> np.ndarray:
+        """Share of the label space present in each client's filter, by client index."""
+        return np.count_nonzero(self._counts[:, :self.n_clients], axis=0) / float(self._labels)
+
     def _check_capacity(self, capacity: int) -> None:
         need = self._labels * capacity * 4
         if need > self._max_bytes:
@@ -325,15 +337,7 @@ class DirectLabelBank(BitsetBank):
         return labels - np.uint64(self._base)
 
     def _pair_rows(self, labels: np.ndarray) -> np.ndarray:
-        rows = self._row(labels)
-        if rows.size and int(rows.max()) >= self._labels:
-            bad = int(labels[int(np.argmax(rows))])
-            raise FilterParamsError(
-                f"label {bad} is outside the label space "
-                f"{self._base}..{self._base + self._labels - 1}",
-                field="labels",
-                value=bad,
-            )
+        rows = label_rows(labels, self._base, self._labels, error=FilterParamsError)
         return rows.astype(np.int64).reshape(-1, 1)
 
     def _match_rows(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

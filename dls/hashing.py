@@ -26,9 +26,10 @@ from typing import Any
 import mmh3
 import numpy as np
 
-from dls.exceptions import FilterParamsError, LabelError, LabelTypeError
+from dls.exceptions import DLSError, FilterParamsError, LabelError, LabelTypeError
 
 __all__ = [
+    "label_rows",
     "DEFAULT_TABLE_BUDGET",
     "MAX_K",
     "MAX_LABEL",
@@ -287,6 +288,22 @@ def positions_scalar(label: int, m: int, k: int, seed: int = 0) -> list[int]:
     return [(a + i * b) % m for i in range(k)]
 
 
+def label_rows(labels: np.ndarray, base: int, n_labels: int, whose: str = "the",
+               error: type[DLSError] = LabelError) -> np.ndarray:
+    """Row of each label in a space of ``n_labels`` labels from ``base``: ``label - base``.
+
+    Labels below ``base`` wrap around to huge rows, so one comparison finds any label
+    outside. Raises ``error`` (a :class:`LabelError` by default) naming the first such
+    label, with ``whose`` before "label space" in its message.
+    """
+    rows = labels - np.uint64(base)
+    if rows.size and int(rows.max()) >= n_labels:
+        bad = int(labels[int(np.argmax(rows))])
+        raise error(f"label {bad} is outside {whose} label space {base}..{base + n_labels - 1}",
+                    field="labels", value=bad)
+    return rows
+
+
 class PositionTable:
     """Precomputed label -> positions for a dense label space ``base..base+n_labels-1``.
 
@@ -362,16 +379,7 @@ class PositionTable:
         Raises:
             LabelError: If a label is outside ``base..base+n_labels-1`` (a ``ValueError``).
         """
-        arr = as_label_array(labels)
-        idx = arr - np.uint64(self.base)  # wraps around for labels below base
-        if idx.size and int(idx.max()) >= self.n_labels:
-            bad = int(arr[int(np.argmax(idx))])
-            raise LabelError(
-                f"label {bad} is outside the table's label space "
-                f"{self.base}..{self.base + self.n_labels - 1}",
-                field="labels",
-                value=bad,
-            )
+        idx = label_rows(as_label_array(labels), self.base, self.n_labels, "the table's")
         return self.table[idx].astype(np.int64, copy=False)
 
     def __call__(self, labels: Any) -> np.ndarray:

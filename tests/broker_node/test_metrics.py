@@ -87,18 +87,24 @@ def test_the_page_of_a_node_with_neighbours_parses(space: ContentSpace) -> None:
     assert want <= names  # every counter, named dls_<name>_total on the page
 
 
-def test_client_filter_fill_comes_from_the_state(space: ContentSpace) -> None:
-    class WithFill(BrokerState):
-        def client_fill(self) -> np.ndarray:
-            return np.array([0.25, 0.5])
-
-    state = WithFill("A", [], label_base=space.app_prefix,
-                     label_space_size=space.label_space_size)
-    state.client_index("alice")
-    state.client_index("bob")
+@pytest.mark.parametrize("client_filter", ["cbf", "direct"])
+def test_client_filter_fill_comes_from_the_state(space: ContentSpace,
+                                                 client_filter: str) -> None:
+    state = BrokerState.for_space("A", [], space, client_filter=client_filter)
+    base = space.app_prefix
+    state.subscribe("alice", "s1", np.array([base, base + 1, base + 2], dtype=np.uint64))
+    state.subscribe("bob", "s2", np.array([base + 3], dtype=np.uint64))
+    state.client_index("carol")  # known, no subscription: an empty filter
+    fill = state.client_fill()
+    assert fill.shape == (3,) and fill[2] == 0
+    assert fill[0] > fill[1] > 0  # three labels set more than one
+    if client_filter == "direct":  # a label is one position of the label space
+        assert fill[1] == 1 / space.label_space_size
     got = _samples(generate_latest(node_registry("A", Metrics(), state)).decode())
-    assert got[("dls_client_filter_fill", (("client", "alice"), ("node", "A")))] == 0.25
-    assert got[("dls_client_filter_fill", (("client", "bob"), ("node", "A")))] == 0.5
+    for i, name in enumerate(("alice", "bob", "carol")):
+        assert got[("dls_client_filter_fill", (("client", name), ("node", "A")))] == fill[i]
+    state.unsubscribe("alice", "s1")
+    assert state.client_fill()[0] == 0
 
 
 def test_the_server_serves_its_registry_and_stops(space: ContentSpace) -> None:

@@ -13,7 +13,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker_node.config import NodeSettings
 from broker_node.service import NodeService
-from broker_node.state import BrokerState
 from connectors.client import Client
 from tests.waiting import wait_for
 
@@ -98,7 +97,6 @@ def test_metrics_page_of_a_node_with_a_neighbour(pair: tuple[dict[str, NodeServi
     assert samples[("dls_events_in_total", (a,))] == 1
     assert samples[("dls_deliveries_total", (a,))] == 1
     assert samples[("dls_labels_advertised_total", (a,))] > 0
-    if hasattr(BrokerState, "client_fill"):  # the state's per-client filter fill
-        assert samples[("dls_client_filter_fill", (("client", "alice"), a))] > 0
+    assert samples[("dls_client_filter_fill", (("client", "alice"), a))] > 0
     for c in (alice, carol, bob):
         c.close()
