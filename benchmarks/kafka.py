@@ -737,11 +737,15 @@ PROFILE_PARTS = (
     ("send_offsets_to_transaction", "method 'send_offsets_to_transaction' of", "tt"),
     ("begin_transaction", "method 'begin_transaction' of", "tt"),
     ("consumer position/assignment", "of 'cimpl.Consumer' objects>", "tt-pos"),
-    ("NodeService._route (total)", "_route", "ct"),
-    ("BrokerState.route (matching)", "route", "ct-state"),
-    ("_headers (header copies)", "_headers", "ct"),
-    ("NodeService.process (total)", "process", "ct"),
+    ("NodeService._route (total)", "_route", "broker_node/service.py"),
+    ("Inbox.events (headers, repeats)", "events", "broker_node/inbox.py"),
+    ("Router.route (plans, produce)", "route", "broker_node/router.py"),
+    ("BrokerState.route (matching)", "route", "broker_node/state.py"),
+    ("NodeService.process (total)", "process", "broker_node/service.py"),
 )
+"""(label, function name, how): ``tt`` / ``tt-pos`` sum the own time of C methods whose
+name contains it; a path sums the cumulative time of the function of that name in that
+file of the node."""
 
 
 def profile_shares(stats: pstats.Stats, total: float) -> dict[str, float]:
@@ -757,10 +761,7 @@ def profile_shares(stats: pstats.Stats, total: float) -> dict[str, float]:
             elif how == "tt-pos":
                 if needle in func and ("'position'" in func or "'assignment'" in func):
                     secs += tt
-            elif how == "ct-state":
-                if func == needle and filename.endswith("broker_node/state.py"):
-                    secs += ct
-            elif func == needle and filename.endswith("broker_node/service.py"):
+            elif func == needle and filename.endswith(how):
                 secs += ct
         out[label] = secs
     out["total (profiled run)"] = total

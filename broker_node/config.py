@@ -99,15 +99,15 @@ class NodeSettings(BaseSettings):
         default=True,
         description="once the state is rebuilt at start, move every live object into "
                     "Python's permanent generation (gc.freeze): full collections then scan "
-                    "only what came later, not the whole state (docs/architecture.md, the "
-                    "node loop)")
+                    "only what came later, not the whole state "
+                    "(docs/architecture.md#garbage-collection)")
     gc_young_threshold: int = Field(
         default=50_000, ge=0,
         description="Python's generation-0 collection threshold for the node process "
                     "(gc.set_threshold): a batch keeps thousands of short-lived objects "
                     "alive (each message and its header list), so Python's default of 700 "
-                    "would collect many times per batch (docs/architecture.md, the node "
-                    "loop); 0 keeps the default")
+                    "would collect many times per batch "
+                    "(docs/architecture.md#garbage-collection); 0 keeps the default")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = Field(
         default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$",

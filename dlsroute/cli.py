@@ -94,7 +94,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings(args.config, metrics_port=args.metrics_port,
-                             bootstrap=args.bootstrap)
+                             metrics_host=args.metrics_host, bootstrap=args.bootstrap)
     service = NodeService(settings)
     stops = 0
 
@@ -322,7 +322,10 @@ def _add_node(sub: Any) -> None:
     s.add_argument("--config", required=True, help="node settings (TOML)")
     s.add_argument("--bootstrap", default=None, help="overrides the config's bootstrap")
     s.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on 127.0.0.1:PORT")
+                   help="serve Prometheus metrics on PORT (of --metrics-host)")
+    s.add_argument("--metrics-host", default=None,
+                   help="address the metrics page binds to (default: the config's, "
+                        "127.0.0.1 unless set; 0.0.0.0 for every interface)")
     s.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
     s.set_defaults(func=_cmd_node)
 

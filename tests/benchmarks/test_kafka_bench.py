@@ -224,3 +224,19 @@ def test_plot_panels_follow_the_phases_run():
         plt.close(only_window)
         plt.close(with_latency)
     assert kafka.plot_figure([]) is None
+
+
+def test_profile_parts_name_functions_that_exist() -> None:
+    """Each node part the profile sums is a function defined in the file it names."""
+    import ast
+    from pathlib import Path
+
+    from benchmarks.kafka import PROFILE_PARTS
+
+    root = Path(__file__).resolve().parents[2]
+    for label, name, how in PROFILE_PARTS:
+        if how.endswith(".py"):
+            tree = ast.parse((root / how).read_text())
+            defined = {n.name for n in ast.walk(tree)
+                       if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+            assert name in defined, (label, how)

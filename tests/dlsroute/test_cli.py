@@ -49,3 +49,22 @@ def test_replay_attach_refuses_a_group_for_a_node_not_in_the_topology(tmp_path, 
                "--attach", "--group", "Z=some-group"])
     assert rc == 2
     assert "--group names a node not in the topology: 'Z'" in capsys.readouterr().err
+
+
+def test_node_metrics_host_comes_from_the_option_then_the_environment(monkeypatch):
+    """``--metrics-host`` overrides DLS_NODE_METRICS_HOST, which overrides the file."""
+    from pathlib import Path
+
+    from broker_node.config import load_settings
+    from dlsroute.cli import build_parser
+
+    config = Path(__file__).resolve().parents[2] / "docker" / "examples" / "node-a.toml"
+    every = "0.0.0.0"  # noqa: S104 - the value under test, nothing binds here
+    args = build_parser().parse_args(["node", "--config", str(config),
+                                      "--metrics-host", every])
+    assert args.metrics_host == every
+    monkeypatch.setenv("DLS_NODE_METRICS_HOST", "10.0.0.5")
+    assert load_settings(config).metrics_host == "10.0.0.5"
+    assert load_settings(config, metrics_host=args.metrics_host).metrics_host == every
+    monkeypatch.delenv("DLS_NODE_METRICS_HOST")
+    assert load_settings(config, metrics_host=None).metrics_host == "127.0.0.1"
