@@ -14,8 +14,8 @@ Two strategies behind one small interface (:class:`Committer`), chosen by
 
 The loop calls :meth:`Committer.begin`, produces through :meth:`Committer.produce` (or the
 bulk :meth:`Committer.produce_spread` of the router), then :meth:`Committer.commit`; on an
-error :meth:`Committer.abort`, then it stops. See docs/architecture.md for why at least
-once holds back messages rather than flushing.
+error :meth:`Committer.abort`, then it stops. Why at least once holds back messages rather
+than flushing: docs/architecture.md#at-least-once-hold-back.
 """
 
 from __future__ import annotations
