@@ -128,3 +128,36 @@ def test_the_checks_see_a_circle_and_an_upward_import(tmp_path: Path) -> None:
     assert _imports("dls.a", a, known) == {"dls.hashing", "dls.b", "connectors.kafka"}
     assert _circles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"x"}}) == [["x", "y", "z", "x"]]
     assert _circles({"x": {"y"}, "y": set()}) == []
+
+
+def test_product_code_raises_no_plain_builtin_error() -> None:
+    """Errors come from each package's own classes (under DLSError), not bare builtins."""
+    plain = {"ValueError", "TypeError", "KeyError", "IndexError", "RuntimeError",
+             "TimeoutError", "Exception", "OSError", "LookupError"}
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(exc, ast.Name) and exc.id in plain:
+                    found.append(f"{name}:{node.lineno} {exc.id}")
+    assert found == []
+
+
+def test_every_product_error_class_is_a_dls_error() -> None:
+    """Each exception class a product module defines derives from DLSError."""
+    import importlib
+    import inspect
+
+    from dls.exceptions import DLSError
+
+    outside = []
+    for name in _modules():
+        if name.endswith("__main__"):  # runs the command when imported
+            continue
+        module = importlib.import_module(name)
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            if (cls.__module__ == name and issubclass(cls, BaseException)
+                    and not issubclass(cls, DLSError)):
+                outside.append(f"{name}.{cls_name}")
+    assert outside == []

@@ -18,6 +18,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from connectors.exceptions import SerdeError
 from connectors.serde.framing import HEADER_SIZE
 
 __all__ = ["RAW_EVENT_CANONICAL", "decode_fast", "encode_fast"]
@@ -36,8 +37,8 @@ _pack_double = _DOUBLE.pack
 _unpack_double = _DOUBLE.unpack_from
 
 
-class _Slow(Exception):
-    """The fast codec declines: fastavro handles this one."""
+class _Slow(SerdeError):
+    """The fast codec declines: fastavro handles this one (caught here, never raised out)."""
 
 
 _FAST_FAILURES = (IndexError, ValueError, TypeError, AttributeError, struct.error, _Slow)
