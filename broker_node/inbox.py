@@ -21,7 +21,7 @@ from confluent_kafka import Message
 from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
 from connectors.kafka import source_of
-from connectors.recent import RecentKeys
+from connectors.recent import RecentKeys, routed_key
 from connectors.serde import SERDE, encode_dead_letter
 from connectors.topics import (
     HEADER_CLIENTS,
@@ -285,7 +285,7 @@ class Inbox:
         origin = (raw_origin or b"").decode("utf-8", "replace")
         o_node, _, o_client = origin.partition("/")
         local = self.state.client_index(o_client, create=False) if o_node == self.node else -1
-        return origin, local, (raw_origin or b"") + b"\x00"
+        return origin, local, routed_key(raw_origin or b"", b"")
 
     def control(self, msg: Message) -> ControlRecord:
         """The record of a control message, or the reason it is unusable."""
