@@ -213,15 +213,15 @@ class Inbox:
         self.publish = topics.node_publish(node)
         self.subscribe_topic = topics.node_subscribe(node)
         self.unsubscribe_topic = topics.node_unsubscribe(node)
-        #: link topic -> the neighbour it comes from
+        #: link control topic -> the neighbour it comes from
         self.link_source = {topics.link(n, node): n for n in state.neighbours}
+        #: forwarded-event topic -> the neighbour it comes from
+        self.forward_source = {topics.forward(n, node): n for n in state.neighbours}
 
     def is_event(self, msg: Message) -> bool:
-        """An event: published here, or from a neighbour with a label header."""
+        """An event: published here, or forwarded by a neighbour."""
         topic = topic_of(msg)
-        return topic == self.publish or (
-            topic in self.link_source and any(k == HEADER_LABEL for k, _ in
-                                              message_headers(msg)))
+        return topic == self.publish or topic in self.forward_source
 
     def events(self, run: list[Message]) -> EventRun:
         """The headers of a run, event by event: dead letters and repeats, in order.
@@ -230,7 +230,7 @@ class Inbox:
         the Spark job's, passed on unchanged by nodes: label, origin, id) are read by
         position, without a dict (see docs/architecture.md).
         """
-        node, state, link_source = self.node, self.state, self.link_source
+        node, state, link_source = self.node, self.state, self.forward_source
         batch_routed = self.routed.batch
         routed_new, routed_old = self.routed.recent.new, self.routed.recent.old  # fixed now
         from_bytes = int.from_bytes

@@ -113,7 +113,7 @@ class Router:
         self.metrics.delivery_messages += messages
         if self.state.neighbours:
             node = self.settings.node
-            links = [self.topics.link(node, n) for n in self.state.neighbours]
+            links = [self.topics.forward(node, n) for n in self.state.neighbours]
             produce, forwarded = out.produce, 0
             for (_, _, to, *_), value, carried in zip(plans, values, carried_of, strict=True):
                 for j in to:

@@ -49,6 +49,7 @@ from connectors.kafka import (
     ensure_topics,
 )
 from connectors.serde import encode_link
+from connectors.topic_settings import enforce_topic_config
 from connectors.topics import CONTROL_TOPIC_CONFIG, Topics
 from dls.space import ContentSpace
 
@@ -88,7 +89,8 @@ class NodeService:
         self._new_topics: set[str] = set()
         self.control_topics = [t.node_subscribe(s.node), t.node_unsubscribe(s.node)] + [
             t.link(n, s.node) for n in s.neighbours]
-        self.input_topics = [*self.control_topics, t.node_publish(s.node)]
+        self.input_topics = [*self.control_topics, t.node_publish(s.node)] + [
+            t.forward(n, s.node) for n in s.neighbours]
 
     @property
     def settings(self) -> NodeSettings:
@@ -120,9 +122,19 @@ class NodeService:
         """Create topics, open clients, rebuild the state from the committed offsets."""
         s, t = self.settings, self.topics
         log.info("node %s starting with settings %s", s.node, s.masked())
-        ensure_topics(s.bootstrap, self.control_topics, config=FOREVER)
+        # Control topics, in and out, keep everything: whoever creates one first (this node,
+        # a neighbour, a client, the Spark job) creates it so, and a wrong one is repaired.
+        control = self.control_topics + [t.link(s.node, n) for n in s.neighbours]
+        ensure_topics(s.bootstrap, control, config=FOREVER)
+        try:
+            enforce_topic_config(s.bootstrap, control, FOREVER, why="a control topic",
+                                 **s.kafka_security())
+        except ConnectorError as exc:
+            raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
+                              value=exc.value) from exc
         ensure_topics(s.bootstrap, [t.node_publish(s.node), t.deadletter]
-                      + [t.link(s.node, n) for n in s.neighbours])
+                      + [t.forward(s.node, n) for n in s.neighbours]
+                      + [t.forward(n, s.node) for n in s.neighbours])
         if s.shared_delivery_partitions:
             try:
                 ensure_partitioned_topic(s.bootstrap, t.shared_deliver,

@@ -4,7 +4,9 @@ Every topic name starts with a configurable prefix (default ``dls``)::
 
     dls.raw.subscriptions    dls.raw.unsubscriptions    dls.raw.events   (mapping job input)
     dls.node.N.subscribe     dls.node.N.unsubscribe     dls.node.N.publish
-    dls.link.N.M             what node N sends to node M (link control and events)
+    dls.link.N.M             link control node N sends to node M (advertisements and
+                             withdrawals: state, kept forever like the node's control topics)
+    dls.fwd.N.M              events node N forwards to node M (ordinary retention)
     dls.deliver.CLIENT       what client CLIENT receives (one topic per client), or
     dls.deliver              every client's deliveries in one topic of N partitions, when
                              the network runs with shared delivery (client C reads
@@ -64,12 +66,15 @@ __all__ = [
 ]
 
 CONTROL_TOPIC_CONFIG: Mapping[str, str] = MappingProxyType(
-    {"retention.ms": "-1", "retention.bytes": "-1"})
-"""Settings of a node's control topics (subscribe, unsubscribe, inbound links).
+    {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"})
+"""Settings of the control topics (a node's subscribe and unsubscribe, link control).
 
-A node rebuilds its state by re-reading them from the start, so they keep everything.
-Whoever writes to one first creates it with these settings (Kafka would otherwise
-auto-create it with the broker's default retention, and old subscriptions would vanish).
+A node rebuilds its state from them, so they keep everything (and are not compacted:
+their records have no keys). Whoever writes to one first creates it with these settings
+(Kafka would otherwise auto-create it with the broker's default retention, and old
+subscriptions would vanish); a node that finds other settings on one repairs them at
+start (:mod:`connectors.topic_settings`). Forwarded events and deliveries are not control:
+their topics keep the broker's default retention.
 """
 
 HEADER_LABEL = "dls-label"
@@ -171,18 +176,29 @@ class Topics:
         return _fit(f"{self.prefix}.node.{node}.publish", "node", node)
 
     def link(self, src: str, dst: str) -> str:
-        """What node ``src`` sends to its neighbour ``dst`` (link control and events).
+        """Link control node ``src`` sends to its neighbour ``dst`` (kept forever).
 
         Raises:
             TopicNameError: A name is invalid, or ``src == dst`` (a link joins two nodes).
         """
+        return self._pair("link", src, dst)
+
+    def forward(self, src: str, dst: str) -> str:
+        """Events node ``src`` forwards to its neighbour ``dst`` (ordinary retention).
+
+        Raises:
+            TopicNameError: A name is invalid, or ``src == dst`` (a link joins two nodes).
+        """
+        return self._pair("fwd", src, dst)
+
+    def _pair(self, kind: str, src: str, dst: str) -> str:
         check_name(src, "src")
         check_name(dst, "dst")
         if src == dst:
             raise TopicNameError(f"a link joins two different nodes, got {src!r} twice",
                                  field="dst", value=dst)
         field, value = ("src", src) if len(src) >= len(dst) else ("dst", dst)
-        return _fit(f"{self.prefix}.link.{src}.{dst}", field, value)
+        return _fit(f"{self.prefix}.{kind}.{src}.{dst}", field, value)
 
     def deliver(self, client: str) -> str:
         """What client ``client`` receives (one topic per client)."""
@@ -197,12 +213,14 @@ class Topics:
     def node_inputs(self, node: str, neighbours: Iterable[str]) -> list[str]:
         """Every topic ``node`` consumes, in a fixed order.
 
-        Its subscribe, unsubscribe and publish topics, then the inbound link topic
-        ``link(neighbour, node)`` of each neighbour (in the order given, each once).
+        Its subscribe, unsubscribe and publish topics, then the inbound link control topic
+        ``link(neighbour, node)`` of each neighbour (in the order given, each once), then
+        the inbound event topic ``forward(neighbour, node)`` of each.
         """
         out = [self.node_subscribe(node), self.node_unsubscribe(node), self.node_publish(node)]
-        for n in dict.fromkeys(neighbours):
-            out.append(self.link(n, node))
+        unique = list(dict.fromkeys(neighbours))
+        out += [self.link(n, node) for n in unique]
+        out += [self.forward(n, node) for n in unique]
         return out
 
     def parse_link(self, topic: str) -> tuple[str, str] | None:

@@ -46,6 +46,7 @@ class AttachedNetwork:
         self.groups = {n: groups.get(n) or f"{prefix}-node-{n}" for n in topology.nodes}
         self.inputs = {n: [t.node_subscribe(n), t.node_unsubscribe(n), t.node_publish(n)]
                        + [t.link(m, n) for m in topology.neighbours(n)]
+                       + [t.forward(m, n) for m in topology.neighbours(n)]
                        for n in topology.nodes}
         self.timeout_s = timeout_s
         # One consumer per node group, never subscribed: it only reads committed offsets.

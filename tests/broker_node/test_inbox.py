@@ -40,7 +40,7 @@ from dls.space import ContentSpace
 
 SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
                         "granules": 8}]}
-PUBLISH, LINK = "dls.node.A.publish", "dls.link.B.A"
+PUBLISH, LINK, FWD = "dls.node.A.publish", "dls.link.B.A", "dls.fwd.B.A"
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_events_are_keyed_by_label_publisher_and_neighbour(inbox: Inbox,
     run = inbox.events([
         _event(PUBLISH, 0, _usual(label, b"C/pub", b"e0")),  # the usual key: 8 bytes
         _event(PUBLISH, 1, _usual(label, b"A/ann", b"e1")),  # a local client published it
-        _event(LINK, 2, _usual(label, b"B/bob", b"e2")),  # from neighbour B
+        _event(FWD, 2, _usual(label, b"B/bob", b"e2")),  # from neighbour B
         _event(PUBLISH, 3, [(HEADER_EVENT_ID, b"e3"), (HEADER_ORIGIN, b"C/pub"),
                             (HEADER_LABEL, label.to_bytes(8, "big")),
                             (HEADER_CLIENTS, b"zed")]),  # unusual order, a stray header
@@ -148,9 +148,11 @@ def test_control_records(inbox: Inbox) -> None:
     assert isinstance(link, LinkChange) and (link.source, link.kind) == ("B", "advertise")
 
 
-def test_a_link_message_without_a_label_is_a_control(inbox: Inbox) -> None:
+def test_events_and_link_control_come_on_topics_of_their_own(inbox: Inbox) -> None:
     assert inbox.is_event(_event(PUBLISH, 0, []))
-    assert inbox.is_event(_event(LINK, 0, [(HEADER_LABEL, b"x")]))
+    assert inbox.is_event(_event(FWD, 0, []))
+    assert inbox.is_event(_event(FWD, 0, [(HEADER_LABEL, b"x")]))
+    assert not inbox.is_event(_event(LINK, 0, [(HEADER_LABEL, b"x")]))  # a dead letter
     assert not inbox.is_event(_event(LINK, 0, []))
     assert not inbox.is_event(_event("dls.node.A.subscribe", 0, [(HEADER_LABEL, b"x")]))
 

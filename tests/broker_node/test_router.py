@@ -131,7 +131,7 @@ def test_cached_routes_equal_fresh_ones(tmp_path_factory: pytest.TempPathFactory
             run = []
             for x, who in op[1]:
                 offset += 1
-                topic = "dls.link.B.A" if who == "B" else "dls.node.A.publish"
+                topic = "dls.fwd.B.A" if who == "B" else "dls.node.A.publish"
                 origin = b"B/pub" if who == "B" else b"A/" + who.encode()
                 run.append(_msg(topic, offset, [
                     (HEADER_LABEL, label_of[x].to_bytes(8, "big")),

@@ -133,7 +133,7 @@ def test_node_inputs() -> None:
     t = Topics()
     assert t.node_inputs("B", ["A", "C", "A"]) == [
         "dls.node.B.subscribe", "dls.node.B.unsubscribe", "dls.node.B.publish",
-        "dls.link.A.B", "dls.link.C.B"]
+        "dls.link.A.B", "dls.link.C.B", "dls.fwd.A.B", "dls.fwd.C.B"]
     assert t.node_inputs("A", []) == [
         "dls.node.A.subscribe", "dls.node.A.unsubscribe", "dls.node.A.publish"]
     with pytest.raises(TopicNameError):

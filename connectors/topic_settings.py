@@ -1,0 +1,97 @@
+"""Topic settings checked and repaired: a control topic must never lose a record.
+
+:func:`enforce_topic_config` reads the settings of existing topics and sets those that
+differ from the wanted ones (for example a control topic auto-created by the broker with
+its default retention of seven days, or switched to compaction by hand). Each repair is
+logged with the topic, the setting, the old and the new value; a topic that cannot be
+repaired (no permission, unknown topic) raises :class:`ConnectorSettingError` naming the
+topic and the setting, so that a node refuses to start rather than lose its state later.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from connectors.exceptions import ConnectorSettingError
+from connectors.kafka import admin
+
+__all__ = ["enforce_topic_config", "topic_config_mismatches"]
+
+_log = logging.getLogger(__name__)
+
+
+def topic_config_mismatches(bootstrap: str, names: Iterable[str],
+                            config: Mapping[str, str | int], *, timeout: float = 30.0,
+                            **kafka: object) -> dict[str, dict[str, str | None]]:
+    """The settings of ``config`` each topic of ``names`` has differently: topic -> name -> value.
+
+    A topic whose settings all match is absent from the result.
+
+    Raises:
+        ConnectorSettingError: A topic's settings cannot be read (it does not exist, or no
+            permission); the error names the topic.
+    """
+    client = admin(bootstrap, **kafka)
+    want = {k: str(v) for k, v in config.items()}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in dict.fromkeys(names)]
+    if not resources:
+        return {}
+    out: dict[str, dict[str, str | None]] = {}
+    for res, future in client.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entries = future.result(timeout=timeout)
+        except (KafkaException, concurrent.futures.TimeoutError) as exc:
+            raise ConnectorSettingError(f"cannot read the settings of topic {res.name!r} on "
+                                        f"{bootstrap}: {exc}", field="topic",
+                                        value=res.name) from exc
+        have = {k: (e.value if e is not None else None) for k, e in entries.items()}
+        wrong = {k: have.get(k) for k, v in want.items() if have.get(k) != v}
+        if wrong:
+            out[res.name] = wrong
+    return out
+
+
+def enforce_topic_config(bootstrap: str, names: Iterable[str], config: Mapping[str, str | int],
+                         *, why: str, timeout: float = 30.0, **kafka: object) -> list[str]:
+    """Set the settings of ``config`` on every topic of ``names`` that has them otherwise.
+
+    ``why`` says in the log why the settings matter. Returns the repairs made, one line
+    each (``"topic: setting old -> new"``).
+
+    Raises:
+        ConnectorSettingError: A topic's settings cannot be read or set; the error names
+            the topic and the setting (``field`` is the setting, ``value`` the topic).
+    """
+    wrong = topic_config_mismatches(bootstrap, names, config, timeout=timeout, **kafka)
+    if not wrong:
+        return []
+    want = {k: str(v) for k, v in config.items()}
+    resources = []
+    for topic, settings in wrong.items():
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(k, want[k], incremental_operation=AlterConfigOpType.SET)
+            for k in sorted(settings)])
+        resources.append(res)
+    client = admin(bootstrap, **kafka)
+    done = []
+    for res, future in client.incremental_alter_configs(resources,
+                                                        request_timeout=timeout).items():
+        settings = wrong[res.name]
+        try:
+            future.result(timeout=timeout)
+        except (KafkaException, concurrent.futures.TimeoutError) as exc:
+            first = sorted(settings)[0]
+            raise ConnectorSettingError(
+                f"topic {res.name!r} has {first}={settings[first]!r}, but {why} needs "
+                f"{first}={want[first]!r}, and setting it failed: {exc}", field=first,
+                value=res.name) from exc
+        for k in sorted(settings):
+            line = f"{res.name}: {k} {settings[k]} -> {want[k]}"
+            _log.warning("repaired topic setting %s (%s)", line, why)
+            done.append(line)
+    return done
