@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
@@ -27,7 +28,7 @@ _log = logging.getLogger(__name__)
 
 def topic_config_mismatches(bootstrap: str, names: Iterable[str],
                             config: Mapping[str, str | int], *, timeout: float = 30.0,
-                            **kafka: object) -> dict[str, dict[str, str | None]]:
+                            **kafka: Any) -> dict[str, dict[str, str | None]]:
     """The settings of ``config`` each topic of ``names`` has differently: topic -> name -> value.
 
     A topic whose settings all match is absent from the result.
@@ -57,7 +58,7 @@ def topic_config_mismatches(bootstrap: str, names: Iterable[str],
 
 
 def enforce_topic_config(bootstrap: str, names: Iterable[str], config: Mapping[str, str | int],
-                         *, why: str, timeout: float = 30.0, **kafka: object) -> list[str]:
+                         *, why: str, timeout: float = 30.0, **kafka: Any) -> list[str]:
     """Set the settings of ``config`` on every topic of ``names`` that has them otherwise.
 
     ``why`` says in the log why the settings matter. Returns the repairs made, one line
