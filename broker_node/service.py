@@ -128,7 +128,7 @@ class NodeService:
         ensure_topics(s.bootstrap, control, config=FOREVER)
         try:
             enforce_topic_config(s.bootstrap, control, FOREVER, why="a control topic",
-                                 **s.kafka_security())
+                                 kafka=s.kafka_security())
         except ConnectorError as exc:
             raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
                               value=exc.value) from exc

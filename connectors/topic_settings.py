@@ -28,16 +28,17 @@ _log = logging.getLogger(__name__)
 
 def topic_config_mismatches(bootstrap: str, names: Iterable[str],
                             config: Mapping[str, str | int], *, timeout: float = 30.0,
-                            **kafka: Any) -> dict[str, dict[str, str | None]]:
+                            kafka: Mapping[str, Any] | None = None) -> dict[str, dict[str, str | None]]:
     """The settings of ``config`` each topic of ``names`` has differently: topic -> name -> value.
 
-    A topic whose settings all match is absent from the result.
+    A topic whose settings all match is absent from the result. ``kafka``: extra client
+    settings (security).
 
     Raises:
         ConnectorSettingError: A topic's settings cannot be read (it does not exist, or no
             permission); the error names the topic.
     """
-    client = admin(bootstrap, **kafka)
+    client = admin(bootstrap, **(kafka or {}))
     want = {k: str(v) for k, v in config.items()}
     resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in dict.fromkeys(names)]
     if not resources:
@@ -58,7 +59,8 @@ def topic_config_mismatches(bootstrap: str, names: Iterable[str],
 
 
 def enforce_topic_config(bootstrap: str, names: Iterable[str], config: Mapping[str, str | int],
-                         *, why: str, timeout: float = 30.0, **kafka: Any) -> list[str]:
+                         *, why: str, timeout: float = 30.0,
+                         kafka: Mapping[str, Any] | None = None) -> list[str]:
     """Set the settings of ``config`` on every topic of ``names`` that has them otherwise.
 
     ``why`` says in the log why the settings matter. Returns the repairs made, one line
@@ -68,7 +70,7 @@ def enforce_topic_config(bootstrap: str, names: Iterable[str], config: Mapping[s
         ConnectorSettingError: A topic's settings cannot be read or set; the error names
             the topic and the setting (``field`` is the setting, ``value`` the topic).
     """
-    wrong = topic_config_mismatches(bootstrap, names, config, timeout=timeout, **kafka)
+    wrong = topic_config_mismatches(bootstrap, names, config, timeout=timeout, kafka=kafka)
     if not wrong:
         return []
     want = {k: str(v) for k, v in config.items()}
@@ -78,7 +80,7 @@ def enforce_topic_config(bootstrap: str, names: Iterable[str], config: Mapping[s
             ConfigEntry(k, want[k], incremental_operation=AlterConfigOpType.SET)
             for k in sorted(settings)])
         resources.append(res)
-    client = admin(bootstrap, **kafka)
+    client = admin(bootstrap, **(kafka or {}))
     done = []
     for res, future in client.incremental_alter_configs(resources,
                                                         request_timeout=timeout).items():
