@@ -28,8 +28,9 @@ _log = logging.getLogger(__name__)
 
 def topic_config_mismatches(bootstrap: str, names: Iterable[str],
                             config: Mapping[str, str | int], *, timeout: float = 30.0,
-                            kafka: Mapping[str, Any] | None = None) -> dict[str, dict[str, str | None]]:
-    """The settings of ``config`` each topic of ``names`` has differently: topic -> name -> value.
+                            kafka: Mapping[str, Any] | None = None
+                            ) -> dict[str, dict[str, str | None]]:
+    """The settings of ``config`` that topics of ``names`` have otherwise: topic -> setting -> value.
 
     A topic whose settings all match is absent from the result. ``kafka``: extra client
     settings (security).
