@@ -30,7 +30,7 @@ def topic_config_mismatches(bootstrap: str, names: Iterable[str],
                             config: Mapping[str, str | int], *, timeout: float = 30.0,
                             kafka: Mapping[str, Any] | None = None
                             ) -> dict[str, dict[str, str | None]]:
-    """The settings of ``config`` that topics of ``names`` have otherwise: topic -> setting -> value.
+    """The settings of ``config`` that topics of ``names`` have otherwise, by topic.
 
     A topic whose settings all match is absent from the result. ``kafka``: extra client
     settings (security).
