@@ -12,6 +12,9 @@ Every topic name starts with a configurable prefix (default ``dls``)::
                              the network runs with shared delivery (client C reads
                              partition ``delivery_partition(C, N)``)
     dls.deadletter           what could not be used, with the reason
+    dls.node.N.snapshot      node N's state snapshots (compacted; recovery starts there)
+    dls.client.C.subscriptions  client C's live subscriptions (compacted, keyed by id): a
+                             restarted client reads them back
 
 Node and client names are topic name parts: non-empty, ``[A-Za-z0-9_-]`` (no dots, which
 separate the parts). A whole topic name is at most 249 characters (Kafka's limit).
@@ -43,6 +46,7 @@ __all__ = [
     "NAME_PATTERN",
     "NAME_RE",
     "CONTROL_TOPIC_CONFIG",
+    "HEADER_ACK",
     "HEADER_CLIENTS",
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_SOURCE",
@@ -85,6 +89,9 @@ HEADER_EVENT_ID = "dls-event-id"
 """Header with the publisher's event id, UTF-8."""
 HEADER_CLIENTS = "dls-clients"
 """Header of a message on the shared delivery topic: its clients, UTF-8, comma-separated."""
+HEADER_ACK = "dls-ack"
+"""Header of an acknowledgement on a delivery topic: the subscription id its node applied
+(UTF-8); such a message has no value and is no event."""
 HEADER_DLQ_REASON = "dls-dlq-reason"
 """Header of a dead letter: why the message was rejected, UTF-8."""
 HEADER_DLQ_SOURCE = "dls-dlq-source"
@@ -174,6 +181,16 @@ class Topics:
         """Events published by the clients of ``node`` (label and origin in headers)."""
         check_name(node, "node")
         return _fit(f"{self.prefix}.node.{node}.publish", "node", node)
+
+    def node_snapshot(self, node: str) -> str:
+        """Snapshots of ``node``'s state (compacted): where its recovery starts."""
+        check_name(node, "node")
+        return _fit(f"{self.prefix}.node.{node}.snapshot", "node", node)
+
+    def client_subscriptions(self, client: str) -> str:
+        """Client ``client``'s live subscriptions (compacted, keyed by subscription id)."""
+        check_name(client, "client")
+        return _fit(f"{self.prefix}.client.{client}.subscriptions", "client", client)
 
     def link(self, src: str, dst: str) -> str:
         """Link control node ``src`` sends to its neighbour ``dst`` (kept forever).
