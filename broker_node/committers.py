@@ -24,6 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -32,6 +33,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError
 from broker_node.metrics import Metrics
+from broker_node.watchdog import Watchdog
 from connectors.kafka import next_offsets, offsets_to_commit, producer_config
 
 __all__ = [
@@ -69,7 +71,8 @@ def log_failed_commit(node: str, err: Any, partitions: list[TopicPartition]) -> 
         log.warning("node %s: offset commit failed (%s); the next commit covers it", node, err)
 
 
-def open_producer(s: NodeSettings, errors: DeliveryErrors) -> Producer:
+def open_producer(s: NodeSettings, errors: DeliveryErrors,
+                  watchdog: Watchdog | None = None) -> Producer:
     """The Kafka producer the node's delivery mode needs (transactions initialised)."""
     sec = s.kafka_security()
     queue: dict[str, Any] = {"queue.buffering.max.messages": s.producer_queue_messages}
@@ -77,7 +80,8 @@ def open_producer(s: NodeSettings, errors: DeliveryErrors) -> Producer:
         producer = Producer(producer_config(
             s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
             **{"transaction.timeout.ms": s.transaction_timeout_ms, **queue}, **sec))
-        producer.init_transactions(s.transaction_timeout_ms / 1000.0)
+        with _guard(watchdog, "init_transactions"):
+            producer.init_transactions(s.transaction_timeout_ms / 1000.0)
         return producer
     # Every message gets a delivery report: the held-back last ones of a batch carry their
     # own callback (its success is what completes the batch); the others go to
@@ -88,37 +92,67 @@ def open_producer(s: NodeSettings, errors: DeliveryErrors) -> Producer:
                                     **sec))
 
 
+def _guard(watchdog: Watchdog | None, call: str) -> AbstractContextManager[None]:
+    """``watchdog.guard(call)``, or nothing without a watchdog (a test without Kafka)."""
+    return nullcontext() if watchdog is None else watchdog.guard(call)
+
+
 class Committer:
     """Produces a batch's outputs and commits its input offsets (see the module text).
 
     ``on_commit`` runs once a batch's offsets are committed (or sure to be), ``on_abort``
-    when a batch fails: the routed-id memory follows the batches that count.
+    when a batch fails: the routed-id memory follows the batches that count. Every call
+    that can block on the broker runs under the ``watchdog`` (:mod:`broker_node.watchdog`).
     """
 
     transactional = False
 
     def __init__(self, producer: Producer, consumer: Consumer | None, settings: NodeSettings,
                  metrics: Metrics, *, on_commit: Callable[[], None] = lambda: None,
-                 on_abort: Callable[[], None] = lambda: None) -> None:
+                 on_abort: Callable[[], None] = lambda: None,
+                 watchdog: Watchdog | None = None) -> None:
         """Wrap the node's producer and consumer (the consumer may be None without Kafka)."""
         self.producer, self.consumer = producer, consumer
         self.settings, self.metrics = settings, metrics
         self.on_commit, self.on_abort = on_commit, on_abort
+        self.watchdog = watchdog
+
+    def guard(self, call: str) -> AbstractContextManager[None]:
+        """The watchdog's bound around ``call`` (nothing without a watchdog)."""
+        return _guard(self.watchdog, call)
 
     def send(self, topic: str, value: bytes | None, headers: Any = None, partition: int = -1,
              on_delivery: Callable[[Any, Message], None] | None = None) -> None:
         """Produce now, waiting for room when librdkafka's local queue is full."""
-        while True:
-            try:
-                if on_delivery is None:
-                    self.producer.produce(topic, value, headers=headers, partition=partition)
-                else:
-                    self.producer.produce(topic, value, headers=headers, partition=partition,
-                                          on_delivery=on_delivery)
-                return
-            except BufferError:
+        try:
+            self._produce(topic, value, headers, partition, on_delivery)
+            return
+        except BufferError:
+            pass
+        # The queue is full: the broker is slow or gone. Wait, bounded by the watchdog, and
+        # say so every few seconds.
+        with self.guard(f"waiting for room in the producer queue for {topic}"):
+            since = last_note = time.monotonic()
+            while True:
                 self.metrics.queue_full_waits += 1
                 self.producer.poll(0.05)  # serve delivery reports until there is room
+                try:
+                    self._produce(topic, value, headers, partition, on_delivery)
+                    return
+                except BufferError:
+                    if time.monotonic() - last_note >= 10.0:
+                        last_note = time.monotonic()
+                        log.warning("node %s: the producer queue has been full for %.0f s "
+                                    "(is the broker reachable?)", self.settings.node,
+                                    last_note - since)
+
+    def _produce(self, topic: str, value: bytes | None, headers: Any, partition: int,
+                 on_delivery: Callable[[Any, Message], None] | None) -> None:
+        if on_delivery is None:
+            self.producer.produce(topic, value, headers=headers, partition=partition)
+        else:
+            self.producer.produce(topic, value, headers=headers, partition=partition,
+                                  on_delivery=on_delivery)
 
     def produce(self, topic: str, value: bytes | None, headers: Any = None,
                 partition: int = -1) -> None:
@@ -161,7 +195,8 @@ class Committer:
 
     def flush(self, timeout: float = 10.0) -> None:
         """Wait for the outputs still queued (at close)."""
-        self.producer.flush(timeout)
+        with self.guard("flush"):
+            self.producer.flush(timeout)
 
 
 class ExactlyOnce(Committer):
@@ -180,28 +215,37 @@ class ExactlyOnce(Committer):
 
     def begin(self) -> None:
         """Begin the batch's transaction."""
-        self.producer.begin_transaction()
+        with self.guard("begin_transaction"):
+            self.producer.begin_transaction()
 
     def commit(self, msgs: Sequence[Message]) -> None:
         """Add the input offsets to the transaction and commit it."""
         if msgs:
             assert self.consumer is not None  # noqa: S101
-            self.producer.send_offsets_to_transaction(
-                offsets_to_commit(next_offsets(msgs)), self.consumer.consumer_group_metadata(),
-                self._limit)
-        self.producer.commit_transaction(self._limit)
+            offsets = offsets_to_commit(next_offsets(msgs))
+            with self.guard("send_offsets_to_transaction"):
+                self.producer.send_offsets_to_transaction(
+                    offsets, self.consumer.consumer_group_metadata(), self._limit)
+        with self.guard("commit_transaction"):
+            self.producer.commit_transaction(self._limit)
         self.on_commit()
 
     def abort(self, exc: BaseException) -> None:
         """Abort the transaction: nothing of the batch shows, its offsets stay.
 
         The state already holds the batch: the safe recovery is a restart, which rebuilds
-        it from what was committed.
+        it from what was committed. An abort that fails too (a fenced or fatal producer
+        fails every call) is logged, not raised: ``exc`` is the error that counts.
         """
         log.error("node %s: batch failed (%r); aborting the transaction and stopping",
                   self.settings.node, exc)
         self.on_abort()
-        self.producer.abort_transaction(self._limit)
+        try:
+            with self.guard("abort_transaction"):
+                self.producer.abort_transaction(self._limit)
+        except Exception as again:  # the producer is unusable; the restart recovers
+            log.error("node %s: aborting the transaction failed too (%r)", self.settings.node,
+                      again)
 
 
 class AtLeastOnce(Committer):
@@ -221,10 +265,11 @@ class AtLeastOnce(Committer):
     def __init__(self, producer: Producer, consumer: Consumer | None, settings: NodeSettings,
                  metrics: Metrics, *, errors: DeliveryErrors | None = None,
                  on_commit: Callable[[], None] = lambda: None,
-                 on_abort: Callable[[], None] = lambda: None) -> None:
+                 on_abort: Callable[[], None] = lambda: None,
+                 watchdog: Watchdog | None = None) -> None:
         """``errors``: where the producer's default delivery callback writes failures."""
         super().__init__(producer, consumer, settings, metrics, on_commit=on_commit,
-                         on_abort=on_abort)
+                         on_abort=on_abort, watchdog=watchdog)
         self.errors = errors or DeliveryErrors()
         # The last message of the current batch for each (topic, partition); the batches
         # whose outputs are not all acknowledged yet, oldest first, as [offsets to commit,
@@ -323,8 +368,9 @@ class AtLeastOnce(Committer):
         passed since the last commit, or at once when ``idle``.
         """
         if wait:
-            while self.producer.flush(1.0) > 0:
-                pass
+            with self.guard("flush"):
+                while self.producer.flush(1.0) > 0:
+                    pass
         else:
             self.producer.poll(0)  # serve the delivery callbacks that are due
         if self.errors.first is not None:
@@ -340,7 +386,8 @@ class AtLeastOnce(Committer):
             assert self.consumer is not None  # noqa: S101
             offsets = offsets_to_commit(self._ready)
             if wait:  # two calls: the stubs type each value of asynchronous apart
-                self.consumer.commit(offsets=offsets, asynchronous=False)
+                with self.guard("commit"):
+                    self.consumer.commit(offsets=offsets, asynchronous=False)
             else:
                 self.consumer.commit(offsets=offsets, asynchronous=True)
             self._ready = {}
@@ -353,10 +400,11 @@ class AtLeastOnce(Committer):
 def committer_for(settings: NodeSettings, producer: Producer, consumer: Consumer | None,
                   metrics: Metrics, *, errors: DeliveryErrors | None = None,
                   on_commit: Callable[[], None] = lambda: None,
-                  on_abort: Callable[[], None] = lambda: None) -> Committer:
+                  on_abort: Callable[[], None] = lambda: None,
+                  watchdog: Watchdog | None = None) -> Committer:
     """The committer of ``settings.delivery`` around the node's producer and consumer."""
     if settings.delivery == "exactly_once":
         return ExactlyOnce(producer, consumer, settings, metrics, on_commit=on_commit,
-                           on_abort=on_abort)
+                           on_abort=on_abort, watchdog=watchdog)
     return AtLeastOnce(producer, consumer, settings, metrics, errors=errors,
-                       on_commit=on_commit, on_abort=on_abort)
+                       on_commit=on_commit, on_abort=on_abort, watchdog=watchdog)

@@ -83,6 +83,12 @@ class NodeSettings(BaseSettings):
                     "per event and partition listing its clients in the dls-clients "
                     "header (clients must be told the same N)")
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    watchdog_s: float | None = Field(
+        default=None, gt=0,
+        description="the longest any call into the Kafka client may block (a commit, a "
+                    "flush, waiting for room in the producer queue) before the node ends "
+                    "itself for its supervisor to restart it (docs/architecture.md#liveness); "
+                    "default: the transaction timeout plus 30 s")
     producer_queue_messages: int = Field(
         default=1_000_000, ge=1, le=10_000_000,
         description="librdkafka's local queue (queue.buffering.max.messages); a batch "
@@ -170,6 +176,13 @@ class NodeSettings(BaseSettings):
     def consumer_group(self) -> str:
         """The consumer group (and transactional id stem) of this node."""
         return self.group_id or f"{self.topic_prefix}-node-{self.node}"
+
+    @property
+    def watchdog_bound_s(self) -> float:
+        """The watchdog's bound on a blocking Kafka call (``watchdog_s`` or its default)."""
+        if self.watchdog_s is not None:
+            return self.watchdog_s
+        return self.transaction_timeout_ms / 1000.0 + 30.0
 
     def kafka_security(self) -> dict[str, str]:
         """Security settings for librdkafka, if any."""

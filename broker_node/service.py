@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from confluent_kafka import Consumer, Message, Producer
@@ -40,6 +40,7 @@ from broker_node.metrics import Metrics, MetricsServer, node_registry
 from broker_node.recovery import control_history
 from broker_node.router import Router
 from broker_node.state import BrokerState, LinkMessage
+from broker_node.watchdog import Watchdog
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
     close_consumer,
@@ -64,8 +65,15 @@ FOREVER = dict(CONTROL_TOPIC_CONFIG)
 class NodeService:
     """One logical DLS broker connected to Kafka."""
 
-    def __init__(self, settings: NodeSettings, space: ContentSpace | None = None):
-        """Build the state and the rooms; nothing touches Kafka until :meth:`start`."""
+    def __init__(self, settings: NodeSettings, space: ContentSpace | None = None, *,
+                 on_stuck: Callable[[str, float], None] | None = None,
+                 hard_watchdog: bool = False):
+        """Build the state and the rooms; nothing touches Kafka until :meth:`start`.
+
+        ``on_stuck(call, seconds)`` runs when a Kafka call blocks past the watchdog's bound
+        (default: log and end the process, :func:`broker_node.watchdog.exit_stuck`);
+        ``hard_watchdog``: also arm the GIL-free timer (one node per process only).
+        """
         s = settings
         self.space = space or ContentSpace.from_json(s.space)
         self.topics = t = Topics(s.topic_prefix)
@@ -80,6 +88,8 @@ class NodeService:
         self.inbox = Inbox(s.node, t, self.state, self.metrics, self._routed)
         self.controls = Controls(s, self.state, self.inbox, self.metrics)
         self.router = Router(s, t, self.state, self.metrics)
+        self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
+                                 hard=hard_watchdog)
         self.committer: Committer | None = None  # made at start (or by connect)
         self.settings = s
         self._consumer: Consumer | None = None
@@ -150,7 +160,7 @@ class NodeService:
             **s.kafka_security()))
         self._consumer = consumer
         errors = DeliveryErrors()
-        self.connect(open_producer(s, errors), consumer, errors)
+        self.connect(open_producer(s, errors, self.watchdog), consumer, errors)
         history = control_history(s, consumer, self.control_topics)
         if history:
             self.controls.apply(history, replay=True)
@@ -174,21 +184,39 @@ class NodeService:
         """
         self.committer = committer_for(self.settings, producer, consumer, self.metrics,
                                        errors=errors, on_commit=self._routed.settle,
-                                       on_abort=self._routed.drop)
+                                       on_abort=self._routed.drop, watchdog=self.watchdog)
 
     def close(self) -> None:
-        """Close the Kafka clients and the metrics server (at least once: commit first)."""
-        if self.committer is not None and self._consumer is not None:
-            self.committer.finish()
-        if self._consumer is not None:
-            close_consumer(self._consumer)  # a plain close() can hang mid-rebalance
+        """Close the Kafka clients and the metrics server (at least once: commit first).
+
+        Never raises: after a fatal error (which :meth:`run` raised already) every step
+        fails the same way, and a failed step at close costs at most repeats after the
+        restart, never a loss. Each failure is logged; every step runs under the watchdog.
+        """
+        committer, consumer = self.committer, self._consumer
+        if committer is not None and consumer is not None:
+            self._closing("the final commit", committer.finish)
+        if consumer is not None:
+            # A plain close() can hang mid-rebalance: close_consumer serves it first.
+            self._closing("closing the consumer", partial(self._close_consumer, consumer))
             self._consumer = None
-        if self.committer is not None:
-            self.committer.flush(10)
+        if committer is not None:
+            self._closing("flushing the producer", partial(committer.flush, 10))
             self.committer = None  # the producer is released with its last reference
         if self._metrics_server is not None:
             self._metrics_server.close()
             self._metrics_server = None
+        self.watchdog.close()
+
+    def _close_consumer(self, consumer: Consumer) -> None:
+        with self.watchdog.guard("closing the consumer"):
+            close_consumer(consumer)
+
+    def _closing(self, what: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as exc:  # logged once; the error that stopped the node was raised
+            log.warning("node %s: %s failed at close (%r)", self.settings.node, what, exc)
 
     def run(self, max_seconds: float | None = None) -> None:
         """Consume, process, produce and commit until :meth:`stop` (or ``max_seconds``)."""

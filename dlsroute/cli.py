@@ -95,7 +95,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings(args.config, metrics_port=args.metrics_port,
                              metrics_host=args.metrics_host, bootstrap=args.bootstrap)
-    service = NodeService(settings)
+    service = NodeService(settings, hard_watchdog=True)  # one node in this process
     stops = 0
 
     def on_signal(signum: int, _frame: object) -> None:
