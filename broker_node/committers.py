@@ -122,10 +122,15 @@ class Committer:
         return _guard(self.watchdog, call)
 
     def send(self, topic: str, value: bytes | None, headers: Any = None, partition: int = -1,
-             on_delivery: Callable[[Any, Message], None] | None = None) -> None:
-        """Produce now, waiting for room when librdkafka's local queue is full."""
+             on_delivery: Callable[[Any, Message], None] | None = None,
+             timestamp: int = 0) -> None:
+        """Produce now, waiting for room when librdkafka's local queue is full.
+
+        ``timestamp``: the message's time in ms (0: now); an event keeps its publication
+        time through every node (docs/architecture.md#order-of-changes-and-events).
+        """
         try:
-            self._produce(topic, value, headers, partition, on_delivery)
+            self._produce(topic, value, headers, partition, on_delivery, timestamp)
             return
         except BufferError:
             pass
@@ -137,7 +142,7 @@ class Committer:
                 self.metrics.queue_full_waits += 1
                 self.producer.poll(0.05)  # serve delivery reports until there is room
                 try:
-                    self._produce(topic, value, headers, partition, on_delivery)
+                    self._produce(topic, value, headers, partition, on_delivery, timestamp)
                     return
                 except BufferError:
                     if time.monotonic() - last_note >= 10.0:
@@ -147,34 +152,38 @@ class Committer:
                                     last_note - since)
 
     def _produce(self, topic: str, value: bytes | None, headers: Any, partition: int,
-                 on_delivery: Callable[[Any, Message], None] | None) -> None:
+                 on_delivery: Callable[[Any, Message], None] | None, timestamp: int) -> None:
         if on_delivery is None:
-            self.producer.produce(topic, value, headers=headers, partition=partition)
+            self.producer.produce(topic, value, headers=headers, partition=partition,
+                                  timestamp=timestamp)
         else:
             self.producer.produce(topic, value, headers=headers, partition=partition,
-                                  on_delivery=on_delivery)
+                                  on_delivery=on_delivery, timestamp=timestamp)
 
     def produce(self, topic: str, value: bytes | None, headers: Any = None,
-                partition: int = -1) -> None:
-        """Produce one output of the current batch."""
-        self.send(topic, value, headers, partition)
+                partition: int = -1, timestamp: int = 0) -> None:
+        """Produce one output of the current batch (``timestamp`` in ms, 0: now)."""
+        self.send(topic, value, headers, partition, timestamp=timestamp)
 
     def produce_spread(self, topic: str, values: Sequence[bytes | None],
                        carried_of: Sequence[Any], spreads: Sequence[Spread],
-                       partitions: int) -> None:
+                       partitions: int, stamps: Sequence[int] | None = None) -> None:
         """Produce event ``i`` once per ``(partition, header)`` of ``spreads[i]``.
 
-        Each copy carries the event's headers ``carried_of[i]`` and that one header more.
-        The bulk form of :meth:`produce` for the shared delivery topic (``partitions``
-        partitions), with one ``produce`` call per message and no other work per message.
+        Each copy carries the event's headers ``carried_of[i]`` and that one header more,
+        and the event's time ``stamps[i]`` (ms; None: now). The bulk form of
+        :meth:`produce` for the shared delivery topic (``partitions`` partitions), with one
+        ``produce`` call per message and no other work per message.
         """
         fast, send = self.producer.produce, self.send  # send only when the queue is full
-        for value, carried, msgs in zip(values, carried_of, spreads, strict=True):
+        times = stamps if stamps is not None else [0] * len(values)
+        for value, carried, msgs, ts in zip(values, carried_of, spreads, times, strict=True):
             for part, header in msgs:
                 try:
-                    fast(topic, value, headers=[*carried, header], partition=part)
+                    fast(topic, value, headers=[*carried, header], partition=part,
+                         timestamp=ts)
                 except BufferError:
-                    send(topic, value, [*carried, header], part)
+                    send(topic, value, [*carried, header], part, timestamp=ts)
 
     def begin(self) -> None:
         """Open a batch."""
@@ -274,7 +283,7 @@ class AtLeastOnce(Committer):
         # The last message of the current batch for each (topic, partition); the batches
         # whose outputs are not all acknowledged yet, oldest first, as [offsets to commit,
         # callbacks still to come]; the offsets of those that are, not committed yet.
-        self._tails: dict[tuple[str, int], tuple[bytes | None, Any]] = {}
+        self._tails: dict[tuple[str, int], tuple[bytes | None, Any, int]] = {}
         self._inflight: deque[list[Any]] = deque()
         self._ready: dict[tuple[str, int], int] = {}
         self._last_commit = time.monotonic()
@@ -282,10 +291,10 @@ class AtLeastOnce(Committer):
     @property
     def held(self) -> dict[tuple[str, int], tuple[bytes | None, Any]]:
         """The messages held back so far in this batch, by ``(topic, partition)`` (a copy)."""
-        return dict(self._tails)
+        return {k: (v, h) for k, (v, h, _) in self._tails.items()}
 
     def produce(self, topic: str, value: bytes | None, headers: Any = None,
-                partition: int = -1) -> None:
+                partition: int = -1, timestamp: int = 0) -> None:
         """Hold the message back as the batch's last for its ``(topic, partition)``.
 
         The one it replaces is produced now. A message without a partition counts as
@@ -294,13 +303,13 @@ class AtLeastOnce(Committer):
         """
         key = (topic, partition if partition >= 0 else 0)
         held = self._tails.get(key)
-        self._tails[key] = (value, headers)
+        self._tails[key] = (value, headers, timestamp)
         if held is not None:
-            self.send(topic, held[0], held[1], key[1])
+            self.send(topic, held[0], held[1], key[1], timestamp=held[2])
 
     def produce_spread(self, topic: str, values: Sequence[bytes | None],
                        carried_of: Sequence[Any], spreads: Sequence[Spread],
-                       partitions: int) -> None:
+                       partitions: int, stamps: Sequence[int] | None = None) -> None:
         """:meth:`Committer.produce_spread` with the hold-back rule of :meth:`produce`.
 
         Only events from the first one that is some partition's last go through
@@ -316,22 +325,24 @@ class AtLeastOnce(Committer):
         for part in last:
             held = self._tails.pop((topic, part), None)
             if held is not None:
-                self.send(topic, held[0], held[1], part)
+                self.send(topic, held[0], held[1], part, timestamp=held[2])
         hold = min(last.values()) if last else len(spreads)
+        times = stamps if stamps is not None else [0] * len(values)
         super().produce_spread(topic, values[:hold], carried_of[:hold], spreads[:hold],
-                               partitions)
+                               partitions, times[:hold])
         for i in range(hold, len(spreads)):
-            value, carried = values[i], carried_of[i]
+            value, carried, ts = values[i], carried_of[i], times[i]
             for part, header in spreads[i]:
-                self.produce(topic, value, [*carried, header], part)
+                self.produce(topic, value, [*carried, header], part, ts)
 
     def commit(self, msgs: Sequence[Message]) -> None:
         """Send the held-back messages with their callbacks; commit what is acknowledged."""
         entry = [next_offsets(msgs) if msgs else {}, len(self._tails)]
         self._inflight.append(entry)
         tails, self._tails = self._tails, {}
-        for (topic, partition), (value, headers) in tails.items():
-            self.send(topic, value, headers, partition, partial(self._tail_delivered, entry))
+        for (topic, partition), (value, headers, ts) in tails.items():
+            self.send(topic, value, headers, partition, partial(self._tail_delivered, entry),
+                      timestamp=ts)
         self._commit_delivered(wait=False)
 
     def abort(self, exc: BaseException) -> None:

@@ -37,6 +37,12 @@ Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int]
 _lo, _hi = itemgetter(3), itemgetter(4)
 
 
+def _publication_time(msg: Message) -> int:
+    """The event's time in ms, as its publisher's producer set it (0: none, then now)."""
+    kind, ts = msg.timestamp()
+    return ts if kind and ts > 0 else 0
+
+
 def slots(plans: list[Plan]) -> np.ndarray:
     """The tally slot of each plan: ``256 * hi + lo``.
 
@@ -92,22 +98,23 @@ class Router:
         self.metrics.events_in += len(good)
         plans = self.plans(run.keys)
         values = list(map(Message.value, good))
+        stamps = list(map(_publication_time, good))  # kept on every copy of an event
         n_parts = self.settings.shared_delivery_partitions
         if n_parts:
             spreads = list(map(itemgetter(0), plans))
             deliveries = sum(map(itemgetter(1), plans))
             messages = sum(map(len, spreads))
             out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
-                               n_parts)
+                               n_parts, stamps)
         else:
             deliver = self._delivery_topics()
             produce = out.produce
             deliveries = 0
-            for (clients, count, *_), value, carried in zip(plans, values, carried_of,
-                                                            strict=True):
+            for (clients, count, *_), value, carried, ts in zip(plans, values, carried_of,
+                                                                stamps, strict=True):
                 deliveries += count
                 for c in clients:
-                    produce(deliver[c], value, carried)
+                    produce(deliver[c], value, carried, -1, ts)
             messages = deliveries
         self.metrics.deliveries += deliveries
         self.metrics.delivery_messages += messages
@@ -115,9 +122,10 @@ class Router:
             node = self.settings.node
             links = [self.topics.forward(node, n) for n in self.state.neighbours]
             produce, forwarded = out.produce, 0
-            for (_, _, to, *_), value, carried in zip(plans, values, carried_of, strict=True):
+            for (_, _, to, *_), value, carried, ts in zip(plans, values, carried_of, stamps,
+                                                          strict=True):
                 for j in to:
-                    produce(links[j], value, carried)
+                    produce(links[j], value, carried, -1, ts)
                 forwarded += len(to)
             self.metrics.events_forwarded += forwarded
 

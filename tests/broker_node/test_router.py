@@ -41,10 +41,15 @@ def _msg(topic: str, offset: int, headers: list[tuple[str, bytes]]) -> Message:
 class _Producer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, list[tuple[str, bytes]], int]] = []
+        self.stamps: list[int] = []
 
     def produce(self, topic: str, value: bytes, headers: Any = None, partition: int = -1,
-                on_delivery: Any = None) -> None:
+                on_delivery: Any = None, timestamp: int = 0) -> None:
         self.sent.append((topic, value, list(headers or []), partition))
+        self.stamps.append(timestamp)
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
 
 
 def _node(space_file: Path, *, cache: float, partitions: int, delivery: str
@@ -257,3 +262,36 @@ def test_a_full_cache_starts_over_with_the_plans_just_made_and_counts_them(
     assert (svc.metrics.route_cache_misses, svc.metrics.route_cache_hits) == (2, 2)
     assert svc.metrics.per_client.totals().tolist() == [4, 3]  # ann: a + 3 b; bob: 3 b
     assert svc.metrics.deliveries == 7
+
+
+@pytest.mark.parametrize("partitions", [0, 3])
+@pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
+def test_deliveries_and_forwards_keep_the_publication_time(tmp_path: Path, partitions: int,
+                                                           delivery: str) -> None:
+    """A node keeps each event's timestamp (its publication time) on every copy it makes.
+
+    The order rule measures how far a node has got in publication time, and the SDK tells
+    an event published before an unsubscription by it.
+    """
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    label = event_label(ContentSpace.from_json(space_file), {"x": 50})
+    svc = _node(space_file, cache=1.0, partitions=partitions, delivery=delivery)
+    svc.state.subscribe("ann", "s1", [label])
+    svc.state.on_link("B", ADVERTISE, [label])
+    published = [1_700_000_000_000 + 7 * i for i in range(4)]
+    svc.process([Message(topic="dls.node.A.publish", partition=0, offset=i,
+                         value=b"v%d" % i, timestamp=(1, ts), headers=[
+                             (HEADER_LABEL, label.to_bytes(8, "big")),
+                             (HEADER_ORIGIN, b"A/pub"), (HEADER_EVENT_ID, b"e%d" % i)])
+                 for i, ts in enumerate(published)])
+    assert svc.committer is not None
+    if delivery == "at_least_once":
+        svc.committer.commit([])  # the held-back last messages go out
+    producer = svc.committer.producer
+    by_topic: dict[str, list[int]] = {}
+    for (topic, _, _, _), ts in zip(producer.sent, producer.stamps, strict=True):
+        by_topic.setdefault(topic, []).append(ts)
+    assert by_topic["dls.fwd.A.B"] == published
+    deliver = "dls.deliver" if partitions else "dls.deliver.ann"
+    assert by_topic[deliver] == published
