@@ -123,14 +123,14 @@ class Committer:
 
     def send(self, topic: str, value: bytes | None, headers: Any = None, partition: int = -1,
              on_delivery: Callable[[Any, Message], None] | None = None,
-             timestamp: int = 0) -> None:
+             timestamp: int = 0, key: bytes | None = None) -> None:
         """Produce now, waiting for room when librdkafka's local queue is full.
 
         ``timestamp``: the message's time in ms (0: now); an event keeps its publication
         time through every node (docs/architecture.md#order-of-changes-and-events).
         """
         try:
-            self._produce(topic, value, headers, partition, on_delivery, timestamp)
+            self._produce(topic, value, headers, partition, on_delivery, timestamp, key)
             return
         except BufferError:
             pass
@@ -142,7 +142,8 @@ class Committer:
                 self.metrics.queue_full_waits += 1
                 self.producer.poll(0.05)  # serve delivery reports until there is room
                 try:
-                    self._produce(topic, value, headers, partition, on_delivery, timestamp)
+                    self._produce(topic, value, headers, partition, on_delivery, timestamp,
+                                  key)
                     return
                 except BufferError:
                     if time.monotonic() - last_note >= 10.0:
@@ -152,18 +153,18 @@ class Committer:
                                     last_note - since)
 
     def _produce(self, topic: str, value: bytes | None, headers: Any, partition: int,
-                 on_delivery: Callable[[Any, Message], None] | None, timestamp: int) -> None:
-        if on_delivery is None:
-            self.producer.produce(topic, value, headers=headers, partition=partition,
-                                  timestamp=timestamp)
-        else:
-            self.producer.produce(topic, value, headers=headers, partition=partition,
-                                  on_delivery=on_delivery, timestamp=timestamp)
+                 on_delivery: Callable[[Any, Message], None] | None, timestamp: int,
+                 key: bytes | None) -> None:
+        extra: dict[str, Any] = {} if key is None else {"key": key}
+        if on_delivery is not None:
+            extra["on_delivery"] = on_delivery
+        self.producer.produce(topic, value, headers=headers, partition=partition,
+                              timestamp=timestamp, **extra)
 
     def produce(self, topic: str, value: bytes | None, headers: Any = None,
-                partition: int = -1, timestamp: int = 0) -> None:
+                partition: int = -1, timestamp: int = 0, key: bytes | None = None) -> None:
         """Produce one output of the current batch (``timestamp`` in ms, 0: now)."""
-        self.send(topic, value, headers, partition, timestamp=timestamp)
+        self.send(topic, value, headers, partition, timestamp=timestamp, key=key)
 
     def produce_spread(self, topic: str, values: Sequence[bytes | None],
                        carried_of: Sequence[Any], spreads: Sequence[Spread],
@@ -283,7 +284,7 @@ class AtLeastOnce(Committer):
         # The last message of the current batch for each (topic, partition); the batches
         # whose outputs are not all acknowledged yet, oldest first, as [offsets to commit,
         # callbacks still to come]; the offsets of those that are, not committed yet.
-        self._tails: dict[tuple[str, int], tuple[bytes | None, Any, int]] = {}
+        self._tails: dict[tuple[str, int], tuple[bytes | None, Any, int, bytes | None]] = {}
         self._inflight: deque[list[Any]] = deque()
         self._ready: dict[tuple[str, int], int] = {}
         self._last_commit = time.monotonic()
@@ -291,21 +292,21 @@ class AtLeastOnce(Committer):
     @property
     def held(self) -> dict[tuple[str, int], tuple[bytes | None, Any]]:
         """The messages held back so far in this batch, by ``(topic, partition)`` (a copy)."""
-        return {k: (v, h) for k, (v, h, _) in self._tails.items()}
+        return {k: (v, h) for k, (v, h, _, _) in self._tails.items()}
 
     def produce(self, topic: str, value: bytes | None, headers: Any = None,
-                partition: int = -1, timestamp: int = 0) -> None:
+                partition: int = -1, timestamp: int = 0, key: bytes | None = None) -> None:
         """Hold the message back as the batch's last for its ``(topic, partition)``.
 
         The one it replaces is produced now. A message without a partition counts as
         partition 0 (the node's own topics have one), so that "the last message of a
         partition" is known.
         """
-        key = (topic, partition if partition >= 0 else 0)
-        held = self._tails.get(key)
-        self._tails[key] = (value, headers, timestamp)
+        where = (topic, partition if partition >= 0 else 0)
+        held = self._tails.get(where)
+        self._tails[where] = (value, headers, timestamp, key)
         if held is not None:
-            self.send(topic, held[0], held[1], key[1], timestamp=held[2])
+            self.send(topic, held[0], held[1], where[1], timestamp=held[2], key=held[3])
 
     def produce_spread(self, topic: str, values: Sequence[bytes | None],
                        carried_of: Sequence[Any], spreads: Sequence[Spread],
@@ -325,7 +326,7 @@ class AtLeastOnce(Committer):
         for part in last:
             held = self._tails.pop((topic, part), None)
             if held is not None:
-                self.send(topic, held[0], held[1], part, timestamp=held[2])
+                self.send(topic, held[0], held[1], part, timestamp=held[2], key=held[3])
         hold = min(last.values()) if last else len(spreads)
         times = stamps if stamps is not None else [0] * len(values)
         super().produce_spread(topic, values[:hold], carried_of[:hold], spreads[:hold],
@@ -340,9 +341,9 @@ class AtLeastOnce(Committer):
         entry = [next_offsets(msgs) if msgs else {}, len(self._tails)]
         self._inflight.append(entry)
         tails, self._tails = self._tails, {}
-        for (topic, partition), (value, headers, ts) in tails.items():
+        for (topic, partition), (value, headers, ts, key) in tails.items():
             self.send(topic, value, headers, partition, partial(self._tail_delivered, entry),
-                      timestamp=ts)
+                      timestamp=ts, key=key)
         self._commit_delivered(wait=False)
 
     def abort(self, exc: BaseException) -> None:

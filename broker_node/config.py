@@ -83,6 +83,22 @@ class NodeSettings(BaseSettings):
                     "per event and partition listing its clients in the dls-clients "
                     "header (clients must be told the same N)")
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    publish_delay_s: float = Field(
+        default=60.0, gt=0, le=86_400,
+        description="the oldest an event may be when it reaches the broker: the node's "
+                    "publish topic refuses records whose timestamp is older "
+                    "(message.timestamp.before.max.ms), so a cancelled subscription is "
+                    "removed once the node has read its inputs this long past the "
+                    "cancellation (docs/architecture.md#order-of-changes-and-events)")
+    clock_skew_s: float = Field(
+        default=1.0, ge=0, le=3600,
+        description="the largest difference between the clocks of publishers, "
+                    "subscribers, nodes and brokers that the order rule tolerates")
+    heartbeat_s: float = Field(
+        default=0.25, gt=0, le=60,
+        description="how often a node tells its neighbours how far it has got (when that "
+                    "moved; at least every 4 times this otherwise), and checks how far it "
+                    "has read its publish topic")
     watchdog_s: float | None = Field(
         default=None, gt=0,
         description="the longest any call into the Kafka client may block (a commit, a "

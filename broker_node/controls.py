@@ -13,6 +13,11 @@ cancelled id is refused (the node remembers recently cancelled ids).
 Subscribe and unsubscribe arrive on different topics, so their relative order is not
 guaranteed: an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it
 (ordered by message timestamps) before it is dead-lettered as unknown (:meth:`expired`).
+
+An unsubscription does not remove its subscription at once: the subscription *retires*
+and stays in the state until every input of the node has passed the unsubscription's time
+(:meth:`Controls.finalize`, the order rule of :mod:`broker_node.progress`), so that events
+published before it still reach the client, however late they arrive.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ import numpy as np
 from confluent_kafka import Message
 
 from broker_node.config import NodeSettings
-from broker_node.exceptions import UnknownSubscriptionError
+from broker_node.exceptions import SubscriptionOwnerError, UnknownSubscriptionError
 from broker_node.inbox import (
+    Beat,
     ControlRecord,
     DeadLetter,
     Inbox,
@@ -37,6 +43,7 @@ from broker_node.inbox import (
     topic_of,
 )
 from broker_node.metrics import Metrics
+from broker_node.progress import Progress
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.recent import RecentKeys
 from connectors.topics import decode_labels
@@ -71,10 +78,16 @@ class Controls:
     """Applies control messages to the state; remembers pending and cancelled ids."""
 
     def __init__(self, settings: NodeSettings, state: BrokerState, inbox: Inbox,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, progress: Progress | None = None) -> None:
         """Controls of one node (its inbox reads the messages)."""
         self.settings, self.state, self.inbox, self.metrics = settings, state, inbox, metrics
+        self.progress = progress or Progress(state.neighbours,
+                                             publish_delay_s=settings.publish_delay_s,
+                                             clock_skew_s=settings.clock_skew_s)
         self.pending: dict[str, _Pending] = {}
+        #: subscription id -> (client, the unsubscription's time in ms): cancelled, still in
+        #: the state until every input has passed that time
+        self.retiring: dict[str, tuple[str, int]] = {}
         #: (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         #: no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self.cancelled = RecentKeys(CANCELLED_MEMORY)
@@ -101,6 +114,28 @@ class Controls:
             i = max(j, i + 1)
         return out
 
+    def finalizable(self) -> bool:
+        """True when a retiring subscription is due for removal."""
+        if not self.retiring:
+            return False
+        return self.progress.passed(min(u for _, u in self.retiring.values()))
+
+    def finalize(self) -> Outcome:
+        """Remove the retiring subscriptions whose unsubscription every input has passed."""
+        out = Outcome()
+        done = [sid for sid, (_, u) in self.retiring.items() if self.progress.passed(u)]
+        if not done:
+            return out
+        clients = [self.retiring[sid][0] for sid in done]
+        links = self.state.unsubscribe_many(clients, done)
+        for sid, client in zip(done, clients, strict=True):
+            del self.retiring[sid]
+            self.cancelled.add((client, sid))
+        self.progress.local_want = bool(self.retiring)
+        self.metrics.unsubscriptions_done += len(done)
+        self._links(links, False, out)
+        return out
+
     def expired(self) -> list[DeadLetter]:
         """Unsubscriptions whose grace is over: dead letters (unknown subscription id)."""
         if not self.pending:
@@ -125,7 +160,7 @@ class Controls:
         parts: list[np.ndarray] = []
         for rec in run:
             if type(rec) is not Subscribe or rec.sub_id in self.pending \
-                    or (rec.client, rec.sub_id) in self.cancelled:
+                    or rec.sub_id in self.retiring or (rec.client, rec.sub_id) in self.cancelled:
                 return False
             try:
                 parts.append(decode_labels(rec.labels))
@@ -158,49 +193,60 @@ class Controls:
         if letter is not None and not replay:  # on replay it was dead-lettered already
             out.letters.append(letter)
 
-    def _change(self, rec: Subscribe | Unsubscribe | LinkChange, replay: bool, out: Outcome
-                ) -> DeadLetter | None:
+    def _change(self, rec: Subscribe | Unsubscribe | LinkChange | Beat, replay: bool,
+                out: Outcome) -> DeadLetter | None:
         """Apply one decoded record to the state (raises what the state raises)."""
         if isinstance(rec, Subscribe):
             return self._subscribe(rec, replay, out)
         if isinstance(rec, Unsubscribe):
             return self._unsubscribe(rec, replay, out)
+        if isinstance(rec, Beat):
+            self.progress.on_heartbeat(rec.source, rec.watermark_ms, rec.link_applied,
+                                       rec.wants_watermark)
+            return None
         links = self.state.on_link(rec.source, rec.kind, decode_labels(rec.labels))
+        self.progress.on_link_seq(rec.source, rec.seq)
         self._links(links, replay, out)
         return None
 
     def _subscribe(self, rec: Subscribe, replay: bool, out: Outcome) -> DeadLetter | None:
         client, sid = rec.client, rec.sub_id
-        if (client, sid) in self.cancelled:
+        if (client, sid) in self.cancelled or self.retiring.get(sid, ("",))[0] == client:
             return DeadLetter.of(
                 rec.msg, f"subscription id {sid!r} of client {client!r} was cancelled; ids "
                 f"are not reused (a repeat from an at-least-once writer?)", "id", sid)
         pending = self.pending.get(sid)
-        if pending is not None and pending.client == client \
-                and timestamp_of(rec.msg) <= pending.timestamp:
-            del self.pending[sid]  # subscribed and cancelled before we saw it: no-op
-            self.cancelled.add((client, sid))
-            return None
         labels = decode_labels(rec.labels)
         if not replay:
             out.clients.append(client)
         self._links(self.state.subscribe(client, sid, labels), replay, out)
+        if pending is not None and pending.client == client \
+                and timestamp_of(rec.msg) <= pending.timestamp:
+            # Subscribed and cancelled before we saw it: live between the two times, so it
+            # retires at once, like any cancelled subscription.
+            del self.pending[sid]
+            self.retiring[sid] = (client, pending.timestamp)
+            self.progress.local_want = True
         return None
 
     def _unsubscribe(self, rec: Unsubscribe, replay: bool, out: Outcome) -> DeadLetter | None:
         client, sid = rec.client, rec.sub_id
+        if self.retiring.get(sid, ("",))[0] == client or (client, sid) in self.cancelled:
+            self.metrics.duplicates += 0 if replay else 1  # cancelled already: a repeat
+            return None
         try:
-            links = self.state.unsubscribe(client, sid)
+            owner, _ = self.state.subscription(sid)
         except UnknownSubscriptionError:
-            if (client, sid) in self.cancelled:  # cancelled already: a repeat
-                self.metrics.duplicates += 0 if replay else 1
-                return None
             self.pending[sid] = _Pending(
                 client, timestamp_of(rec.msg),
                 time.monotonic() + self.settings.unsubscribe_grace_s, rec.msg)
             return None
-        self.cancelled.add((client, sid))
-        self._links(links, replay, out)
+        if owner != client:
+            raise SubscriptionOwnerError(
+                f"subscription {sid!r} belongs to client {owner!r}, not {client!r}",
+                field="client", value=client)
+        self.retiring[sid] = (client, timestamp_of(rec.msg))  # removed by finalize
+        self.progress.local_want = True
         return None
 
     def _links(self, links: list[LinkMessage], replay: bool, out: Outcome) -> None:

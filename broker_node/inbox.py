@@ -29,7 +29,9 @@ from connectors.topics import (
     HEADER_DLQ_SOURCE,
     HEADER_EVENT_ID,
     HEADER_LABEL,
+    HEADER_LINK_SEQ,
     HEADER_ORIGIN,
+    HEARTBEAT_KEY,
     Topics,
     decode_label,
 )
@@ -37,6 +39,7 @@ from dls.exceptions import DLSError
 
 __all__ = [
     "ROUTED_MEMORY",
+    "Beat",
     "ControlRecord",
     "DeadLetter",
     "EventRun",
@@ -146,15 +149,27 @@ class Unsubscribe:
 
 @dataclass(frozen=True)
 class LinkChange:
-    """A LinkControl from neighbour ``source`` (advertise or withdraw)."""
+    """A LinkControl from neighbour ``source`` (advertise or withdraw), number ``seq``."""
 
     msg: Message
     source: str
     kind: str
     labels: bytes
+    seq: int = 0  # HEADER_LINK_SEQ (0: none, from a node that does not number them)
 
 
-ControlRecord = Subscribe | Unsubscribe | LinkChange | DeadLetter
+@dataclass(frozen=True)
+class Beat:
+    """A Heartbeat from neighbour ``source`` (see :mod:`broker_node.progress`)."""
+
+    msg: Message
+    source: str
+    watermark_ms: int
+    link_applied: int
+    wants_watermark: bool = False
+
+
+ControlRecord = Subscribe | Unsubscribe | LinkChange | Beat | DeadLetter
 
 
 class RoutedIds:
@@ -202,6 +217,14 @@ def _unusual(msg: Message, carried: list[tuple[str, bytes | None]]
     return label8, headers.get(HEADER_ORIGIN), headers.get(HEADER_EVENT_ID), clean
 
 
+def _link_seq(msg: Message) -> int:
+    """The HEADER_LINK_SEQ of a link control message (0 when absent or not 8 bytes)."""
+    for key, value in message_headers(msg):
+        if key == HEADER_LINK_SEQ and len(value) == 8:
+            return int.from_bytes(value, "big")
+    return 0
+
+
 class Inbox:
     """Reads the node's input messages into events, control records and dead letters."""
 
@@ -219,9 +242,10 @@ class Inbox:
         self.forward_source = {topics.forward(n, node): n for n in state.neighbours}
 
     def is_event(self, msg: Message) -> bool:
-        """An event: published here, or forwarded by a neighbour."""
+        """An event: published here, or forwarded by a neighbour (and not a heartbeat)."""
         topic = topic_of(msg)
-        return topic == self.publish or topic in self.forward_source
+        return topic == self.publish or (topic in self.forward_source
+                                         and msg.key() != HEARTBEAT_KEY)
 
     def events(self, run: list[Message]) -> EventRun:
         """The headers of a run, event by event: dead letters and repeats, in order.
@@ -296,6 +320,7 @@ class Inbox:
         topic = topic_of(msg)
         want = ("LabelSubscription" if topic == self.subscribe_topic
                 else "LabelUnsubscription" if topic == self.unsubscribe_topic
+                else "Heartbeat" if topic in self.forward_source
                 else "LinkControl")
         if name != want:
             return DeadLetter.of(msg, f"expected a {want}, got {name}", "schema", name)
@@ -303,5 +328,12 @@ class Inbox:
             return Subscribe(msg, rec["client"], rec["id"], rec["labels"])
         if want == "LabelUnsubscription":
             return Unsubscribe(msg, rec["client"], rec["id"])
+        if want == "Heartbeat":
+            source = self.forward_source[topic]
+            if rec["source"] != source:
+                return DeadLetter.of(msg, f"a heartbeat on {topic} must come from {source}, "
+                                     f"it names {rec['source']!r}", "source", rec["source"])
+            return Beat(msg, source, rec["watermark_ms"], rec["link_applied"],
+                        rec["wants_watermark"])
         return LinkChange(msg, self.link_source[topic], str(rec["kind"]).lower(),
-                          rec["labels"])
+                          rec["labels"], _link_seq(msg))

@@ -134,6 +134,9 @@ class Metrics:
     labels_withdrawn: int = _counter("labels withdrawn from neighbours")
     dead_letters: int = _counter("messages written to the dead-letter topic")
     duplicates: int = _counter("repeated events and unsubscriptions dropped")
+    unsubscriptions_done: int = _counter(
+        "cancelled subscriptions removed, once every input passed the cancellation's time")
+    heartbeats: int = _counter("heartbeats sent to neighbours")
     queue_full_waits: int = _counter("waits for room in the producer's local queue")
     route_cache_hits: int = _counter(
         "events routed from a plan made earlier (cached, or for an event of the same key "

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from broker_node.committers import (
     Committer,
@@ -37,6 +37,7 @@ from broker_node.exceptions import BrokerError
 from broker_node.heap import freeze_heap, set_young_threshold
 from broker_node.inbox import DeadLetter, Inbox, RoutedIds
 from broker_node.metrics import Metrics, MetricsServer, node_registry
+from broker_node.progress import Progress
 from broker_node.recovery import control_history
 from broker_node.router import Router
 from broker_node.state import BrokerState, LinkMessage
@@ -49,9 +50,9 @@ from connectors.kafka import (
     ensure_partitioned_topic,
     ensure_topics,
 )
-from connectors.serde import encode_link
+from connectors.serde import encode_heartbeat, encode_link
 from connectors.topic_settings import enforce_topic_config
-from connectors.topics import CONTROL_TOPIC_CONFIG, Topics
+from connectors.topics import CONTROL_TOPIC_CONFIG, HEADER_LINK_SEQ, HEARTBEAT_KEY, Topics
 from dls.space import ContentSpace
 
 __all__ = ["FOREVER", "NodeService"]
@@ -86,7 +87,10 @@ class NodeService:
         #: routed_key(origin, event id) of the events routed in committed batches
         self.routed = self._routed.recent
         self.inbox = Inbox(s.node, t, self.state, self.metrics, self._routed)
-        self.controls = Controls(s, self.state, self.inbox, self.metrics)
+        self.progress = Progress(s.neighbours, publish_delay_s=s.publish_delay_s,
+                                 clock_skew_s=s.clock_skew_s)
+        self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress)
+        self._next_check = 0.0  # when to look again how far the publish topic is read
         self.router = Router(s, t, self.state, self.metrics)
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
@@ -142,7 +146,18 @@ class NodeService:
         except ConnectorError as exc:
             raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
                               value=exc.value) from exc
-        ensure_topics(s.bootstrap, [t.node_publish(s.node), t.deadletter]
+        # The publish topic refuses events older than publish_delay_s (the order rule).
+        publish = {"message.timestamp.type": "CreateTime", "message.timestamp.before.max.ms":
+                   str(int(s.publish_delay_s * 1000))}
+        ensure_topics(s.bootstrap, [t.node_publish(s.node)], config=publish)
+        try:
+            enforce_topic_config(s.bootstrap, [t.node_publish(s.node)], publish,
+                                 why="the order rule (publish_delay_s)",
+                                 kafka=s.kafka_security())
+        except ConnectorError as exc:
+            raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
+                              value=exc.value) from exc
+        ensure_topics(s.bootstrap, [t.deadletter]
                       + [t.forward(s.node, n) for n in s.neighbours]
                       + [t.forward(n, s.node) for n in s.neighbours])
         if s.shared_delivery_partitions:
@@ -228,8 +243,12 @@ class NodeService:
         while not self._stop.is_set() and (until is None or time.monotonic() < until):
             msgs = consume_batch(consumer, self.settings.batch_size,
                                  self.settings.poll_timeout_s)
+            self._check_publish_read(consumer)
             expired = self.controls.expired()
-            if not msgs and not expired:
+            beats = self.progress.beats(time.monotonic(),
+                                        moved_every_s=self.settings.heartbeat_s,
+                                        every_s=4 * self.settings.heartbeat_s)
+            if not msgs and not expired and not beats and not self.controls.finalizable():
                 out.idle()
                 continue
             out.begin()
@@ -237,6 +256,8 @@ class NodeService:
                 self._dead_letters(expired)
                 if msgs:
                     self.process(msgs)
+                self._finalize()
+                self._send_beats(beats)
                 out.commit(msgs)
             except Exception as exc:  # KafkaException, BufferError, a bug: all the same
                 out.abort(exc)
@@ -292,8 +313,47 @@ class NodeService:
         assert self.committer is not None  # noqa: S101
         node = self.settings.node
         for m in links:
+            seq = self.progress.next_seq(m.to).to_bytes(8, "big")
             self.committer.produce(self.topics.link(node, m.to),
-                                   encode_link(node, m.kind, m.labels))
+                                   encode_link(node, m.kind, m.labels),
+                                   [(HEADER_LINK_SEQ, seq)])
+
+    # -- the order rule (broker_node.progress) ----------------------------------------------
+    def _check_publish_read(self, consumer: Consumer) -> None:
+        """Every ``heartbeat_s``, note whether the publish topic is read to the broker's end."""
+        now = time.monotonic()
+        if now < self._next_check or not self.progress.watermark_wanted:
+            return
+        self._next_check = now + self.settings.heartbeat_s
+        tp = TopicPartition(self.inbox.publish, 0)
+        asked = time.time()  # the end read below holds everything appended before this
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
+            at = consumer.position([tp])[0].offset
+            if at < 0:  # nothing read since the start: from the committed offset
+                at = consumer.committed([tp], timeout=2.0)[0].offset
+        except KafkaException as exc:  # the broker is away: no progress, nothing lost
+            log.debug("node %s: end of %s unknown (%s)", self.settings.node, tp.topic, exc)
+            return
+        if at >= high or (at < 0 and low == high):
+            self.progress.publish_caught_up(asked)
+
+    def _finalize(self) -> None:
+        """Remove the retiring subscriptions every input has passed; send the withdrawals."""
+        if self.controls.finalizable():
+            outcome = self.controls.finalize()
+            self._send_links(outcome.links)
+        self.progress.end_batch()
+
+    def _send_beats(self, beats: list[tuple[str, int, int, bool]]) -> None:
+        """Tell each neighbour how far this node has got (on its forwarded-event topic)."""
+        assert self.committer is not None  # noqa: S101
+        node = self.settings.node
+        for to, watermark, applied, want in beats:
+            self.committer.produce(self.topics.forward(node, to),
+                                   encode_heartbeat(node, watermark, applied, want),
+                                   key=HEARTBEAT_KEY)
+        self.metrics.heartbeats += len(beats)
 
     def _dead_letters(self, letters: Sequence[DeadLetter]) -> None:
         for letter in letters:

@@ -47,6 +47,8 @@ __all__ = [
     "NAME_RE",
     "CONTROL_TOPIC_CONFIG",
     "HEADER_ACK",
+    "HEADER_LINK_SEQ",
+    "HEARTBEAT_KEY",
     "HEADER_CLIENTS",
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_SOURCE",
@@ -89,6 +91,11 @@ HEADER_EVENT_ID = "dls-event-id"
 """Header with the publisher's event id, UTF-8."""
 HEADER_CLIENTS = "dls-clients"
 """Header of a message on the shared delivery topic: its clients, UTF-8, comma-separated."""
+HEADER_LINK_SEQ = "dls-link-seq"
+"""Header of a link control message: its sequence number on its link, 8 bytes big-endian
+(increasing; a neighbour's heartbeat says up to which one it has applied)."""
+HEARTBEAT_KEY = b"dls-heartbeat"
+"""Key of a Heartbeat on a forwarded-event topic (events there have no key)."""
 HEADER_ACK = "dls-ack"
 """Header of an acknowledgement on a delivery topic: the subscription id its node applied
 (UTF-8); such a message has no value and is no event."""

@@ -98,7 +98,7 @@ def test_the_wheel_installs_and_runs(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     avsc = {f"schemas/avro/{p.name}" for p in (ROOT / "schemas" / "avro").glob("*.avsc")}
-    assert len(avsc) == 7 and avsc <= names
+    assert len(avsc) == 8 and avsc <= names
     assert {"schemas/__init__.py", "connectors/serde/__init__.py", "spark/pom.xml"} <= names
     java = {str(p.relative_to(ROOT)) for p in (ROOT / "spark" / "jvm").rglob("*.java")}
     assert java and java <= names
@@ -117,7 +117,7 @@ def test_the_wheel_installs_and_runs(tmp_path: Path) -> None:
     for key in ("connectors", "schemas", "schema_dir"):
         assert Path(out[key]).resolve().is_relative_to(site), (key, out[key])
     assert Path(out["schema_dir"]).parts[-2:] == ("schemas", "avro")
-    assert len(out["names"]) == 7
+    assert len(out["names"]) == 8
     assert out["event"] == encode_raw_event(
         "A", "alice", "e1", {"price": 12.5, "n": 7, "sym": "IBM"}, b"pay").hex()
     assert out["sub"] == encode_label_subscription(

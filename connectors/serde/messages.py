@@ -23,11 +23,13 @@ from connectors.topics import Headers, decode_labels, encode_labels, headers_dic
 
 __all__ = [
     "decode_dead_letter",
+    "decode_heartbeat",
     "decode_label_subscription",
     "decode_label_unsubscription",
     "decode_link",
     "decode_raw_event",
     "encode_dead_letter",
+    "encode_heartbeat",
     "encode_label_subscription",
     "encode_label_unsubscription",
     "encode_link",
@@ -152,6 +154,19 @@ def decode_link(data: bytes) -> dict[str, Any]:
     rec["kind"] = str(rec["kind"]).lower()
     rec["labels"] = _frozen_labels(rec["labels"])
     return rec
+
+
+def encode_heartbeat(source: str, watermark_ms: int, link_applied: int,
+                     wants_watermark: bool = False) -> bytes:
+    """A Heartbeat message (for ``dls.fwd.N.M``, key :data:`~connectors.topics.HEARTBEAT_KEY`)."""
+    return SERDE.encode("Heartbeat", {"source": source, "watermark_ms": int(watermark_ms),
+                                      "link_applied": int(link_applied),
+                                      "wants_watermark": bool(wants_watermark)})
+
+
+def decode_heartbeat(data: bytes) -> dict[str, Any]:
+    """Decode a Heartbeat: ``source``, ``watermark_ms``, ``link_applied``, ``wants_watermark``."""
+    return SERDE.decode_as("Heartbeat", data)
 
 
 def decode_raw_event(data: bytes) -> dict[str, Any]:

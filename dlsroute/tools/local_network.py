@@ -17,7 +17,10 @@ from broker_node.service import NodeService
 from dls.space import ContentSpace
 from dlsroute.exceptions import NodeFailedError
 
-__all__ = ["LocalNetwork"]
+__all__ = ["LOCAL_PUBLISH_DELAY_S", "LocalNetwork"]
+
+#: publish_delay_s of the nodes of a local network (the nodes' default is for production)
+LOCAL_PUBLISH_DELAY_S = 3.0
 
 
 class LocalNetwork:
@@ -25,7 +28,14 @@ class LocalNetwork:
 
     def __init__(self, bootstrap: str, prefix: str, space_path: Path, space: ContentSpace,
                  topology: Topology, **config: Any):
-        """Create and start the nodes; ``config`` goes to every node's settings."""
+        """Create and start the nodes; ``config`` goes to every node's settings.
+
+        A cancelled subscription stays until a node's inputs passed ``publish_delay_s``
+        beyond it (the order rule); unless ``config`` says otherwise it is
+        :data:`LOCAL_PUBLISH_DELAY_S` here, so that a replay or a demo settles soon after
+        an unsubscription (publishers and nodes share one clock).
+        """
+        config = {"publish_delay_s": LOCAL_PUBLISH_DELAY_S, "clock_skew_s": 0.2, **config}
         self.services: dict[str, NodeService] = {}
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []

@@ -26,7 +26,7 @@ class Producer:
         self.full, self.fail = full, fail
 
     def produce(self, topic: str, value: Any = None, headers: Any = None, partition: int = -1,
-                on_delivery: Any = None, timestamp: int = 0) -> None:
+                on_delivery: Any = None, timestamp: int = 0, key: Any = None) -> None:
         if self.full:
             self.full -= 1
             raise BufferError("queue full")

@@ -83,26 +83,65 @@ def test_an_early_unsubscription_waits_then_is_a_dead_letter(controls: Controls)
     assert controls.pending == {} and controls.expired() == []
 
 
-def test_subscribed_and_cancelled_before_seen_is_a_no_op(controls: Controls) -> None:
+def _pass_everything(controls: Controls, ms: int = 10**13) -> None:
+    """Every input of the node has passed time ``ms``: the publish topic and neighbour B."""
+    controls.progress.publish_caught_up(ms / 1000 + 3600)
+    controls.progress.on_heartbeat("B", ms, 0)
+
+
+def test_subscribed_and_cancelled_before_seen_retires_at_once(controls: Controls) -> None:
+    """Live from 100 to 200: events published in between still reach it until removed."""
     controls.settings = controls.settings.model_copy(update={"unsubscribe_grace_s": 30})
     labels = _labels(controls, 10)
     controls.apply([_unsub(0, "ann", "s1", ts=200)], replay=False)
     out = controls.apply([_sub(0, "ann", "s1", labels, ts=100)], replay=False)
-    assert len(controls.state) == 0 and out.letters == [] and out.links == []
-    assert ("ann", "s1") in controls.cancelled and controls.pending == {}
+    assert len(controls.state) == 1 and out.letters == [] and controls.pending == {}
+    assert controls.retiring == {"s1": ("ann", 200)}
+    _pass_everything(controls)
+    done = controls.finalize()
+    assert len(controls.state) == 0 and [m.kind for m in done.links] == [WITHDRAW]
+    assert ("ann", "s1") in controls.cancelled and controls.retiring == {}
+
+
+def test_an_unsubscription_waits_until_every_input_has_passed_its_time(
+        controls: Controls) -> None:
+    labels = _labels(controls, 10)
+    controls.apply([_sub(0, "ann", "s1", labels, ts=1_000)], replay=False)
+    out = controls.apply([_unsub(0, "ann", "s1", ts=5_000)], replay=False)
+    assert out.links == [] and len(controls.state) == 1  # retiring, still routed to
+    skew = controls.progress.skew_ms
+    controls.progress.publish_caught_up(10**6)  # the publish topic passed it long ago
+    controls.progress.on_heartbeat("B", 5_000 + skew - 1, 0)  # neighbour B not quite
+    assert not controls.finalizable() and controls.finalize().links == []
+    controls.progress.on_heartbeat("B", 5_000 + skew, 0)
+    assert controls.finalizable()
+    assert [m.kind for m in controls.finalize().links] == [WITHDRAW]
+    assert len(controls.state) == 0 and controls.metrics.unsubscriptions_done == 1
+
+
+def test_another_clients_id_cannot_be_cancelled(controls: Controls) -> None:
+    labels = _labels(controls, 10)
+    controls.apply([_sub(0, "ann", "s1", labels)], replay=False)
+    out = controls.apply([_unsub(0, "bob", "s1")], replay=False)
+    assert [d.reason for d in out.letters] == [
+        "subscription 's1' belongs to client 'ann', not 'bob'"]
+    assert controls.retiring == {} and len(controls.state) == 1
 
 
 def test_repeats_change_nothing(controls: Controls) -> None:
     labels = _labels(controls, 10)
     controls.apply([_sub(0, "ann", "s1", labels)], replay=False)
-    out = controls.apply([_unsub(0, "ann", "s1")], replay=False)
-    assert [m.kind for m in out.links] == [WITHDRAW]
-    again = controls.apply([_unsub(1, "ann", "s1"), _sub(1, "ann", "s1", labels)],
-                           replay=False)
-    assert controls.metrics.duplicates == 1
-    assert [d.reason for d in again.letters] == [
-        "subscription id 's1' of client 'ann' was cancelled; ids are not reused (a repeat "
-        "from an at-least-once writer?)"]
+    controls.apply([_unsub(0, "ann", "s1")], replay=False)
+    reuse = controls.apply([_unsub(1, "ann", "s1"), _sub(1, "ann", "s1", labels)],
+                           replay=False)  # while it retires
+    _pass_everything(controls)
+    assert [m.kind for m in controls.finalize().links] == [WITHDRAW]
+    again = controls.apply([_unsub(2, "ann", "s1"), _sub(2, "ann", "s1", labels)],
+                           replay=False)  # once removed
+    assert controls.metrics.duplicates == 2
+    reason = ("subscription id 's1' of client 'ann' was cancelled; ids are not reused (a "
+              "repeat from an at-least-once writer?)")
+    assert [d.reason for d in reuse.letters + again.letters] == [reason, reason]
     assert len(controls.state) == 0 and controls.pending == {}
 
 
@@ -119,6 +158,9 @@ def test_replay_rebuilds_the_state_and_reports_nothing(controls: Controls) -> No
     junk = Message(topic=SUB, partition=0, offset=9, value=b"\x00junk")
     out = controls.apply([_sub(0, "ann", "s1", labels), junk, _unsub(0, "ann", "s1"),
                           _sub(1, "bob", "s2", labels)], replay=True)
-    assert len(controls.state) == 1
+    assert len(controls.state) == 2 and controls.retiring == {"s1": ("ann", 0)}
     assert (out.links, out.letters, out.clients) == ([], [], [])
+    _pass_everything(controls)  # the live loop removes it once the inputs passed it
+    controls.finalize()
+    assert len(controls.state) == 1
     assert controls.metrics.control_in == 0 and controls.metrics.labels_advertised == 0

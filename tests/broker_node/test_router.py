@@ -44,7 +44,7 @@ class _Producer:
         self.stamps: list[int] = []
 
     def produce(self, topic: str, value: bytes, headers: Any = None, partition: int = -1,
-                on_delivery: Any = None, timestamp: int = 0) -> None:
+                on_delivery: Any = None, timestamp: int = 0, key: Any = None) -> None:
         self.sent.append((topic, value, list(headers or []), partition))
         self.stamps.append(timestamp)
 

@@ -22,12 +22,14 @@ from connectors.serde import (
     RawKind,
     Serde,
     decode_dead_letter,
+    decode_heartbeat,
     decode_label_subscription,
     decode_label_unsubscription,
     decode_link,
     decode_raw,
     decode_raw_event,
     encode_dead_letter,
+    encode_heartbeat,
     encode_label_subscription,
     encode_label_unsubscription,
     encode_link,
@@ -39,7 +41,7 @@ from connectors.serde import raw_event as RE
 from connectors.topics import encode_labels
 
 ALL = {"RawSubscription", "RawUnsubscription", "RawEvent", "LabelSubscription",
-       "LabelUnsubscription", "LinkControl", "DeadLetter"}
+       "LabelUnsubscription", "LinkControl", "DeadLetter", "Heartbeat"}
 
 names = st.text(alphabet="abcXYZ019_-", min_size=1, max_size=12)
 text = st.text(max_size=70)  # crosses the one-byte length limit (63) now and then
@@ -114,6 +116,13 @@ def test_schema_files() -> None:
         for f in doc["fields"]:
             assert f["doc"].strip(), (path.name, f["name"])
         assert SERDE.schema(path.stem)["name"] == f"dlsroute.v1.{path.stem}"
+
+
+@given(names, st.integers(-2**63, 2**63 - 1), st.integers(-2**63, 2**63 - 1), st.booleans())
+def test_heartbeat_round_trip(source: str, watermark: int, applied: int, want: bool) -> None:
+    data = encode_heartbeat(source, watermark, applied, want)
+    assert decode_heartbeat(data) == {"source": source, "watermark_ms": watermark,
+                                      "link_applied": applied, "wants_watermark": want}
 
 
 def test_fast_raw_event_codec_is_on_for_the_shipped_schema() -> None:

@@ -47,6 +47,7 @@ class Net:
         settings = NodeSettings(node=name, neighbours=tuple(LINE[name]), space=self.space_path,
                                 bootstrap=self.bootstrap, topic_prefix=self.prefix,
                                 batch_size=200, unsubscribe_grace_s=2.0,
+                                publish_delay_s=3.0, clock_skew_s=0.2,
                                 **self.settings)  # type: ignore[arg-type]
         svc = NodeService(settings, self.space)
         svc.start()

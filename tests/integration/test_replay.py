@@ -69,7 +69,7 @@ def test_replay_attached_to_running_nodes(kafka_bootstrap: str, topic_prefix: st
     paths, ops = write_inputs(tmp_path)
     running = LocalNetwork(kafka_bootstrap, topic_prefix, paths["space.json"],
                            ContentSpace.from_spec(SPACE), Topology.from_spec(TOPO),
-                           delivery="at_least_once")
+                           delivery="at_least_once", publish_delay_s=3.0, clock_skew_s=0.2)
     try:
         sim_out, real_out = tmp_path / "sim.jsonl", tmp_path / "real.jsonl"
         simulate_files(paths["space.json"], paths["topo.json"], ops, sim_out)

@@ -1,0 +1,52 @@
+"""The order rule on a real Kafka: an unsubscription never overtakes earlier events.
+
+Before the rule, a node removed a subscription as soon as it read the unsubscription. A
+node far behind (here: C, stopped while its clients published) then routed its backlog
+after the withdrawals had passed, and the events published while the subscription was
+live reached nobody. Now the subscription retires: it stays until every input of its node
+has passed the unsubscription's time, which a node behind holds back through its
+heartbeats (broker_node/progress.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_nodes import Net, _net, settled
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["exactly_once", "at_least_once"])
+def line(request: pytest.FixtureRequest, kafka_bootstrap: str, topic_prefix: str,
+         tmp_path: Path) -> Iterator[Net]:
+    yield from _net(kafka_bootstrap, topic_prefix, tmp_path, ("A", "B", "C"),
+                    delivery=request.param)
+
+
+def test_a_node_far_behind_still_delivers_what_was_published_before_the_unsubscription(
+        line: Net) -> None:
+    alice, carol = line.client("A", "alice"), line.client("C", "carol")
+    sid = alice.subscribe("sym = IBM")
+    wait_for(settled(line, "A", 1), what="A's subscription")
+    wait_for(lambda: len(line.nodes["C"].state.received_from("B")) > 0,
+             what="the advertisement at C")
+    line.stop("C")  # C falls behind: its clients publish while it is away
+    before = [carol.publish({"sym": "IBM", "price": 10 + i}) for i in range(20)]
+    carol.flush()
+    alice.unsubscribe(sid)
+    # A has read the unsubscription; before the rule it removed the subscription now.
+    wait_for(lambda: sid in line.nodes["A"].controls.retiring, what="A's unsubscription")
+    line.start("C")  # C routes its backlog, published before the unsubscription
+    wait_for(lambda: set(before) <= {d.event_id for d in alice.drain(
+        include_false_positives=True, quiet_s=1.0)}, what="the backlog at alice", timeout=60)
+    # Once C's heartbeats pass the unsubscription, A removes it and withdraws the labels.
+    wait_for(settled(line, "A", 0), what="A's removal", timeout=60)
+    wait_for(lambda: len(line.nodes["C"].state.received_from("B")) == 0,
+             what="the withdrawal at C", timeout=30)
+    for c in (alice, carol):
+        c.close()
