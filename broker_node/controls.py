@@ -55,6 +55,8 @@ class Outcome:
     links: list[LinkMessage] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
     clients: list[str] = field(default_factory=list)  # their delivery topics may be new
+    #: (client, subscription id) of each subscription applied (not replayed): acknowledged
+    acks: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +144,7 @@ class Controls:
         if not replay:
             self.metrics.control_in += len(run)
             out.clients += clients
+            out.acks += zip(clients, ids, strict=True)
         self._links(links, replay, out)
         return True
 
@@ -182,9 +185,11 @@ class Controls:
             self.cancelled.add((client, sid))
             return None
         labels = decode_labels(rec.labels)
+        links = self.state.subscribe(client, sid, labels)
         if not replay:
             out.clients.append(client)
-        self._links(self.state.subscribe(client, sid, labels), replay, out)
+            out.acks.append((client, sid))
+        self._links(links, replay, out)
         return None
 
     def _unsubscribe(self, rec: Unsubscribe, replay: bool, out: Outcome) -> DeadLetter | None:

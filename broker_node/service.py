@@ -50,7 +50,13 @@ from connectors.kafka import (
 )
 from connectors.serde import encode_link
 from connectors.topic_settings import enforce_topic_config
-from connectors.topics import CONTROL_TOPIC_CONFIG, Topics
+from connectors.topics import (
+    CONTROL_TOPIC_CONFIG,
+    HEADER_ACK,
+    HEADER_CLIENTS,
+    Topics,
+    delivery_partition,
+)
 from dls.space import ContentSpace
 
 __all__ = ["FOREVER", "NodeService"]
@@ -259,6 +265,22 @@ class NodeService:
         self._send_links(outcome.links)
         self._dead_letters(outcome.letters)
         self._need_delivery_topics(outcome.clients)
+        if outcome.acks:  # in the batch that applied them; a delivery topic may be new
+            self._create_new_topics()
+            self._send_acks(outcome.acks)
+
+    def _send_acks(self, acks: list[tuple[str, str]]) -> None:
+        """Acknowledge applied subscriptions where their clients read their deliveries."""
+        assert self.committer is not None  # noqa: S101
+        n = self.settings.shared_delivery_partitions
+        for client, sid in acks:
+            if n:
+                self.committer.produce(self.topics.shared_deliver, None, [
+                    (HEADER_ACK, sid.encode()), (HEADER_CLIENTS, client.encode())],
+                    delivery_partition(client, n))
+            else:
+                self.committer.produce(self.topics.deliver(client), None,
+                                       [(HEADER_ACK, sid.encode())])
 
     def _send_links(self, links: list[LinkMessage]) -> None:
         assert self.committer is not None  # noqa: S101
