@@ -7,7 +7,8 @@ subscription id (UTF-8); the value is JSON, ``{"where": [...], "node": "A", "sen
 ``Subscription`` exactly); an unsubscription is a tombstone. :class:`SubscriptionStore`
 writes them and reads them back, from the start once, then from where it stopped.
 
-The write order, and what a crash between two writes costs (docs/architecture.md#the-client-sdk):
+The write order, and what a crash between two writes costs
+(docs/architecture.md#the-clients-state-and-the-acknowledgement):
 
 - subscribe: ``sent: false`` here (flushed), then the subscription to the node's subscribe
   topic (flushed), then ``sent: true`` here. A loader re-sends to the node each record it
@@ -178,7 +179,8 @@ class SubscriptionStore:
                 raise ConnectorError(f"reading {self.topic} stopped at offset "
                                      f"{self._position} of {high} after {timeout} s",
                                      field="timeout", value=timeout)
-            for msg in reader.consume(1000, 0.2):
+            msgs = reader.consume(1, 0.2)  # waits for the first only (as consume_batch)
+            for msg in msgs + (reader.consume(999, 0) if msgs else []):
                 err = msg.error()
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     self._position = max(self._position, msg.offset() or 0)

@@ -110,8 +110,10 @@ def _listen(node: OneNode, log: IO[bytes]) -> tuple[subprocess.Popen[bytes], que
     return proc, lines
 
 
-def _until_seen(lines: queue.Queue[str], event_id: str, timeout: float) -> float | None:
-    """When the listener printed ``event_id`` (monotonic), or None after ``timeout``."""
+def _until_seen(lines: queue.Queue[str], event_id: str, timeout: float,
+                before: list[str] | None = None) -> float | None:
+    """When the listener printed ``event_id`` (monotonic), or None after ``timeout``; the
+    ids printed before it go to ``before``."""
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
         try:
@@ -120,6 +122,8 @@ def _until_seen(lines: queue.Queue[str], event_id: str, timeout: float) -> float
             return None
         if json.loads(line)["id"] == event_id:
             return time.monotonic()
+        if before is not None:
+            before.append(json.loads(line)["id"])
     return None
 
 
@@ -133,9 +137,9 @@ def test_a_restarted_listener_receives_within_seconds(node_own: OneNode,
     try:
         alice.subscribe("price < 45", wait=30)
         first, lines = _listen(node_own, log)
-        eid = feed.publish({"price": 10.0})
+        old = feed.publish({"price": 10.0})
         feed.flush()
-        assert _until_seen(lines, eid, 60) is not None, (tmp_path / "listen.log").read_text()
+        assert _until_seen(lines, old, 60) is not None, (tmp_path / "listen.log").read_text()
         time.sleep(1.0)  # its offset commit goes out
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(10)
@@ -143,9 +147,11 @@ def test_a_restarted_listener_receives_within_seconds(node_own: OneNode,
         second, lines = _listen(node_own, log)
         eid = feed.publish({"price": 20.0})  # published after the restart
         feed.flush()
-        seen = _until_seen(lines, eid, 30)
+        before: list[str] = []
+        seen = _until_seen(lines, eid, 30, before)
         assert seen is not None, "the restarted listener got nothing in 30 s"
         assert seen - t0 < 15.0, f"first delivery {seen - t0:.1f} s after the restart"
+        assert before == []  # resumed from the offset the first one committed, past `old`
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
