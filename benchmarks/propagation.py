@@ -6,8 +6,9 @@ Run (a Kafka must answer at ``--bootstrap``)::
         [--delivery exactly_once,at_least_once] [--quick]
         [--out benchmarks/results/propagation.json]
 
-Three node services in a line A - B - C (each its loop on a thread of this process, default
-settings) on one Kafka. Publishers at C (the far end) and at A (the baseline: no link to
+Three node services in a line A - B - C (``dlsroute.tools.local_network``: each its loop on
+a thread of this process, default settings) on one Kafka; a first round, not recorded,
+waits until every node is up. Publishers at C (the far end) and at A (the baseline: no link to
 cross) publish an event every ``--interval-ms`` each, all of the current round's value. Each
 round a client at A subscribes to a fresh predicate (one cell no earlier round used) that
 matches the round's events; measured from the ``subscribe()`` call to the client's first
@@ -39,57 +40,24 @@ from typing import Any
 import numpy as np
 
 from benchmarks.core import write_results
-from broker_node.config import NodeSettings
-from broker_node.service import NodeService
+from broker_node.overlay import Topology
 from connectors.client import Client
 from dls.space import ContentSpace
+from dlsroute.tools.local_network import LocalNetwork
 
 BENCHMARK = "propagation"
 DEFAULT_OUT = Path(__file__).parent / "results" / "propagation.json"
 DEFAULT_BOOTSTRAP = os.environ.get("DLS_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
-LINE = {"A": ("B",), "B": ("A", "C"), "C": ("B",)}
+LINE = Topology.from_spec({"nodes": ["A", "B", "C"], "links": [["A", "B"], ["B", "C"]]})
 MEASURES = ("far_ms", "local_ms", "wait_ms", "call_ms")
 
 
 def _space(rounds: int) -> dict[str, Any]:
-    """One cell per value of ``round``: rounds use cells 0..R-1, the waits R..2R-1."""
-    return {"attributes": [{"name": "round", "type": "numeric", "low": 0,
-                            "high": 2 * rounds, "granules": 2 * rounds}]}
-
-
-class Line:
-    """Three node services on threads."""
-
-    def __init__(self, bootstrap: str, prefix: str, space: Path, delivery: str) -> None:
-        self.services: dict[str, NodeService] = {}
-        self.threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []
-        for name, neighbours in LINE.items():
-            svc = NodeService(NodeSettings(node=name, neighbours=neighbours, space=space,
-                                           bootstrap=bootstrap, topic_prefix=prefix,
-                                           delivery=delivery))
-            svc.start()
-            self.services[name] = svc
-        for svc in self.services.values():
-            t = threading.Thread(target=self._run, args=(svc,), daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def _run(self, svc: NodeService) -> None:
-        try:
-            svc.run()
-        except BaseException as exc:  # reported by close()
-            self.errors.append(exc)
-        finally:
-            svc.close()
-
-    def close(self) -> None:
-        for svc in self.services.values():
-            svc.stop()
-        for t in self.threads:
-            t.join(60)
-        if self.errors:
-            raise RuntimeError(f"a node failed: {self.errors[0]!r}")
+    """One cell per value of ``round``: rounds use cells 0..R-1, their waits R..2R-1, the
+    warm-up cell 2R."""
+    cells = 2 * rounds + 1
+    return {"attributes": [{"name": "round", "type": "numeric", "low": 0, "high": cells,
+                            "granules": cells}]}
 
 
 class Publisher(threading.Thread):
@@ -112,16 +80,16 @@ class Publisher(threading.Thread):
         self.client.flush()
 
 
-def _round(alice: Client, r: int, rounds: int, pubs: Sequence[Publisher],
+def _round(alice: Client, cell: int, wait_cell: int, pubs: Sequence[Publisher],
            timeout: float) -> dict[str, float]:
     """One round: the fresh subscription's first deliveries, then a waited subscription."""
     for p in pubs:
-        p.value = r + 0.5
+        p.value = cell + 0.5
     time.sleep(0.05)  # the round's events are flowing before the subscription
     origins = {"C/feed-c": "far_ms", "A/feed-a": "local_ms"}
     out: dict[str, float] = {}
     t0 = time.perf_counter()
-    sid = alice.subscribe(f"round between {r} and {r + 0.99}")
+    sid = alice.subscribe(f"round between {cell} and {cell + 0.99}")
     out["call_ms"] = 1e3 * (time.perf_counter() - t0)
     for d in alice.deliveries(timeout=0.005, max_idle=timeout):
         name = origins.get(d.origin)
@@ -130,7 +98,7 @@ def _round(alice: Client, r: int, rounds: int, pubs: Sequence[Publisher],
             if len(out) == 3:
                 break
     t1 = time.perf_counter()
-    other = alice.subscribe(f"round between {rounds + r} and {rounds + r + 0.99}",
+    other = alice.subscribe(f"round between {wait_cell} and {wait_cell + 0.99}",
                             wait=timeout)
     out["wait_ms"] = 1e3 * (time.perf_counter() - t1)
     alice.unsubscribe(sid)
@@ -146,7 +114,7 @@ def run_mode(bootstrap: str, delivery: str, rounds: int, interval: float,
         space_path = Path(tmp) / "space.json"
         space_path.write_text(json.dumps(_space(rounds)))
         space = ContentSpace.from_json(space_path)
-        line = Line(bootstrap, prefix, space_path, delivery)
+        line = LocalNetwork(bootstrap, prefix, space_path, space, LINE, delivery=delivery)
         clients = {name: Client(bootstrap, node, name, space, topic_prefix=prefix)
                    for name, node in (("alice", "A"), ("feed-a", "A"), ("feed-c", "C"))}
         pubs = [Publisher(clients["feed-a"], interval), Publisher(clients["feed-c"], interval)]
@@ -157,8 +125,9 @@ def run_mode(bootstrap: str, delivery: str, rounds: int, interval: float,
             next(alice.deliveries(timeout=0.1, max_idle=1.0), None)  # consumer open
             for p in pubs:
                 p.start()
+            _round(alice, 2 * rounds, 2 * rounds, pubs, 60.0)  # every node is up
             for r in range(rounds):
-                got = _round(alice, r, rounds, pubs, timeout)
+                got = _round(alice, r, rounds + r, pubs, timeout)
                 rows.append({"round": r, **got})
                 _say(log, f"{delivery} round {r}: " + ", ".join(
                     f"{k} {v:.0f}" for k, v in got.items()))
@@ -169,7 +138,8 @@ def run_mode(bootstrap: str, delivery: str, rounds: int, interval: float,
                 p.join(30)
             for c in clients.values():
                 c.close()
-            line.close()
+            line.stop()
+            line.check()
         _say(log, f"{delivery}: published {sum(p.sent for p in pubs)} events")
     return rows
 

@@ -198,12 +198,15 @@ class Client:
         is sent to its node again: a no-op there if it arrived. A record that no longer
         compiles against the space is logged and skipped.
         """
-        self._apply_stored(self._store.read_new())
+        self._apply_stored(self._store.read_new(), resend=True)
         self._loaded = True
         return dict(self.subscriptions)
 
-    def _apply_stored(self, records: list[StoredSubscription]) -> bool:
-        """Take the latest record of each id into :attr:`subscriptions`; True on a change."""
+    def _apply_stored(self, records: list[StoredSubscription], *, resend: bool = False) -> bool:
+        """Take the latest record of each id into :attr:`subscriptions`; True on a change.
+
+        ``resend``: send those still marked unsent to their node again.
+        """
         changed = False
         for rec in {r.sub_id: r for r in records}.values():
             if rec.where is None:
@@ -216,7 +219,7 @@ class Client:
                 _log.warning("client %s: subscription %r at %s does not compile: %s",
                              self.client_id, rec.sub_id, rec.source, exc)
                 continue
-            if not rec.sent:
+            if resend and not rec.sent:
                 _log.info("client %s: sending subscription %r (%s) to node %s again",
                           self.client_id, rec.sub_id, rec.source, rec.node or self.node)
                 self._send(self.topics.node_subscribe(rec.node or self.node),

@@ -117,13 +117,14 @@ def test_stored_records_become_the_live_subscriptions(
                            "t[0]@5"),  # the space changed since
     ]
     with caplog.at_level(logging.WARNING, logger="dlsroute.client"):
-        assert alice._apply_stored(records)
+        assert alice._apply_stored(records, resend=True)
     assert sorted(alice.subscriptions) == ["local", "s2", "s3"]
     assert str(alice.subscriptions["s2"]) == "price < 45"
     assert [t for t, _ in sent] == ["dls.node.A.subscribe"]  # s2 only: the latest unsent
     assert b"s2" in sent[0][1]
     assert "'s4' at t[0]@5 does not compile" in caplog.text
     assert not alice._apply_stored([])
+    assert alice._apply_stored(records[1:2]) and len(sent) == 1  # a second look: no resend
 
 
 def test_a_delivery_that_matches_nothing_known_reads_the_topic_again(
