@@ -51,6 +51,11 @@ bench-paper: setup ## The paper's experiments, all systems -> benchmarks/REPORT.
 	$(PY) -m benchmarks.paper $(if $(QUICK),--quick,--require-all) --out $(PAPER_OUT)/paper.json
 	$(PY) -m benchmarks.report --results $(PAPER_OUT)/paper.json --out $(PAPER_MD) --plots $(PAPER_OUT)/paper
 
+.PHONY: bench-propagation
+bench-propagation: setup ## subscribe() to first delivery across A-B-C on the local Kafka (KAFKA_PORT)
+	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
+	$(PY) -m benchmarks.propagation --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/propagation.json
+
 demo: setup ## Three-node demo on a local Kafka (started and stopped unless running; KAFKA_PORT)
 	$(VENV)/bin/dlsroute demo --kafka --port $(or $(KAFKA_PORT),9092)
 

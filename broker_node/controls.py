@@ -62,6 +62,8 @@ class Outcome:
     links: list[LinkMessage] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
     clients: list[str] = field(default_factory=list)  # their delivery topics may be new
+    #: (client, subscription id) of each subscription applied (not replayed): acknowledged
+    acks: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -177,6 +179,7 @@ class Controls:
         if not replay:
             self.metrics.control_in += len(run)
             out.clients += clients
+            out.acks += zip(clients, ids, strict=True)
         self._links(links, replay, out)
         return True
 
@@ -204,7 +207,9 @@ class Controls:
             self.progress.on_heartbeat(rec.source, rec.watermark_ms, rec.link_applied,
                                        rec.wants_watermark)
             return None
-        links = self.state.on_link(rec.source, rec.kind, decode_labels(rec.labels))
+        labels = decode_labels(rec.labels)
+        # An empty one is a probe (a neighbour restarted): only its number counts.
+        links = self.state.on_link(rec.source, rec.kind, labels) if len(labels) else []
         self.progress.on_link_seq(rec.source, rec.seq)
         self._links(links, replay, out)
         return None
@@ -217,9 +222,11 @@ class Controls:
                 f"are not reused (a repeat from an at-least-once writer?)", "id", sid)
         pending = self.pending.get(sid)
         labels = decode_labels(rec.labels)
+        links = self.state.subscribe(client, sid, labels)
         if not replay:
             out.clients.append(client)
-        self._links(self.state.subscribe(client, sid, labels), replay, out)
+            out.acks.append((client, sid))
+        self._links(links, replay, out)
         if pending is not None and pending.client == client \
                 and timestamp_of(rec.msg) <= pending.timestamp:
             # Subscribed and cancelled before we saw it: live between the two times, so it

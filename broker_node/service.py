@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from broker_node.committers import (
@@ -40,7 +42,7 @@ from broker_node.metrics import Metrics, MetricsServer, node_registry
 from broker_node.progress import Progress
 from broker_node.recovery import control_history
 from broker_node.router import Router
-from broker_node.state import BrokerState, LinkMessage
+from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from broker_node.watchdog import Watchdog
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
@@ -52,7 +54,15 @@ from connectors.kafka import (
 )
 from connectors.serde import encode_heartbeat, encode_link
 from connectors.topic_settings import enforce_topic_config
-from connectors.topics import CONTROL_TOPIC_CONFIG, HEADER_LINK_SEQ, HEARTBEAT_KEY, Topics
+from connectors.topics import (
+    CONTROL_TOPIC_CONFIG,
+    HEADER_ACK,
+    HEADER_CLIENTS,
+    HEADER_LINK_SEQ,
+    HEARTBEAT_KEY,
+    Topics,
+    delivery_partition,
+)
 from dls.space import ContentSpace
 
 __all__ = ["FOREVER", "NodeService"]
@@ -91,6 +101,11 @@ class NodeService:
                                  clock_skew_s=s.clock_skew_s)
         self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress)
         self._next_check = 0.0  # when to look again how far the publish topic is read
+        #: subscriptions to acknowledge: (link control sequence numbers sent by the end of
+        #: their batch, by neighbour; client; id), oldest first
+        self._acks: deque[tuple[dict[str, int], str, str]] = deque()
+        #: a (re)started node numbers its link afresh: see _probe
+        self._probe_due = bool(s.neighbours)
         self.router = Router(s, t, self.state, self.metrics)
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
@@ -248,15 +263,18 @@ class NodeService:
             beats = self.progress.beats(time.monotonic(),
                                         moved_every_s=self.settings.heartbeat_s,
                                         every_s=4 * self.settings.heartbeat_s)
-            if not msgs and not expired and not beats and not self.controls.finalizable():
+            if not (msgs or expired or beats or self._probe_due
+                    or self.controls.finalizable()):
                 out.idle()
                 continue
             out.begin()
             try:
                 self._dead_letters(expired)
+                self._probe()
                 if msgs:
                     self.process(msgs)
                 self._finalize()
+                self._send_due_acks()
                 self._send_beats(beats)
                 out.commit(msgs)
             except Exception as exc:  # KafkaException, BufferError, a bug: all the same
@@ -308,6 +326,39 @@ class NodeService:
         self._send_links(outcome.links)
         self._dead_letters(outcome.letters)
         self._need_delivery_topics(outcome.clients)
+        if outcome.acks:  # sent once every neighbour has applied what this batch sent
+            required = dict(self.progress.seq_out)
+            self._acks.extend((required, client, sid) for client, sid in outcome.acks)
+
+    def _send_due_acks(self) -> None:
+        """Acknowledge the subscriptions the whole network has applied (broker_node.progress).
+
+        A subscription is acknowledged once every neighbour reports, in its heartbeats, the
+        link control this node had sent by the end of the subscription's batch as applied
+        by it and every node behind it: an event published anywhere after the
+        acknowledgement then finds the subscription's labels on its way.
+        """
+        due = []
+        acks, acked = self._acks, self.progress.acked
+        while acks and acked(acks[0][0]):
+            _, client, sid = acks.popleft()
+            due.append((client, sid))
+        if due:
+            self._create_new_topics()  # a new client's delivery topic
+            self._send_acks(due)
+
+    def _send_acks(self, acks: list[tuple[str, str]]) -> None:
+        """Acknowledge applied subscriptions where their clients read their deliveries."""
+        assert self.committer is not None  # noqa: S101
+        n = self.settings.shared_delivery_partitions
+        for client, sid in acks:
+            if n:
+                self.committer.produce(self.topics.shared_deliver, None, [
+                    (HEADER_ACK, sid.encode()), (HEADER_CLIENTS, client.encode())],
+                    delivery_partition(client, n))
+            else:
+                self.committer.produce(self.topics.deliver(client), None,
+                                       [(HEADER_ACK, sid.encode())])
 
     def _send_links(self, links: list[LinkMessage]) -> None:
         assert self.committer is not None  # noqa: S101
@@ -337,6 +388,19 @@ class NodeService:
             return
         if at >= high or (at < 0 and low == high):
             self.progress.publish_caught_up(asked)
+
+    def _probe(self) -> None:
+        """Once at start: an empty link control to every neighbour, with a new number.
+
+        What a neighbour applied before this node (re)started counts as applied behind it
+        once the probes are, so a neighbour waiting to acknowledge a subscription is not
+        left waiting for link control that never comes.
+        """
+        if self._probe_due:
+            self._probe_due = False
+            none = np.zeros(0, dtype=np.uint64)
+            self._send_links([LinkMessage(n, ADVERTISE, none)
+                              for n in self.settings.neighbours])
 
     def _finalize(self) -> None:
         """Remove the retiring subscriptions every input has passed; send the withdrawals."""

@@ -8,7 +8,24 @@ subscriptions exactly, drops and counts the false positives, and yields the rest
 drops repeats of an event (same origin and event id, which a node running at least once
 may send again after a crash), remembering at least the last ``SEEN_MEMORY`` events. A
 delivery that does not decode is logged (with its ``topic[partition]@offset``), counted
-and skipped: the listener goes on, and commits past it.
+and skipped: the listener goes on, and commits past it. A node's acknowledgement of a
+subscription (a message without a value, header ``HEADER_ACK``) is no delivery: skipped,
+not counted.
+
+The client's live subscriptions outlive its process: they are kept in its compacted topic
+``Topics.client_subscriptions(client)`` (:mod:`connectors.client_state`, which states the
+write order and what a crash between two writes costs). A new ``Client`` for the same
+client loads them before it checks its first delivery (or when
+:meth:`Client.load_subscriptions` is called), and reads what another process of the same
+client wrote since whenever a batch holds a delivery that matches none it knows.
+
+The delivery partition is assigned directly (no consumer group membership), from the
+offset committed under the client's group: a restarted client reads again at once instead
+of waiting for its dead predecessor's session to expire. Two processes of one client
+listening at once each get every delivery (a copy each, not a share), and both commit
+under the same group: a restart resumes from whichever committed last (it may see again,
+or never see, what only the other one read). One listener per client id; parallel
+readers are separate clients.
 """
 
 from __future__ import annotations
@@ -17,16 +34,16 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from connectors.client_state import AckWaiter, StoredSubscription, SubscriptionStore, ack_of
 from connectors.exceptions import ConnectorError, ConnectorSettingError, SerdeError
 from connectors.kafka import (
     admin,
-    close_consumer,
     consume_batch,
     consumer_config,
     ensure_partitioned_topic,
@@ -53,6 +70,7 @@ from connectors.topics import (
     encode_label,
     source_of,
 )
+from dls.exceptions import DLSError
 from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
@@ -116,30 +134,100 @@ class Client:
         self.undecodable = 0
         self._control_ready: set[str] = set()
         self._seen = RecentKeys(SEEN_MEMORY)
+        self._store = SubscriptionStore(bootstrap, self.topics.client_subscriptions(client_id),
+                                        f"{self._group}-state", self._producer, kafka)
+        self._loaded = False
 
     # -- control -----------------------------------------------------------------------------
-    def subscribe(self, where: Any, sub_id: str | None = None) -> str:
-        """Map and send a subscription (text or JSON predicates); returns its id."""
+    def subscribe(self, where: Any, sub_id: str | None = None, *,
+                  wait: float | None = None) -> str:
+        """Map and send a subscription (text or JSON predicates); returns its id.
+
+        It is kept in the client's subscriptions topic first, then sent to the node
+        (:mod:`connectors.client_state`). ``wait``: then wait up to that many seconds
+        for the node's acknowledgement that it applied the subscription.
+
+        Raises:
+            ConnectorError: ``wait`` passed without an acknowledgement (the subscription is
+                sent and kept all the same; a node that refuses it never acknowledges it).
+        """
         sub = Subscription(self.space, where)
         labels = sub.labels()
         sid = sub_id or f"{self.client_id}-{uuid.uuid4().hex[:12]}"
-        self._send(self.topics.node_subscribe(self.node),
-                   encode_label_subscription(self.client_id, sid, labels, str(sub)))
-        self.subscriptions[sid] = sub
+        waiter = None if wait is None else AckWaiter(
+            self.bootstrap, f"{self._group}-ack", self._delivery_partition(), self._kafka)
+        try:
+            self._store.put(sid, sub.to_json(), self.node, sent=False)
+            self._send(self.topics.node_subscribe(self.node),
+                       encode_label_subscription(self.client_id, sid, labels, str(sub)))
+            self.subscriptions[sid] = sub
+            self._store.put(sid, sub.to_json(), self.node, sent=True, flush=False)
+            if waiter is not None and wait is not None \
+                    and not waiter.wait(sid, wait, self._acked_for_me):
+                raise ConnectorError(
+                    f"subscription {sid!r} of client {self.client_id!r}: node {self.node!r} "
+                    f"did not acknowledge it within {wait} s (it is sent and kept; a node "
+                    f"that is down acknowledges it when it is back, one that refuses it "
+                    f"never does: see {self.topics.deadletter})", field="wait", value=wait)
+        finally:
+            if waiter is not None:
+                waiter.close()
         return sid
 
     def unsubscribe(self, sub_id: str, *, known_only: bool = True) -> None:
         """Cancel one of this client's subscriptions.
 
-        With ``known_only=False`` an id this object did not subscribe (made by another
-        process of the same client) is sent as well; the node checks it.
+        With ``known_only=False`` an id this client does not know (not in its
+        subscriptions topic either) is sent as well; the node checks it.
         """
+        if sub_id not in self.subscriptions and not self._loaded:
+            self.load_subscriptions()
         if known_only and sub_id not in self.subscriptions:
             raise ConnectorError(f"client {self.client_id!r} has no subscription {sub_id!r}",
                                  field="id", value=sub_id)
+        self._store.delete(sub_id)
         self._send(self.topics.node_unsubscribe(self.node),
                    encode_label_unsubscription(self.client_id, sub_id))
         self.subscriptions.pop(sub_id, None)
+
+    def load_subscriptions(self) -> dict[str, Subscription]:
+        """Read the client's subscriptions topic; returns the live subscriptions now known.
+
+        The first call reads it from the start, later ones what is new. A record still
+        marked unsent (a process stopped between its two writes, or is between them now)
+        is sent to its node again: a no-op there if it arrived. A record that no longer
+        compiles against the space is logged and skipped.
+        """
+        self._apply_stored(self._store.read_new(), resend=True)
+        self._loaded = True
+        return dict(self.subscriptions)
+
+    def _apply_stored(self, records: list[StoredSubscription], *, resend: bool = False) -> bool:
+        """Take the latest record of each id into :attr:`subscriptions`; True on a change.
+
+        ``resend``: send those still marked unsent to their node again.
+        """
+        changed = False
+        for rec in {r.sub_id: r for r in records}.values():
+            if rec.where is None:
+                changed |= self.subscriptions.pop(rec.sub_id, None) is not None
+                continue
+            try:
+                sub = Subscription(self.space, rec.where)
+                labels = sub.labels()
+            except DLSError as exc:
+                _log.warning("client %s: subscription %r at %s does not compile: %s",
+                             self.client_id, rec.sub_id, rec.source, exc)
+                continue
+            if resend and not rec.sent:
+                _log.info("client %s: sending subscription %r (%s) to node %s again",
+                          self.client_id, rec.sub_id, rec.source, rec.node or self.node)
+                self._send(self.topics.node_subscribe(rec.node or self.node),
+                           encode_label_subscription(self.client_id, rec.sub_id, labels,
+                                                     str(sub)))
+            self.subscriptions[rec.sub_id] = sub
+            changed = True
+        return changed
 
     def publish(self, attrs: Mapping[str, Any], payload: bytes = b"",
                 event_id: str | None = None) -> str:
@@ -195,14 +283,16 @@ class Client:
         return TopicPartition(topic, 0)
 
     def _open_consumer(self) -> Consumer:
+        """The delivery consumer: its partition assigned, from the group's committed offset.
+
+        No group membership, so no rebalance: a restarted client reads again at once
+        (module text: two listeners of one client).
+        """
         if self._consumer is None:
             where = self._delivery_partition()
             self._consumer = Consumer(consumer_config(self.bootstrap, self._group,
                                                       **self._kafka))
-            if self.shared_partitions:  # one partition of many: no group assignment
-                self._consumer.assign([where])
-            else:
-                self._consumer.subscribe([where.topic])
+            self._consumer.assign([TopicPartition(where.topic, where.partition)])
         return self._consumer
 
     def deliveries(self, timeout: float = 1.0, max_idle: float | None = None, *,
@@ -213,6 +303,8 @@ class Client:
         with an empty ``subscriptions`` tuple (they are counted either way).
         """
         consumer = self._open_consumer()
+        if not self._loaded:
+            self.load_subscriptions()
         idle = 0.0
         while max_idle is None or idle < max_idle:
             msgs = consume_batch(consumer, 500, timeout)
@@ -220,9 +312,8 @@ class Client:
                 idle += timeout
                 continue
             idle = 0.0
-            for msg in msgs:
-                d = self._take(msg, self._seen)
-                if d is not None and (d.subscriptions or include_false_positives):
+            for d in self._take_all(msgs, self._seen):
+                if d.subscriptions or include_false_positives:
                     yield d
             consumer.commit(asynchronous=True)
 
@@ -235,6 +326,8 @@ class Client:
         """
         where = self._delivery_partition()
         topic, partition = where.topic, where.partition
+        if not self._loaded:
+            self.load_subscriptions()
         reader = Consumer(consumer_config(self.bootstrap, f"{self._group}-drain",
                                           **self._kafka))
         try:
@@ -248,10 +341,8 @@ class Client:
                 msgs = consume_batch(reader, 1000, 0.1)
                 if msgs:
                     quiet_since = time.monotonic()
-                for msg in msgs:
-                    d = self._take(msg, seen)
-                    if d is not None and (d.subscriptions or include_false_positives):
-                        out.append(d)
+                out += [d for d in self._take_all(msgs, seen)
+                        if d.subscriptions or include_false_positives]
                 pos = reader.position([TopicPartition(topic, partition)])[0].offset
                 if pos >= high or time.monotonic() - quiet_since >= quiet_s:
                     break
@@ -259,14 +350,35 @@ class Client:
         finally:
             reader.close()
 
+    def _take_all(self, msgs: list[Any], seen: RecentKeys) -> list[Delivery]:
+        """:meth:`_take` of each message, with a second look at what matches nothing.
+
+        What matches no subscription known is checked again after reading what the
+        client's subscriptions topic got since: another process of the client may have
+        subscribed (its record is written before its subscription is sent).
+        """
+        out = [d for msg in msgs if (d := self._take(msg, seen)) is not None]
+        misses = [i for i, d in enumerate(out) if not d.subscriptions]
+        if misses and self._loaded and self._apply_stored(self._store.read_new()):
+            live = list(self.subscriptions.items())
+            for i in misses:
+                hits = tuple(sid for sid, s in live if s.matches(out[i].attrs))
+                if hits:
+                    out[i] = replace(out[i], subscriptions=hits)
+                    self.false_positives -= 1
+        return out
+
     def _take(self, msg: Any, seen: RecentKeys) -> Delivery | None:
         """Check one delivered message; None if it is not one to yield.
 
         That is a message that does not decode (logged, counted in ``undecodable``), a
-        repeat of an event seen (counted in ``duplicates``) or, on the shared delivery
-        topic, a message for other clients of the same partition (not counted).
+        repeat of an event seen (counted in ``duplicates``), a node's acknowledgement or,
+        on the shared delivery topic, a message for other clients of the same partition
+        (neither counted).
         """
         if self.shared_partitions and not self._for_me(msg):
+            return None
+        if ack_of(msg) is not None:
             return None
         try:
             d = self._check(msg)
@@ -284,6 +396,9 @@ class Client:
         if not d.subscriptions:
             self.false_positives += 1
         return d
+
+    def _acked_for_me(self, msg: Any) -> bool:
+        return not self.shared_partitions or self._for_me(msg)
 
     def _for_me(self, msg: Any) -> bool:
         for key, value in msg.headers() or ():
@@ -313,11 +428,9 @@ class Client:
     def close(self) -> None:
         """Flush and close."""
         self._producer.flush(10)
+        self._store.close()
         if self._consumer is not None:
-            if self.shared_partitions:  # assigned, no group rebalance to serve
-                self._consumer.close()
-            else:
-                close_consumer(self._consumer)  # a plain close() can hang mid-rebalance
+            self._consumer.close()  # assigned: no group to leave, no rebalance to serve
             self._consumer = None
 
     def __enter__(self) -> Client:

@@ -127,7 +127,7 @@ def _sdk_client(args: argparse.Namespace) -> Any:
 def _cmd_subscribe(args: argparse.Namespace) -> int:
     where = json.loads(args.where) if args.where.lstrip().startswith("[") else args.where
     with _sdk_client(args) as client:
-        print(client.subscribe(where, sub_id=args.id))
+        print(client.subscribe(where, sub_id=args.id, wait=args.wait))
     return 0
 
 
@@ -336,6 +336,8 @@ def _add_sdk_commands(sub: Any) -> None:
     _add_sdk_args(s)
     s.add_argument("--where", required=True, help="text or JSON list of predicates")
     s.add_argument("--id", default=None, help="subscription id (default: generated)")
+    s.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="wait until the node has applied it (fails after SECONDS)")
     s.set_defaults(func=_cmd_subscribe)
 
     s = sub.add_parser("unsubscribe", help="cancel a subscription by id")
@@ -348,10 +350,12 @@ def _add_sdk_commands(sub: Any) -> None:
     s.add_argument("--attrs", default=None, help="one event's attributes as JSON")
     s.set_defaults(func=_cmd_publish)
 
-    s = sub.add_parser("listen", help="print deliveries, filtered exactly")
+    s = sub.add_parser("listen", help="print deliveries, filtered exactly by the client's "
+                       "live subscriptions (kept in Kafka)")
     _add_sdk_args(s)
     s.add_argument("--where", action="append",
-                   help="the client's subscriptions, for exact filtering (repeatable)")
+                   help="filter by this too, besides the client's live subscriptions "
+                   "(repeatable)")
     s.add_argument("--count", type=int, default=0, help="stop after this many")
     s.add_argument("--max-idle", type=float, default=None,
                    help="stop after this many idle seconds")

@@ -50,3 +50,22 @@ def test_a_node_far_behind_still_delivers_what_was_published_before_the_unsubscr
              what="the withdrawal at C", timeout=30)
     for c in (alice, carol):
         c.close()
+
+
+def test_an_acknowledged_subscription_is_applied_across_the_network(line: Net) -> None:
+    """subscribe(wait=...) returns once every node on the way has the labels, not before."""
+    alice, carol = line.client("A", "alice"), line.client("C", "carol")
+    line.stop("C")
+    with pytest.raises(Exception, match="not acknowledged|acknowledg"):
+        alice.subscribe("sym = MSFT", sub_id="s-early", wait=3.0)  # C cannot apply it
+    line.start("C")
+    sid = alice.subscribe("sym = IBM", wait=60.0)
+    # No waiting here: the acknowledgement means C has applied B's advertisement.
+    assert len(line.nodes["C"].state.received_from("B")) > 0
+    eid = carol.publish({"sym": "IBM", "price": 1.0})  # at the far end, right after
+    carol.flush()
+    wait_for(lambda: eid in {d.event_id for d in alice.drain(quiet_s=1.0)},
+             what="the event published right after the acknowledgement", timeout=30)
+    assert sid in alice.subscriptions
+    for c in (alice, carol):
+        c.close()
