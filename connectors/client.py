@@ -77,7 +77,10 @@ from dls.space import ContentSpace
 
 _log = logging.getLogger("dlsroute.client")
 
-__all__ = ["SEEN_MEMORY", "Client", "Delivery"]
+__all__ = ["CANCELLED_MEMORY", "SEEN_MEMORY", "Client", "Delivery"]
+
+CANCELLED_MEMORY = 10_000
+"""How many cancelled subscriptions a client remembers, to match events published before."""
 
 SEEN_MEMORY = 100_000
 """How many delivered events (at least) a client remembers to drop their repeats."""
@@ -128,6 +131,9 @@ class Client:
         self._consumer: Consumer | None = None
         self._where: TopicPartition | None = None
         self.subscriptions: dict[str, Subscription] = {}
+        #: subscriptions this object cancelled, with the time it did (ms): an event
+        #: published before still matches them (the nodes deliver it, however late)
+        self._cancelled: dict[str, tuple[Subscription, int]] = {}
         self.delivered = 0
         self.false_positives = 0
         self.duplicates = 0
@@ -186,9 +192,14 @@ class Client:
             raise ConnectorError(f"client {self.client_id!r} has no subscription {sub_id!r}",
                                  field="id", value=sub_id)
         self._store.delete(sub_id)
+        cancelled_ms = int(time.time() * 1000)  # before the node can see it
         self._send(self.topics.node_unsubscribe(self.node),
                    encode_label_unsubscription(self.client_id, sub_id))
-        self.subscriptions.pop(sub_id, None)
+        sub = self.subscriptions.pop(sub_id, None)
+        if sub is not None:
+            self._cancelled[sub_id] = (sub, cancelled_ms)
+            while len(self._cancelled) > CANCELLED_MEMORY:
+                del self._cancelled[next(iter(self._cancelled))]
 
     def load_subscriptions(self) -> dict[str, Subscription]:
         """Read the client's subscriptions topic; returns the live subscriptions now known.
@@ -417,6 +428,11 @@ class Client:
         attrs = rec["attrs"]
         live = list(self.subscriptions.items())  # another thread may (un)subscribe
         hits = tuple(sid for sid, s in live if s.matches(attrs))
+        if self._cancelled:  # published before an unsubscription: still that one's
+            kind, published = msg.timestamp() if hasattr(msg, "timestamp") else (0, 0)
+            if kind:
+                hits += tuple(sid for sid, (s, until) in list(self._cancelled.items())
+                              if published < until and s.matches(attrs))
         headers = dict(msg.headers() or [])
         return Delivery(
             event_id=rec["id"], attrs=attrs, payload=rec.get("payload", b""),
