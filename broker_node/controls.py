@@ -22,6 +22,7 @@ published before it still reach the client, however late they arrive.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class Controls:
         #: subscription id -> (client, the unsubscription's time in ms): cancelled, still in
         #: the state until every input has passed that time
         self.retiring: dict[str, tuple[str, int]] = {}
+        self._due: list[tuple[int, str]] = []  # (time, id) of self.retiring, a min-heap
         #: (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         #: no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self.cancelled = RecentKeys(CANCELLED_MEMORY)
@@ -118,14 +120,15 @@ class Controls:
 
     def finalizable(self) -> bool:
         """True when a retiring subscription is due for removal."""
-        if not self.retiring:
-            return False
-        return self.progress.passed(min(u for _, u in self.retiring.values()))
+        return bool(self._due) and self.progress.passed(self._due[0][0])
 
     def finalize(self) -> Outcome:
         """Remove the retiring subscriptions whose unsubscription every input has passed."""
         out = Outcome()
-        done = [sid for sid, (_, u) in self.retiring.items() if self.progress.passed(u)]
+        done = []
+        due, passed = self._due, self.progress.passed
+        while due and passed(due[0][0]):
+            done.append(heapq.heappop(due)[1])
         if not done:
             return out
         clients = [self.retiring[sid][0] for sid in done]
@@ -232,8 +235,7 @@ class Controls:
             # Subscribed and cancelled before we saw it: live between the two times, so it
             # retires at once, like any cancelled subscription.
             del self.pending[sid]
-            self.retiring[sid] = (client, pending.timestamp)
-            self.progress.local_want = True
+            self._retire(client, sid, pending.timestamp)
         return None
 
     def _unsubscribe(self, rec: Unsubscribe, replay: bool, out: Outcome) -> DeadLetter | None:
@@ -252,9 +254,13 @@ class Controls:
             raise SubscriptionOwnerError(
                 f"subscription {sid!r} belongs to client {owner!r}, not {client!r}",
                 field="client", value=client)
-        self.retiring[sid] = (client, timestamp_of(rec.msg))  # removed by finalize
-        self.progress.local_want = True
+        self._retire(client, sid, timestamp_of(rec.msg))  # removed by finalize
         return None
+
+    def _retire(self, client: str, sid: str, cancelled_ms: int) -> None:
+        self.retiring[sid] = (client, cancelled_ms)
+        heapq.heappush(self._due, (cancelled_ms, sid))
+        self.progress.local_want = True
 
     def _links(self, links: list[LinkMessage], replay: bool, out: Outcome) -> None:
         """Keep the link messages to send (none on replay) and count their labels."""
