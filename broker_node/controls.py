@@ -10,6 +10,12 @@ idempotent (``BrokerState.on_link``), a repeated subscription with the same labe
 no-op, a repeated unsubscription is counted as a duplicate, and a subscription reusing a
 cancelled id is refused (the node remembers recently cancelled ids).
 
+A subscription carrying more labels than the space's ``filters.label_budget`` (the budget
+the SDK and the Spark job map within) is refused: a dead letter naming the count and the
+budget. A neighbour's advertisement has no such budget: it carries the union of whatever
+lies behind that neighbour, which may rightly be many subscriptions' labels; its labels
+must lie in this node's label space (``BrokerState.on_link`` refuses others).
+
 Subscribe and unsubscribe arrive on different topics, so their relative order is not
 guaranteed: an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it
 (ordered by message timestamps) before it is dead-lettered as unknown (:meth:`expired`).
@@ -41,6 +47,7 @@ from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.recent import RecentKeys
 from connectors.topics import decode_labels
 from dls.exceptions import DLSError
+from dls.space import ContentSpace
 
 __all__ = ["CANCELLED_MEMORY", "Controls", "Outcome"]
 
@@ -71,10 +78,18 @@ class Controls:
     """Applies control messages to the state; remembers pending and cancelled ids."""
 
     def __init__(self, settings: NodeSettings, state: BrokerState, inbox: Inbox,
-                 metrics: Metrics) -> None:
-        """Controls of one node (its inbox reads the messages)."""
+                 metrics: Metrics, label_budget: int | None = None) -> None:
+        """Controls of one node (its inbox reads the messages).
+
+        ``label_budget``: the most labels a subscription may carry (default: the
+        ``filters.label_budget`` of the space file of ``settings``).
+        """
         self.settings, self.state, self.inbox, self.metrics = settings, state, inbox, metrics
-        self.pending: dict[str, _Pending] = {}
+        self.label_budget = (ContentSpace.from_json(settings.space).filters.label_budget
+                             if label_budget is None else label_budget)
+        #: Unsubscriptions waiting for their subscription, by (client, id): another
+        #: client's cancellation of the same id is another (bad) one, not a replacement.
+        self.pending: dict[tuple[str, str], _Pending] = {}
         #: (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         #: no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self.cancelled = RecentKeys(CANCELLED_MEMORY)
@@ -106,10 +121,10 @@ class Controls:
         if not self.pending:
             return []
         now = time.monotonic()
-        gone = [sid for sid, p in self.pending.items() if p.deadline <= now]
+        gone = [key for key, p in self.pending.items() if p.deadline <= now]
         letters = []
-        for sid in gone:
-            p = self.pending.pop(sid)
+        for key in gone:
+            p, sid = self.pending.pop(key), key[1]
             letters.append(DeadLetter.of(
                 p.msg, f"unknown subscription id {sid!r} (client {p.client!r})", "id", sid))
         return letters
@@ -124,8 +139,9 @@ class Controls:
         ids: list[str] = []
         parts: list[np.ndarray] = []
         for rec in run:
-            if type(rec) is not Subscribe or rec.sub_id in self.pending \
-                    or (rec.client, rec.sub_id) in self.cancelled:
+            if type(rec) is not Subscribe or (rec.client, rec.sub_id) in self.pending \
+                    or (rec.client, rec.sub_id) in self.cancelled \
+                    or len(rec.labels) > 8 * self.label_budget:
                 return False
             try:
                 parts.append(decode_labels(rec.labels))
@@ -171,14 +187,18 @@ class Controls:
 
     def _subscribe(self, rec: Subscribe, replay: bool, out: Outcome) -> DeadLetter | None:
         client, sid = rec.client, rec.sub_id
+        if len(rec.labels) > 8 * self.label_budget and not len(rec.labels) % 8:
+            n = len(rec.labels) // 8
+            return DeadLetter.of(rec.msg, f"subscription {sid!r} of client {client!r} has {n} "
+                                 f"labels, over the label budget of {self.label_budget}",
+                                 "labels", n)
         if (client, sid) in self.cancelled:
             return DeadLetter.of(
                 rec.msg, f"subscription id {sid!r} of client {client!r} was cancelled; ids "
                 f"are not reused (a repeat from an at-least-once writer?)", "id", sid)
-        pending = self.pending.get(sid)
-        if pending is not None and pending.client == client \
-                and timestamp_of(rec.msg) <= pending.timestamp:
-            del self.pending[sid]  # subscribed and cancelled before we saw it: no-op
+        pending = self.pending.get((client, sid))
+        if pending is not None and timestamp_of(rec.msg) <= pending.timestamp:
+            del self.pending[client, sid]  # subscribed and cancelled before we saw it: no-op
             self.cancelled.add((client, sid))
             return None
         labels = decode_labels(rec.labels)
@@ -195,7 +215,7 @@ class Controls:
             if (client, sid) in self.cancelled:  # cancelled already: a repeat
                 self.metrics.duplicates += 0 if replay else 1
                 return None
-            self.pending[sid] = _Pending(
+            self.pending[client, sid] = _Pending(
                 client, timestamp_of(rec.msg),
                 time.monotonic() + self.settings.unsubscribe_grace_s, rec.msg)
             return None
