@@ -212,8 +212,11 @@ class Controls:
         try:
             links = self.state.unsubscribe(client, sid)
         except UnknownSubscriptionError:
-            if (client, sid) in self.cancelled:  # cancelled already: a repeat
+            held = self.pending.get((client, sid))
+            if (client, sid) in self.cancelled or held is not None:  # a repeat
                 self.metrics.duplicates += 0 if replay else 1
+                if held is not None:  # one pending cancellation, as late as the latest
+                    held.timestamp = max(held.timestamp, timestamp_of(rec.msg))
                 return None
             self.pending[client, sid] = _Pending(
                 client, timestamp_of(rec.msg),
