@@ -56,7 +56,6 @@ from connectors.serde import (
     encode_label_unsubscription,
     encode_link,
     encode_raw_event,
-    encode_raw_subscription,
 )
 from connectors.serde.framing import HEADER_SIZE, MARKER
 from connectors.topics import (
@@ -65,7 +64,6 @@ from connectors.topics import (
     HEADER_LABEL,
     HEADER_ORIGIN,
     Topics,
-    decode_clients,
 )
 from dls.space import ContentSpace
 
@@ -350,7 +348,8 @@ class Stream:
             "LabelUnsubscription": encode_label_unsubscription("ann", "z2"),
             "LinkControl": encode_link("B", "advertise", np.array(LABELS[:1])),
             "RawEvent": encode_raw_event("A", "ann", "e", {"x": 1.0}),
-            "RawSubscription": encode_raw_subscription("A", "ann", "z2", "x < 3"),
+            "RawSubscription": SERDE.encode("RawSubscription", {
+                "node": "A", "client": "ann", "id": "z2", "where": "x < 3"}),
             "DeadLetter": encode_dead_letter("t[0]@1", "r", b"", None),
         }
         name = self.draw(st.sampled_from(sorted(set(others) - {SCHEMA_OF[topic]})))
@@ -510,7 +509,7 @@ def _reached(events: list[Any]) -> dict[bytes, tuple[Counter[str], Counter[str]]
         h = dict(headers)
         clients, nbrs = out.setdefault(h[HEADER_EVENT_ID], (Counter(), Counter()))
         if topic == T.shared_deliver:
-            clients.update(decode_clients(h[HEADER_CLIENTS]))
+            clients.update(h[HEADER_CLIENTS].decode().split(","))
         elif topic.startswith("dls.deliver."):
             clients[topic[len("dls.deliver."):]] += 1
         else:
