@@ -10,6 +10,12 @@ idempotent (``BrokerState.on_link``), a repeated subscription with the same labe
 no-op, a repeated unsubscription is counted as a duplicate, and a subscription reusing a
 cancelled id is refused (the node remembers recently cancelled ids).
 
+A subscription carrying more labels than the space's ``filters.label_budget`` (the budget
+the SDK and the Spark job map within) is refused: a dead letter naming the count and the
+budget. A neighbour's advertisement has no such budget: it carries the union of whatever
+lies behind that neighbour, which may rightly be many subscriptions' labels; its labels
+must lie in this node's label space (``BrokerState.on_link`` refuses others).
+
 Subscribe and unsubscribe arrive on different topics, so their relative order is not
 guaranteed: an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it
 (ordered by message timestamps) before it is dead-lettered as unknown (:meth:`expired`).
@@ -49,6 +55,7 @@ from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.recent import RecentKeys
 from connectors.topics import decode_labels
 from dls.exceptions import DLSError
+from dls.space import ContentSpace
 
 __all__ = ["CANCELLED_MEMORY", "Controls", "Outcome"]
 
@@ -81,13 +88,22 @@ class Controls:
     """Applies control messages to the state; remembers pending and cancelled ids."""
 
     def __init__(self, settings: NodeSettings, state: BrokerState, inbox: Inbox,
-                 metrics: Metrics, progress: Progress | None = None) -> None:
-        """Controls of one node (its inbox reads the messages)."""
+                 metrics: Metrics, progress: Progress | None = None,
+                 label_budget: int | None = None) -> None:
+        """Controls of one node (its inbox reads the messages).
+
+        ``label_budget``: the most labels a subscription may carry (default: the
+        ``filters.label_budget`` of the space file of ``settings``).
+        """
         self.settings, self.state, self.inbox, self.metrics = settings, state, inbox, metrics
         self.progress = progress or Progress(state.neighbours,
                                              publish_delay_s=settings.publish_delay_s,
                                              clock_skew_s=settings.clock_skew_s)
-        self.pending: dict[str, _Pending] = {}
+        self.label_budget = (ContentSpace.from_json(settings.space).filters.label_budget
+                             if label_budget is None else label_budget)
+        #: Unsubscriptions waiting for their subscription, by (client, id): another
+        #: client's cancellation of the same id is another (bad) one, not a replacement.
+        self.pending: dict[tuple[str, str], _Pending] = {}
         #: subscription id -> (client, the unsubscription's time in ms): cancelled, still in
         #: the state until every input has passed that time
         self.retiring: dict[str, tuple[str, int]] = {}
@@ -146,10 +162,10 @@ class Controls:
         if not self.pending:
             return []
         now = time.monotonic()
-        gone = [sid for sid, p in self.pending.items() if p.deadline <= now]
+        gone = [key for key, p in self.pending.items() if p.deadline <= now]
         letters = []
-        for sid in gone:
-            p = self.pending.pop(sid)
+        for key in gone:
+            p, sid = self.pending.pop(key), key[1]
             letters.append(DeadLetter.of(
                 p.msg, f"unknown subscription id {sid!r} (client {p.client!r})", "id", sid))
         return letters
@@ -164,8 +180,9 @@ class Controls:
         ids: list[str] = []
         parts: list[np.ndarray] = []
         for rec in run:
-            if type(rec) is not Subscribe or rec.sub_id in self.pending \
-                    or rec.sub_id in self.retiring or (rec.client, rec.sub_id) in self.cancelled:
+            if type(rec) is not Subscribe or (rec.client, rec.sub_id) in self.pending \
+                    or rec.sub_id in self.retiring or (rec.client, rec.sub_id) in self.cancelled \
+                    or len(rec.labels) > 8 * self.label_budget:
                 return False
             try:
                 parts.append(decode_labels(rec.labels))
@@ -219,22 +236,26 @@ class Controls:
 
     def _subscribe(self, rec: Subscribe, replay: bool, out: Outcome) -> DeadLetter | None:
         client, sid = rec.client, rec.sub_id
+        if len(rec.labels) > 8 * self.label_budget and not len(rec.labels) % 8:
+            n = len(rec.labels) // 8
+            return DeadLetter.of(rec.msg, f"subscription {sid!r} of client {client!r} has {n} "
+                                 f"labels, over the label budget of {self.label_budget}",
+                                 "labels", n)
         if (client, sid) in self.cancelled or self.retiring.get(sid, ("",))[0] == client:
             return DeadLetter.of(
                 rec.msg, f"subscription id {sid!r} of client {client!r} was cancelled; ids "
                 f"are not reused (a repeat from an at-least-once writer?)", "id", sid)
-        pending = self.pending.get(sid)
+        pending = self.pending.get((client, sid))
         labels = decode_labels(rec.labels)
         links = self.state.subscribe(client, sid, labels)
         if not replay:
             out.clients.append(client)
             out.acks.append((client, sid))
         self._links(links, replay, out)
-        if pending is not None and pending.client == client \
-                and timestamp_of(rec.msg) <= pending.timestamp:
+        if pending is not None and timestamp_of(rec.msg) <= pending.timestamp:
             # Subscribed and cancelled before we saw it: live between the two times, so it
             # retires at once, like any cancelled subscription.
-            del self.pending[sid]
+            del self.pending[client, sid]
             self._retire(client, sid, pending.timestamp)
         return None
 
@@ -246,7 +267,13 @@ class Controls:
         try:
             owner, _ = self.state.subscription(sid)
         except UnknownSubscriptionError:
-            self.pending[sid] = _Pending(
+            held = self.pending.get((client, sid))
+            if held is not None:  # a repeat
+                self.metrics.duplicates += 0 if replay else 1
+                # one pending cancellation, as late as the latest
+                held.timestamp = max(held.timestamp, timestamp_of(rec.msg))
+                return None
+            self.pending[client, sid] = _Pending(
                 client, timestamp_of(rec.msg),
                 time.monotonic() + self.settings.unsubscribe_grace_s, rec.msg)
             return None

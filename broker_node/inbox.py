@@ -195,9 +195,12 @@ class RoutedIds:
         self.batch.clear()
 
 
-def _unusual(msg: Message, carried: list[tuple[str, bytes | None]]
+def _unusual(msg: Message, carried: list[tuple[str, bytes | None]], space: tuple[bytes, bytes]
              ) -> tuple[bytes, bytes | None, bytes | None, Any] | DeadLetter:
-    """The label, origin, id and headers to pass on of an event not in the usual form."""
+    """The label, origin, id and headers to pass on of an event not in the usual form.
+
+    ``space``: the first and last label of the node's space, as label headers.
+    """
     headers = dict(carried)
     raw = headers.get(HEADER_LABEL)
     if type(raw) is bytes and len(raw) == 8:
@@ -212,6 +215,10 @@ def _unusual(msg: Message, carried: list[tuple[str, bytes | None]]
             label8 = decode_label(raw).to_bytes(8, "big")
         except DLSError as exc:
             return DeadLetter.of(msg, str(exc), HEADER_LABEL, raw.hex())
+    if not space[0] <= label8 <= space[1]:
+        label = int.from_bytes(label8, "big")
+        return DeadLetter.of(msg, f"event label {label:#x} is outside this node's label space",
+                             HEADER_LABEL, label8.hex())
     clean = (carried if HEADER_CLIENTS not in headers
              else [h for h in carried if h[0] != HEADER_CLIENTS])
     return label8, headers.get(HEADER_ORIGIN), headers.get(HEADER_EVENT_ID), clean
@@ -232,6 +239,12 @@ class Inbox:
                  routed: RoutedIds | None = None) -> None:
         """The inbox of ``node``; its neighbours are the state's."""
         self.node, self.state, self.metrics = node, state, metrics
+        self.deliver_topic = topics.deliver  # refuses a client name no topic can carry
+        base, size = state.label_base, state.label_space_size
+        #: The first and last label of the space as label headers (8 bytes big-endian
+        #: compare as the numbers do): an event's label outside is a dead letter.
+        self.space = ((b"", b"\xff" * 8) if base is None or size is None
+                      else (base.to_bytes(8, "big"), (base + size - 1).to_bytes(8, "big")))
         self.routed = routed or RoutedIds()
         self.publish = topics.node_publish(node)
         self.subscribe_topic = topics.node_subscribe(node)
@@ -255,6 +268,7 @@ class Inbox:
         position, without a dict (see docs/architecture.md).
         """
         node, state, link_source = self.node, self.state, self.forward_source
+        first, last = space = self.space
         batch_routed = self.routed.batch
         routed_new, routed_old = self.routed.recent.new, self.routed.recent.old  # fixed now
         from_bytes = int.from_bytes
@@ -269,14 +283,14 @@ class Inbox:
             if len(carried) == 3:  # consumed header values are bytes (or None), never str
                 (k0, raw), (k1, raw_origin), (k2, eid) = carried
                 plain = (k0 == HEADER_LABEL and k1 == HEADER_ORIGIN and k2 == HEADER_EVENT_ID
-                         and type(raw) is bytes and len(raw) == 8)
+                         and type(raw) is bytes and len(raw) == 8 and first <= raw <= last)
             else:
                 plain = False
             if plain:
                 label8: bytes = raw  # type: ignore[assignment]
                 clean: Any = carried
             else:
-                read = _unusual(msg, carried)
+                read = _unusual(msg, carried, space)
                 if type(read) is DeadLetter:
                     out.dead.append(read)
                     continue
@@ -324,6 +338,15 @@ class Inbox:
                 else "LinkControl")
         if name != want:
             return DeadLetter.of(msg, f"expected a {want}, got {name}", "schema", name)
+        if want == "LinkControl":
+            if rec["source"] != self.link_source[topic]:
+                return DeadLetter.of(msg, f"a link message on {topic} names source "
+                                     f"{rec['source']!r}", "source", rec["source"])
+        else:
+            try:
+                self.deliver_topic(rec["client"])
+            except DLSError as exc:
+                return DeadLetter.of(msg, str(exc), exc.field, exc.value)
         if want == "LabelSubscription":
             return Subscribe(msg, rec["client"], rec["id"], rec["labels"])
         if want == "LabelUnsubscription":

@@ -99,7 +99,8 @@ class NodeService:
         self.inbox = Inbox(s.node, t, self.state, self.metrics, self._routed)
         self.progress = Progress(s.neighbours, publish_delay_s=s.publish_delay_s,
                                  clock_skew_s=s.clock_skew_s)
-        self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress)
+        self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress,
+                                 label_budget=self.space.filters.label_budget)
         self._next_check = 0.0  # when to look again how far the publish topic is read
         #: subscriptions to acknowledge: (link control sequence numbers sent by the end of
         #: their batch, by neighbour; client; id), oldest first

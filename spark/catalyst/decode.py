@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from connectors.serde import RAW_FIELDS, RAW_OPS, RAW_SCHEMAS
+from connectors.serde.framing import HEADER_SIZE
 from connectors.topics import NAME_PATTERN
 from spark.catalyst.columns import (
     ERR_TYPE,
@@ -172,6 +173,7 @@ def _avro_err(kind: str, what: str) -> Column:
     value, rec = F.col("_value"), F.col("_rec")
     schema_name = RAW_SCHEMAS[kind]
     fp = F.lower(F.hex(F.substring(value, 3, 8)))
+    unread = _unread(kind)
     return first_error(
         (F.length(value) < 10,
          error(F.concat(F.lit(f"{what}: "), F.length(value).cast("string"),
@@ -183,7 +185,44 @@ def _avro_err(kind: str, what: str) -> Column:
         (rec.isNull() | rec["node"].isNull(),
          error(f"{what}: the {schema_name} body does not decode", "value",
                F.hex(F.substring(value, 1, 64)))),
+        # from_avro does not check a string's UTF-8 (fastavro does): text joined by an
+        # ASCII byte is valid UTF-8 exactly when every part is.
+        (~F.is_valid_utf8(F.concat_ws("\n", *_avro_strings(kind))),
+         error(f"{what}: the {schema_name} body does not decode (a string is not valid "
+               "UTF-8)", "value", F.hex(F.substring(value, 1, 64)))),
+        *([] if unread is None else [
+            (unread > 0, error(F.concat(F.lit(f"{what}: the {schema_name} body is followed by "),
+                                        unread.cast("string"), F.lit(" unread bytes")),
+                               "value", F.hex(F.substring(value, 1, 64))))]),
     )
+
+
+def _unread(kind: str) -> Column | None:
+    """The bytes after the body of a record of strings only (from_avro ignores them).
+
+    None for an event, whose size is no function of its fields alone (a map may come in
+    blocks).
+    """
+    if kind == "event":
+        return None
+    F = fns()
+    size: Column = F.lit(HEADER_SIZE)
+    for name in RAW_FIELDS[kind]:  # each a string: its length (a varint), then its bytes
+        n = F.octet_length(F.col("_rec")[name])
+        size = size + n + F.when(n < 64, 1).when(n < 8192, 2).when(n < 1 << 20, 3)\
+            .when(n < 1 << 27, 4).otherwise(5)
+    return F.octet_length(F.col("_value")) - size
+
+
+def _avro_strings(kind: str) -> list[Column]:
+    """The string fields of the Avro record (arrays of strings for an event's attrs)."""
+    rec = fns().col("_rec")
+    cols = [rec["node"], rec["client"], rec["id"]]
+    if kind == "event":
+        cols += [fns().map_keys(rec["attrs"]), fns().map_values(rec["attrs"])["member2"]]
+    elif kind == "subscription":
+        cols.append(rec["where"])
+    return cols
 
 
 def _fields(kind: str, what: str) -> list[Column]:

@@ -76,7 +76,7 @@ def test_a_bad_message_in_a_run_is_a_dead_letter_and_the_rest_applies(
 
 def test_an_early_unsubscription_waits_then_is_a_dead_letter(controls: Controls) -> None:
     out = controls.apply([_unsub(0, "ann", "never")], replay=False)
-    assert out.letters == [] and "never" in controls.pending
+    assert out.letters == [] and ("ann", "never") in controls.pending
     letters = controls.expired()  # a grace of 0 s
     assert [d.reason for d in letters] == ["unknown subscription id 'never' (client 'ann')"]
     assert (letters[0].field, letters[0].value) == ("id", "never")
