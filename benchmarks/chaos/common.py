@@ -1,0 +1,81 @@
+"""What the harness's processes share: the content space, random predicates, JSONL files."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import IO, Any
+
+#: A small content space: few labels, so that subscriptions overlap and events match often.
+SPACE: dict[str, Any] = {"attributes": [
+    {"name": "sym", "type": "discrete", "values": ["A", "B", "C", "D"]},
+    {"name": "price", "type": "numeric", "low": 0, "high": 100, "granules": 8}]}
+SYMS: tuple[str, ...] = tuple(SPACE["attributes"][0]["values"])
+PRICE_LOW, PRICE_HIGH = 0.0, 100.0
+
+
+def now() -> float:
+    """Wall-clock seconds: every process of a run shares the machine's clock."""
+    return time.time()
+
+
+def random_where(rng: random.Random) -> list[dict[str, Any]]:
+    """A random subscription in JSON form: a set of symbols and a price interval."""
+    syms = sorted(rng.sample(SYMS, rng.randint(1, 2)))
+    low = round(rng.uniform(PRICE_LOW, 70.0), 2)
+    high = round(min(PRICE_HIGH, low + rng.uniform(10.0, 60.0)), 2)
+    return [{"attr": "sym", "op": "in", "values": syms},
+            {"attr": "price", "op": "between", "low": low, "high": high}]
+
+
+def random_event(rng: random.Random) -> dict[str, Any]:
+    """Random event attributes over :data:`SPACE`."""
+    return {"sym": rng.choice(SYMS), "price": round(rng.uniform(PRICE_LOW, PRICE_HIGH), 3)}
+
+
+class JsonLines:
+    """An append-only JSONL file, flushed after every line (a SIGKILL loses at most one).
+
+    Safe for the threads of one process (a line is written in one call under the GIL).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        cut = False
+        if path.exists() and path.stat().st_size:
+            with path.open("rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                cut = fh.read(1) != b"\n"
+        self._fh: IO[str] = path.open("a", encoding="utf-8", buffering=1)
+        if cut:  # the last process was killed mid-line: end that line, it stays unread
+            self._fh.write("\n")
+
+    def write(self, **rec: Any) -> None:
+        self._fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file; a last line cut by a SIGKILL is skipped."""
+    if not path.exists():
+        return []
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break  # cut short by a kill
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def stop_requested(run_dir: Path, what: str) -> bool:
+    """True once the harness created ``run_dir/<what>`` (e.g. ``stop-churn``)."""
+    return os.path.exists(run_dir / what)

@@ -1,0 +1,90 @@
+"""One publisher of the fault harness, in a process of its own.
+
+Publishes random events at a steady rate through the SDK (:meth:`Client.publish`), each
+with a unique id ``<name>-<n>``, and records in ``<run>/publishers/<name>.jsonl``:
+
+- ``pub``: id, attributes, ``t0`` (just before ``publish()`` was called) and ``t1`` (just
+  after it returned);
+- ``dr``: the producer's final delivery report for that id (``ok`` true or false; while
+  the broker is down librdkafka retries, so a report comes once it is back or the
+  message's timeout has passed).
+
+Only events with an ``ok`` report count as published. It stops when the harness creates
+``<run>/stop-publish`` (or on SIGTERM), then waits for the outstanding reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.chaos.common import JsonLines, now, random_event, stop_requested
+from connectors.client import Client
+from connectors.serde import decode_raw_event
+
+#: Seconds the last flush waits for delivery reports (librdkafka's message timeout is
+#: longer; what is still unreported then is recorded as such).
+FINAL_FLUSH_S = 120.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--node", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--space", required=True)
+    p.add_argument("--rate", type=float, default=20.0, help="events per second")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-dir", required=True, type=Path)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    out = JsonLines(a.run_dir / "publishers" / f"{a.name}.jsonl")
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        eid = decode_raw_event(msg.value())["id"]  # a report carries no headers
+        if err is None:
+            out.write(k="dr", id=eid, ok=True, t=now(), p=msg.partition(), o=msg.offset())
+        else:
+            out.write(k="dr", id=eid, ok=False, t=now(), err=str(err)[:300])
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    client = Client(a.bootstrap, a.node, a.name, a.space, topic_prefix=a.prefix,
+                    on_delivery=on_delivery)
+    rng = random.Random(f"{a.seed}:{a.name}")
+    out.write(k="start", t=now(), rate=a.rate)
+    period, n = 1.0 / a.rate, 0
+    due = time.monotonic()
+    while not stopping.is_set() and not stop_requested(a.run_dir, "stop-publish"):
+        due += period
+        lag = due - time.monotonic()
+        if lag > 0:
+            time.sleep(lag)
+        elif lag < -1.0:
+            due = time.monotonic()  # fell behind (a full queue, a pause): no burst after it
+        eid, attrs = f"{a.name}-{n}", random_event(rng)
+        n += 1
+        t0 = now()
+        try:
+            client.publish(attrs, event_id=eid)
+        except BufferError as exc:  # librdkafka's queue is full: this event is not sent
+            out.write(k="pub_fail", id=eid, t0=t0, t=now(), err=repr(exc)[:200])
+            client._producer.poll(0.5)
+            continue
+        out.write(k="pub", id=eid, a=attrs, t0=t0, t1=now())
+    left = client._producer.flush(FINAL_FLUSH_S)
+    out.write(k="end", t=now(), published=n, unreported=left)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
