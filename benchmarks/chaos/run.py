@@ -42,6 +42,8 @@ from benchmarks.chaos.scenarios import (
 )
 
 NODES = {"A": ["B"], "B": ["A", "C"], "C": ["B"]}
+#: Seconds between a broker's return and the next fault.
+BROKER_SETTLE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -137,11 +139,17 @@ class ScenarioRun:
 
     # -- faults ------------------------------------------------------------------------------
     def inject(self, faults: list[Fault], stop: threading.Event) -> None:
-        """Carry out ``faults`` in order, each at its moment or as soon as the last is done."""
+        """Carry out ``faults`` in order, each at its moment or once the one before is over.
+
+        After a broker restart the next fault waits :data:`BROKER_SETTLE_S` more, so that
+        nodes are back at work (mid transaction) when it strikes.
+        """
+        ready = 0.0
         for f in faults:
-            if stop.wait(max(0.0, self.t_start + f.at - now())):
+            if stop.wait(max(0.0, self.t_start + f.at - now(), ready - now())):
                 return
             getattr(self, f"_{f.kind}")(f)
+            ready = now() + (BROKER_SETTLE_S if f.kind == "broker_kill" else 0.0)
 
     def _hold(self, proc: Proc, how: str, f: Fault) -> None:
         with proc.lock:
@@ -208,7 +216,7 @@ class ScenarioRun:
         duration = max(p.duration, min_duration(sc, p.counts))
         faults = plan(sc, p.seed, duration, list(NODES), list(self.clients), p.counts)
         for f in faults:
-            self.faults.write(kind="planned", **asdict(f))
+            self.faults.write(planned=True, **asdict(f))
         samples = JsonLines(self.dir / "nodes.jsonl")
         everyone = [*self.nodes.values(), *self.clients.values(), *self.publishers]
         supervisor = Supervisor([*self.nodes.values(), *self.clients.values()],
@@ -273,9 +281,10 @@ class ScenarioRun:
     def _verdict(self, record: dict[str, Any]) -> dict[str, Any]:
         v = check(self.dir)
         events = read_jsonl(self.dir / "faults.jsonl")
-        v["faults"] = [e for e in events if e["kind"] != "planned"]
-        v["faults_done"] = sum(e["kind"] == self.sc.fault for e in events)
-        v["node_exits"] = sum(e["kind"] == "exit" and e["target"] in NODES for e in events)
+        v["faults"] = [e for e in events if not e.get("planned")]
+        v["faults_done"] = sum(e["kind"] == self.sc.fault for e in v["faults"])
+        v["node_exits"] = sum(e["kind"] == "exit" and e["target"] in NODES
+                              for e in v["faults"])
         v["max_stall_s"] = _stalls(read_jsonl(self.dir / "nodes.jsonl"))
         v["ok"] = ("error" not in record and v["expected"] > 0 and v["missing"] == 0
                    and (self.sc.delivery != EOS or v["duplicates"] == 0))
