@@ -26,12 +26,18 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from benchmarks.chaos.common import JsonLines, now, random_where, read_jsonl, stop_requested
+from benchmarks.chaos.common import (
+    JsonLines,
+    now,
+    process_args,
+    random_where,
+    read_jsonl,
+    stop_requested,
+)
 from connectors.client import Client
 from connectors.kafka import consumer_config, ensure_partitioned_topic, ensure_topics
 from connectors.serde import decode_raw_event
@@ -166,24 +172,14 @@ class Churn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--bootstrap", required=True)
-    p.add_argument("--node", required=True)
-    p.add_argument("--client", required=True)
-    p.add_argument("--prefix", required=True)
-    p.add_argument("--space", required=True)
-    p.add_argument("--shared", type=int, default=0, help="shared_delivery_partitions")
-    p.add_argument("--run-dir", required=True, type=Path)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--initial-subs", type=int, default=2)
-    p.add_argument("--max-subs", type=int, default=3)
-    p.add_argument("--churn-min", type=float, default=2.0)
-    p.add_argument("--churn-max", type=float, default=5.0)
-    p.add_argument("--no-churn", action="store_true",
-                   help="keep the initial subscriptions for the whole run")
-    a = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    a = process_args(__doc__, "--client", argv, {
+        "--shared": {"type": int, "default": 0, "help": "shared_delivery_partitions"},
+        "--initial-subs": {"type": int, "default": 2},
+        "--max-subs": {"type": int, "default": 3},
+        "--churn-min": {"type": float, "default": 2.0},
+        "--churn-max": {"type": float, "default": 5.0},
+        "--no-churn": {"action": "store_true",
+                       "help": "keep the initial subscriptions for the whole run"}})
     base = a.run_dir / "clients"
     subs_path, deliv_path = base / f"{a.client}.subs.jsonl", base / f"{a.client}.deliv.jsonl"
     history = read_jsonl(subs_path)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -79,3 +82,21 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def stop_requested(run_dir: Path, what: str) -> bool:
     """True once the harness created ``run_dir/<what>`` (e.g. ``stop-churn``)."""
     return os.path.exists(run_dir / what)
+
+
+def process_args(doc: str | None, name_flag: str, argv: list[str] | None,
+                 more: dict[str, dict[str, Any]]) -> argparse.Namespace:
+    """The command line of a client or publisher process (``more``: its own options).
+
+    Also sends its warnings to stderr (the harness keeps one log file per process).
+    """
+    p = argparse.ArgumentParser(description=doc)
+    for flag in ("--bootstrap", "--node", name_flag, "--prefix", "--space"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--run-dir", required=True, type=Path)
+    p.add_argument("--seed", type=int, default=0)
+    for flag, kwargs in more.items():
+        p.add_argument(flag, **kwargs)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return p.parse_args(argv)

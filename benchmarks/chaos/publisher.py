@@ -15,17 +15,14 @@ Only events with an ``ok`` report count as published. It stops when the harness 
 
 from __future__ import annotations
 
-import argparse
-import logging
 import random
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos.common import JsonLines, now, random_event, stop_requested
+from benchmarks.chaos.common import JsonLines, now, process_args, random_event, stop_requested
 from connectors.client import Client
 from connectors.serde import decode_raw_event
 
@@ -35,18 +32,8 @@ FINAL_FLUSH_S = 120.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--bootstrap", required=True)
-    p.add_argument("--node", required=True)
-    p.add_argument("--name", required=True)
-    p.add_argument("--prefix", required=True)
-    p.add_argument("--space", required=True)
-    p.add_argument("--rate", type=float, default=20.0, help="events per second")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--run-dir", required=True, type=Path)
-    a = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    a = process_args(__doc__, "--name", argv, {
+        "--rate": {"type": float, "default": 20.0, "help": "events per second"}})
     out = JsonLines(a.run_dir / "publishers" / f"{a.name}.jsonl")
 
     def on_delivery(err: Any, msg: Any) -> None:
