@@ -19,6 +19,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from connectors.kafka import consumer_config
+from connectors.topics import Topics
+
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_SH = REPO / "docker" / "kafka" / "kafka.sh"
 
@@ -143,6 +148,29 @@ class Proc:
                 return False
             time.sleep(0.2)
         return False
+
+
+def node_lag(bootstrap: str, prefix: str, node: str, neighbours: Sequence[str]) -> int | None:
+    """Records on the node's input topics past its committed offsets (None: unknown).
+
+    One record per partition is not counted: the marker of the last transaction, which an
+    idle node has no reason to commit past. Reads the node's group's offsets without
+    joining the group.
+    """
+    t = Topics(prefix)
+    topics = [t.node_subscribe(node), t.node_unsubscribe(node), t.node_publish(node),
+              *(t.link(n, node) for n in neighbours), *(t.forward(n, node) for n in neighbours)]
+    consumer = Consumer(consumer_config(bootstrap, f"{prefix}-node-{node}", log_level=2))
+    try:
+        lag = 0
+        for tp in consumer.committed([TopicPartition(x, 0) for x in topics], timeout=5):
+            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, 0), timeout=5)
+            lag += max(0, high - (tp.offset if tp.offset >= 0 else low) - 1)
+        return lag
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
 
 
 def metrics(port: int, timeout: float = 1.0) -> dict[str, float] | None:

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos.check import check
-from benchmarks.chaos.cluster import Broker, Proc, Supervisor, metrics
+from benchmarks.chaos.check import INF, check
+from benchmarks.chaos.cluster import Broker, Proc, Supervisor, metrics, node_lag
 from benchmarks.chaos.common import SPACE, JsonLines, now, read_jsonl
 from benchmarks.chaos.scenarios import (
     DEFAULT_SCENARIOS,
@@ -243,11 +243,12 @@ class ScenarioRun:
             for what in ("stop-publish", "stop-churn"):
                 (self.dir / what).touch()
             self.log_fault(kind="stopped_publishing", target="all")
+            record["t_stop"] = now()
             injector.join()
             for pub in self.publishers:
                 if pub.popen is not None:
                     pub.popen.wait(240)
-            record["drain_s"] = self._drain(samples)
+            record["drain_s"], record["drain_end"] = self._drain(samples)
         except Exception as exc:  # a scenario that cannot run is recorded, the next one runs
             record["error"] = repr(exc)
         finally:
@@ -264,19 +265,31 @@ class ScenarioRun:
         record["wall_s"] = round(time.monotonic() - wall0, 1)
         return record
 
-    def _drain(self, samples: JsonLines) -> float:
-        """Wait until no expected pair is missing (plus a moment for late repeats), bounded."""
-        t0 = now()
+    def _drain(self, samples: JsonLines) -> tuple[float, str]:
+        """Wait for the missing pairs, bounded; how long, and why it stopped.
+
+        ``complete``: none missing (then a moment more for late repeats); ``caught_up``:
+        every node has read all its inputs and nothing changed for two checks, so nothing
+        more will come; ``timeout``: :attr:`Params.drain_max` passed (a node still had
+        work: hung, or slow).
+        """
+        t0, calm, last = now(), 0, None
         while True:
             self._sample(samples)
-            missing = check(self.dir)["missing"]
-            if missing == 0:
+            v = check(self.dir)
+            if v["missing"] == 0:
                 time.sleep(3.0)
-                break
+                return round(now() - t0, 1), "complete"
             if now() - t0 > self.p.drain_max:
-                break
+                return round(now() - t0, 1), "timeout"
+            lags = [node_lag(self.broker.bootstrap, self.prefix, n, nb)
+                    for n, nb in NODES.items()]
+            state = (v["missing"], v["delivered_pairs"])
+            calm = calm + 1 if state == last and all(lag == 0 for lag in lags) else 0
+            if calm >= 2:
+                return round(now() - t0, 1), "caught_up"
+            last = state
             time.sleep(5.0)
-        return round(now() - t0, 1)
 
     def _verdict(self, record: dict[str, Any]) -> dict[str, Any]:
         v = check(self.dir)
@@ -285,18 +298,27 @@ class ScenarioRun:
         v["faults_done"] = sum(e["kind"] == self.sc.fault for e in v["faults"])
         v["node_exits"] = sum(e["kind"] == "exit" and e["target"] in NODES
                               for e in v["faults"])
-        v["max_stall_s"] = _stalls(read_jsonl(self.dir / "nodes.jsonl"))
+        v["max_stall_s"] = _stalls(read_jsonl(self.dir / "nodes.jsonl"),
+                                   record.get("t_stop", INF))
+        v["stall_s"] = max(v["max_stall_s"].values(), default=0.0)
+        v["missing_interior"] = v["missing_by_margin"].get("interior", 0)
         v["ok"] = ("error" not in record and v["expected"] > 0 and v["missing"] == 0
                    and (self.sc.delivery != EOS or v["duplicates"] == 0))
         return v
 
 
-def _stalls(samples: list[dict[str, Any]]) -> dict[str, float]:
-    """Per node, the longest time its batch counter did not move (or its page was down)."""
+def _stalls(samples: list[dict[str, Any]], until: float) -> dict[str, float]:
+    """Per node, the longest time its batch counter did not move (or its page was down).
+
+    Only while events were being published (before ``until``): an idle node commits
+    no batch.
+    """
     out: dict[str, float] = {}
     last: dict[str, tuple[float, Any]] = {}
     for s in samples:
         node, t, b = s["node"], s["t"], s.get("batches")
+        if t > until:
+            break
         if node not in last or (b is not None and b != last[node][1]):
             last[node] = (t, b)
         out[node] = round(max(out.get(node, 0.0), t - last[node][0]), 1)
@@ -337,8 +359,10 @@ def _write(out: Path, results: dict[str, Any]) -> None:
     out.write_text(json.dumps(results, indent=1) + "\n")
 
 
-COLUMNS = ("scenario", "published", "expected", "missing", "duplicates", "unexpected",
-           "faults_done", "node_exits", "verdict")
+#: missing_interior: missing pairs more than 1 s inside their window (a loss rather than
+#: an order at the window's edge); stall_s: the longest a node committed no batch.
+COLUMNS = ("scenario", "published", "expected", "missing", "missing_interior", "duplicates",
+           "unexpected", "faults_done", "node_exits", "stall_s", "verdict")
 
 
 def table(records: list[dict[str, Any]], header: bool = True) -> str:
