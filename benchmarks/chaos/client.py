@@ -32,6 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks.chaos.common import (
     JsonLines,
+    RawWriter,
     now,
     process_args,
     random_where,
@@ -136,10 +137,24 @@ class Recorder(threading.Thread):
 class Churn:
     """Subscribes and unsubscribes at random moments; records each call."""
 
-    def __init__(self, args: argparse.Namespace, client: Client, out: JsonLines,
-                 live: list[str], rng: random.Random):
-        self.args, self.client, self.out, self.live, self.rng = args, client, out, live, rng
+    def __init__(self, args: argparse.Namespace, out: JsonLines, live: list[str],
+                 rng: random.Random):
+        self.args, self.out, self.live, self.rng = args, out, live, rng
         self.wait = subscribe_kwargs()
+        self.client: Client | None = None
+        self.raw: RawWriter | None = None
+        if args.raw:  # through the raw topics and the Spark job
+            self.raw = RawWriter(args.bootstrap, args.prefix, args.node, args.client)
+        else:
+            self.client = Client(args.bootstrap, args.node, args.client, args.space,
+                                 topic_prefix=args.prefix,
+                                 shared_delivery_partitions=args.shared)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.raw is not None:
+            self.raw.flush(10)
 
     def subscribe(self) -> None:
         sid = f"{self.args.client}-{uuid.uuid4().hex[:10]}"
@@ -147,7 +162,11 @@ class Churn:
         self.out.write(k="sub_call", sid=sid, where=where, t=now())
         self.live.append(sid)
         try:
-            self.client.subscribe(where, sub_id=sid, **self.wait)
+            if self.raw is not None:
+                self.raw.subscribe(sid, where)
+            else:
+                assert self.client is not None  # noqa: S101
+                self.client.subscribe(where, sub_id=sid, **self.wait)
         except Exception as exc:  # the broker may be down: the outcome is unknown
             self.out.write(k="sub_fail", sid=sid, t=now(), err=repr(exc)[:300])
             return
@@ -157,7 +176,11 @@ class Churn:
         sid = self.live.pop(self.rng.randrange(len(self.live)))
         self.out.write(k="unsub_call", sid=sid, t=now())
         try:
-            self.client.unsubscribe(sid, known_only=False)
+            if self.raw is not None:
+                self.raw.unsubscribe(sid)
+            else:
+                assert self.client is not None  # noqa: S101
+                self.client.unsubscribe(sid, known_only=False)
         except Exception as exc:
             self.out.write(k="unsub_fail", sid=sid, t=now(), err=repr(exc)[:300])
             return
@@ -179,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         "--churn-min": {"type": float, "default": 2.0},
         "--churn-max": {"type": float, "default": 5.0},
         "--no-churn": {"action": "store_true",
-                       "help": "keep the initial subscriptions for the whole run"}})
+                       "help": "keep the initial subscriptions for the whole run"},
+        "--raw": {"action": "store_true",
+                  "help": "(un)subscribe through the raw topics (the Spark job maps them)"}})
     base = a.run_dir / "clients"
     subs_path, deliv_path = base / f"{a.client}.subs.jsonl", base / f"{a.client}.deliv.jsonl"
     history = read_jsonl(subs_path)
@@ -193,9 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     recorder.start()
     recorder.ready.wait(60)
     rng = random.Random(f"{a.seed}:{a.client}:{starts}")
-    client = Client(a.bootstrap, a.node, a.client, a.space, topic_prefix=a.prefix,
-                    shared_delivery_partitions=a.shared)
-    churn = Churn(a, client, subs, live, rng)
+    churn = Churn(a, subs, live, rng)
     if not starts:
         for _ in range(a.initial_subs):
             churn.subscribe()
@@ -211,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     recorder.stop.set()
     recorder.join(10)
     subs.write(k="end", t=now())
-    client.close()
+    churn.close()
     return 0
 
 

@@ -100,3 +100,43 @@ def process_args(doc: str | None, name_flag: str, argv: list[str] | None,
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     return p.parse_args(argv)
+
+
+class RawWriter:
+    """Writes JSON records to the raw topics the Spark mapping job reads (``dls.raw.*``).
+
+    The path without the SDK's mapping: ``spark-map`` maps each record to its node's topic.
+    ``send`` returns once Kafka acknowledged the record (the harness's acknowledgement of a
+    subscription made this way).
+    """
+
+    def __init__(self, bootstrap: str, prefix: str, node: str, client: str,
+                 **kafka: Any) -> None:
+        from confluent_kafka import Producer
+
+        from connectors.kafka import producer_config
+        from connectors.topics import Topics
+
+        self.node, self.client, self.topics = node, client, Topics(prefix)
+        self.producer = Producer(producer_config(bootstrap, **kafka))
+
+    def _record(self, **fields: Any) -> bytes:
+        return json.dumps({"node": self.node, "client": self.client, **fields}).encode()
+
+    def event(self, eid: str, attrs: dict[str, Any]) -> None:
+        self.producer.produce(self.topics.raw_events, self._record(id=eid, attrs=attrs))
+        self.producer.poll(0)
+
+    def subscribe(self, sid: str, where: Any) -> None:
+        self._send(self.topics.raw_subscriptions, self._record(id=sid, where=where))
+
+    def unsubscribe(self, sid: str) -> None:
+        self._send(self.topics.raw_unsubscriptions, self._record(id=sid))
+
+    def _send(self, topic: str, value: bytes, timeout: float = 30.0) -> None:
+        self.producer.produce(topic, value)
+        if self.producer.flush(timeout):
+            raise TimeoutError(f"{topic}: not acknowledged within {timeout} s")
+
+    def flush(self, timeout: float) -> int:
+        return int(self.producer.flush(timeout))

@@ -15,6 +15,7 @@ Only events with an ``ok`` report count as published. It stops when the harness 
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import sys
@@ -22,7 +23,14 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.chaos.common import JsonLines, now, process_args, random_event, stop_requested
+from benchmarks.chaos.common import (
+    JsonLines,
+    RawWriter,
+    now,
+    process_args,
+    random_event,
+    stop_requested,
+)
 from connectors.client import Client
 from connectors.serde import decode_raw_event
 
@@ -33,11 +41,14 @@ FINAL_FLUSH_S = 120.0
 
 def main(argv: list[str] | None = None) -> int:
     a = process_args(__doc__, "--name", argv, {
-        "--rate": {"type": float, "default": 20.0, "help": "events per second"}})
+        "--rate": {"type": float, "default": 20.0, "help": "events per second"},
+        "--raw": {"action": "store_true",
+                  "help": "publish to the raw topic (the Spark job maps the events)"}})
     out = JsonLines(a.run_dir / "publishers" / f"{a.name}.jsonl")
 
     def on_delivery(err: Any, msg: Any) -> None:
-        eid = decode_raw_event(msg.value())["id"]  # a report carries no headers
+        value = msg.value()  # a report carries no headers
+        eid = json.loads(value)["id"] if a.raw else decode_raw_event(value)["id"]
         if err is None:
             out.write(k="dr", id=eid, ok=True, t=now(), p=msg.partition(), o=msg.offset())
         else:
@@ -45,8 +56,14 @@ def main(argv: list[str] | None = None) -> int:
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    client = Client(a.bootstrap, a.node, a.name, a.space, topic_prefix=a.prefix,
-                    on_delivery=on_delivery)
+    if a.raw:  # raw JSON records, mapped by the Spark job
+        raw = RawWriter(a.bootstrap, a.prefix, a.node, a.name, on_delivery=on_delivery)
+        publish: Any = lambda attrs, event_id: raw.event(event_id, attrs)  # noqa: E731
+        producer: Any = raw.producer
+    else:
+        client = Client(a.bootstrap, a.node, a.name, a.space, topic_prefix=a.prefix,
+                        on_delivery=on_delivery)
+        publish, producer = client.publish, client._producer
     rng = random.Random(f"{a.seed}:{a.name}")
     out.write(k="start", t=now(), rate=a.rate)
     period, n = 1.0 / a.rate, 0
@@ -62,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         n += 1
         t0 = now()
         try:
-            client.publish(attrs, event_id=eid)
+            publish(attrs, event_id=eid)
         except BufferError as exc:  # librdkafka's queue is full: this event is not sent
             out.write(k="pub_fail", id=eid, t0=t0, t=now(), err=repr(exc)[:200])
-            client._producer.poll(0.5)
+            producer.poll(0.5)
             continue
         out.write(k="pub", id=eid, a=attrs, t0=t0, t1=now())
-    left = client._producer.flush(FINAL_FLUSH_S)
+    left = producer.flush(FINAL_FLUSH_S)
     out.write(k="end", t=now(), published=n, unreported=left)
     return 0
 

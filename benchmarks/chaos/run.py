@@ -42,6 +42,8 @@ from benchmarks.chaos.scenarios import (
 )
 
 NODES = {"A": ["B"], "B": ["A", "C"], "C": ["B"]}
+#: Subscriptions each client makes before publishing starts (the client's default).
+INITIAL_SUBS = 2
 #: Seconds between a broker's return and the next fault.
 BROKER_SETTLE_S = 10.0
 
@@ -86,6 +88,7 @@ class ScenarioRun:
         self.nodes = {n: self._node(n, nb) for n, nb in NODES.items()}
         self.clients = {c.name: c for c in self._clients()}
         self.publishers = [self._publisher(n) for n in NODES]
+        self.spark = self._spark() if sc.spark else None
         self.t_start = 0.0
 
     # -- processes ---------------------------------------------------------------------------
@@ -113,14 +116,24 @@ class ScenarioRun:
                     sys.executable, "-m", "benchmarks.chaos.client", "--bootstrap",
                     self.broker.bootstrap, "--node", node, "--client", name, "--prefix",
                     self.prefix, "--space", str(self.space), "--run-dir", str(self.dir),
-                    "--seed", str(self.p.seed), "--shared",
+                    "--seed", str(self.p.seed), "--initial-subs", str(INITIAL_SUBS), "--shared",
                     str(self.p.shared_partitions if self.sc.shared else 0),
                     "--churn-min", str(self.p.churn_min), "--churn-max", str(self.p.churn_max),
-                    *([] if self.p.churn else ["--no-churn"])],
+                    *([] if self.p.churn else ["--no-churn"]), *self._raw()],
                     self.dir / "logs" / f"client-{name}.log",
                     ready=lambda subs=subs: any(  # type: ignore[misc]
                         r.get("k") == "ready" for r in read_jsonl(subs))))
         return out
+
+    def _spark(self) -> Proc:
+        return Proc("spark", "spark", [
+            sys.executable, "-m", "dlsroute", "spark-map", "--bootstrap",
+            self.broker.bootstrap, "--space", str(self.space), "--topic-prefix", self.prefix,
+            "--checkpoint", str(self.dir / "spark-checkpoint"), "--nodes", ",".join(NODES),
+            "--master", "local[1]"], self.dir / "logs" / "spark.log")
+
+    def _raw(self) -> list[str]:
+        return ["--raw"] if self.sc.spark else []
 
     def _publisher(self, node: str) -> Proc:
         name = f"p{node}"
@@ -128,7 +141,7 @@ class ScenarioRun:
             sys.executable, "-m", "benchmarks.chaos.publisher", "--bootstrap",
             self.broker.bootstrap, "--node", node, "--name", name, "--prefix", self.prefix,
             "--space", str(self.space), "--rate", str(self.p.rate / len(NODES)), "--seed",
-            str(self.p.seed), "--run-dir", str(self.dir)],
+            str(self.p.seed), "--run-dir", str(self.dir), *self._raw()],
             self.dir / "logs" / f"publisher-{name}.log")
 
     def log_fault(self, **rec: Any) -> None:
@@ -179,6 +192,10 @@ class ScenarioRun:
     def _client_kill(self, f: Fault) -> None:
         self._hold(self.clients[f.target], "kill", f)
 
+    def _spark_kill(self, f: Fault) -> None:
+        assert self.spark is not None  # noqa: S101
+        self._hold(self.spark, "kill", f)
+
     def _broker_kill(self, f: Fault) -> None:
         self.log_fault(kind=f.kind, target="kafka", planned_at=f.at, down_s=f.down_s,
                        pid=self.broker.pid())
@@ -196,6 +213,20 @@ class ScenarioRun:
             if not proc.wait_ready(timeout):
                 raise RuntimeError(f"{proc.kind} {proc.name} not ready within {timeout:.0f} s; "
                                    f"see {proc.log}")
+
+    def _wait_subscriptions(self, timeout: float) -> None:
+        """Wait until every node holds its clients' first subscriptions (the Spark path:
+        the job must be up and have mapped them before publishing starts)."""
+        want = self.p.clients_per_node * INITIAL_SUBS
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = [(metrics(port) or {}).get("dls_subscriptions", 0)
+                    for port in self.ports.values()]
+            if all(n >= want for n in seen):
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"nodes hold {seen} subscriptions after {timeout:.0f} s, not "
+                           f"{want} each; see {self.dir / 'logs'}")
 
     def _sample(self, out: JsonLines) -> None:
         for node, port in self.ports.items():
@@ -218,8 +249,9 @@ class ScenarioRun:
         for f in faults:
             self.faults.write(planned=True, **asdict(f))
         samples = JsonLines(self.dir / "nodes.jsonl")
-        everyone = [*self.nodes.values(), *self.clients.values(), *self.publishers]
-        supervisor = Supervisor([*self.nodes.values(), *self.clients.values()],
+        spark = [self.spark] if self.spark is not None else []
+        everyone = [*self.nodes.values(), *spark, *self.clients.values(), *self.publishers]
+        supervisor = Supervisor([*self.nodes.values(), *spark, *self.clients.values()],
                                 self.log_fault)
         stop = threading.Event()
         injector = threading.Thread(target=self.inject, args=(faults, stop), daemon=True)
@@ -231,7 +263,10 @@ class ScenarioRun:
                                   "duration_s": duration}
         try:
             self._start_all(list(self.nodes.values()), 180)
+            self._start_all(spark, 60)
             self._start_all(list(self.clients.values()), 120)
+            if spark:
+                self._wait_subscriptions(300)
             supervisor.start()
             time.sleep(p.settle_s)
             self.t_start = now()
@@ -392,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--node-kills", type=int, default=10)
     a.add_argument("--broker-kills", type=int, default=2)
     a.add_argument("--client-kills", type=int, default=2)
+    a.add_argument("--spark-kills", type=int, default=2)
     a.add_argument("--stop-seconds", type=float, default=50.0,
                    help="SIGSTOP length (above the consumer session timeout, 45 s)")
     a.add_argument("--no-churn", action="store_true",
@@ -414,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                clients_per_node=args.clients_per_node, churn=not args.no_churn,
                settle_s=args.settle, drain_max=args.drain, port=args.port,
                counts=FaultCounts(args.node_kills, args.broker_kills, args.client_kills,
-                                  args.stop_seconds))
+                                  args.stop_seconds, args.spark_kills))
     work = args.work_dir or Path(tempfile.gettempdir(), "dlsroute-chaos",
                                  f"{seed}-{int(time.time())}")
     results = run(names, p, args.out, work)

@@ -20,8 +20,12 @@ Fault kinds:
   0.5-3 s; the new process resumes its recorder after the last recorded offset and keeps
   the subscriptions its predecessor left live (they are live at the node: nobody
   cancelled them), so they stay expected until it unsubscribes them;
-- ``spark_kill``: the slot for SIGKILL of the Spark mapping query (``dlsroute
-  spark-map``) and a restart on its checkpoint: not run yet (see :data:`SCENARIOS`);
+- ``spark_kill``: SIGKILL of the Spark mapping job (``dlsroute spark-map``: its Python
+  driver and its JVM, one process group), restart on the same checkpoint after 0.5-3 s.
+  In that scenario clients and publishers write JSON records to the raw topics
+  (``dls.raw.*``) instead of using the SDK, so every subscription and event goes through
+  the job; a subscription's acknowledgement is then Kafka's acknowledgement of its raw
+  record;
 - ``none``: no fault (the control: what subscription churn alone does).
 """
 
@@ -42,6 +46,7 @@ class Scenario:
     fault: str
     delivery: str = EOS
     shared: bool = False  # the shared delivery topic instead of one topic per client
+    spark: bool = False  # subscriptions and events through the raw topics and spark-map
     #: why the scenario cannot run yet (None: it runs)
     unavailable: str | None = None
 
@@ -55,10 +60,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("node_stop-eos-topics", "node_stop", EOS, False),
     Scenario("client_kill-eos-topics", "client_kill", EOS, False),
     Scenario("broker_kill-eos-topics", "broker_kill", EOS, False),
-    Scenario("spark_kill", "spark_kill", unavailable=(
-        "not implemented: needs publishers and clients on the raw topics "
-        "(dls.raw.*) and a spark-map process with a checkpoint; the harness has the "
-        "slot (Proc + a restart on the same --checkpoint)")),
+    Scenario("spark_kill-eos-topics", "spark_kill", EOS, False, spark=True),
 )}
 DEFAULT_SCENARIOS = tuple(n for n, s in SCENARIOS.items() if s.unavailable is None)
 
@@ -81,12 +83,15 @@ class FaultCounts:
     broker_kills: int = 2
     client_kills: int = 2
     stop_s: float = 50.0
+    spark_kills: int = 2
 
 
 def min_duration(s: Scenario, counts: FaultCounts) -> float:
     """The shortest publishing phase that holds the scenario's faults."""
     if s.fault == "node_stop":
         return counts.stop_s + 30.0
+    if s.fault == "spark_kill":  # the job takes tens of seconds to start again
+        return 40.0 * counts.spark_kills + 20.0
     if s.fault == "broker_kill":  # a restart of the broker after a SIGKILL takes ~45 s
         return 65.0 * counts.broker_kills + 10.0
     return 20.0
@@ -96,7 +101,7 @@ def plan(s: Scenario, seed: int, duration: float, nodes: Sequence[str],
          clients: Sequence[str], counts: FaultCounts) -> list[Fault]:
     """The faults of ``s`` in a publishing phase of ``duration`` s (deterministic)."""
     rng = random.Random(f"{seed}:{s.name}")
-    if s.fault in ("none", "spark_kill"):
+    if s.fault == "none":
         return []
     first, last = min(8.0, 0.1 * duration), 0.8 * duration
     if s.fault == "node_stop":
@@ -106,6 +111,7 @@ def plan(s: Scenario, seed: int, duration: float, nodes: Sequence[str],
         "node_kill": (counts.node_kills, nodes, (0.5, 3.0)),
         "broker_kill": (counts.broker_kills, ["kafka"], (2.0, 5.0)),
         "client_kill": (counts.client_kills, clients, (0.5, 3.0)),
+        "spark_kill": (counts.spark_kills, ["spark"], (0.5, 3.0)),
     }[s.fault]
     slot = (last - first) / max(n, 1)
     return [Fault(round(first + i * slot + rng.uniform(0, 0.5 * slot), 3), s.fault,
