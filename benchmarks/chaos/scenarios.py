@@ -82,8 +82,12 @@ class FaultCounts:
     node_kills: int = 10
     broker_kills: int = 2
     client_kills: int = 2
-    stop_s: float = 50.0
+    stop_s: float = 50.0  # above librdkafka's default session timeout (45 s)
     spark_kills: int = 2
+
+    def __post_init__(self) -> None:
+        if min(self.node_kills, self.broker_kills, self.client_kills, self.spark_kills) < 0:
+            raise ValueError(f"fault counts must be >= 0: {self}")
 
 
 def min_duration(s: Scenario, counts: FaultCounts) -> float:
