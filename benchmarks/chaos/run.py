@@ -215,9 +215,12 @@ class ScenarioRun:
                                    f"see {proc.log}")
 
     def _wait_subscriptions(self, timeout: float) -> None:
-        """Wait until every node holds its clients' first subscriptions (the Spark path:
-        the job must be up and have mapped them before publishing starts)."""
-        want = self.p.clients_per_node * INITIAL_SUBS
+        """Wait until every node holds a subscription of each of its clients.
+
+        The Spark path: the job must be up and mapping before publishing starts. A client
+        has at least one live subscription from its first on (it churns between 1 and 3).
+        """
+        want = self.p.clients_per_node
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             seen = [(metrics(port) or {}).get("dls_subscriptions", 0)
