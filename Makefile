@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup spark-fetch test test-fast lint bench bench-paper demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
+.PHONY: help setup spark-fetch test test-fast lint bench bench-paper chaos demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
 
 KAFKA_SH := bash docker/kafka/kafka.sh
 
@@ -55,6 +55,10 @@ bench-paper: setup ## The paper's experiments, all systems -> benchmarks/REPORT.
 bench-propagation: setup ## subscribe() to first delivery across A-B-C on the local Kafka (KAFKA_PORT)
 	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
 	$(PY) -m benchmarks.propagation --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/propagation.json
+
+CHAOS_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATION)) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(CHAOS_PORT),--port $(CHAOS_PORT))
+chaos: setup ## Fault harness on its own Kafka (~15 min; SEED, DURATION, SCENARIOS, CHAOS_PORT) -> benchmarks/results/chaos.json
+	$(PY) -m benchmarks.chaos $(CHAOS_ARGS) --out benchmarks/results/chaos.json
 
 demo: setup ## Three-node demo on a local Kafka (started and stopped unless running; KAFKA_PORT)
 	$(VENV)/bin/dlsroute demo --kafka --port $(or $(KAFKA_PORT),9092)

@@ -1,0 +1,7 @@
+"""``python -m benchmarks.chaos``: see :mod:`benchmarks.chaos.run`."""
+
+import sys
+
+from benchmarks.chaos.run import main
+
+sys.exit(main())

@@ -1,0 +1,123 @@
+"""The scenarios of the fault harness and their faults, planned from the run's seed.
+
+A scenario is one network (nodes A-B-C, a fresh topic prefix) in one delivery mode and
+delivery layout, under one kind of fault. Its faults are drawn up front from
+``Random(f"{seed}:{scenario}")`` (moments, targets, down times), so a seed reproduces the
+plan; the moments actually reached are logged (a fault waits for the one before it).
+
+Fault kinds:
+
+- ``node_kill``: SIGKILL of a node's process group, restart with the same config (same
+  consumer group and transactional id) after 0.5-3 s;
+- ``node_stop``: SIGSTOP of a node for longer than its consumer session timeout
+  (librdkafka's default 45 s; the node has no setting for it), then SIGCONT;
+- ``broker_kill``: SIGKILL of the Kafka broker's JVM under load (nodes are mid
+  transaction nearly always at the harness's rates), restart on the same data after
+  2-5 s (``kafka.sh up``; the restart itself then took ~45 s in the first runs: the
+  restarted controller refuses the broker's registration until the dead one's session
+  has expired);
+- ``client_kill``: SIGKILL of a client process, restart with the same client id after
+  0.5-3 s; the new process resumes its recorder after the last recorded offset and keeps
+  the subscriptions its predecessor left live (they are live at the node: nobody
+  cancelled them), so they stay expected until it unsubscribes them;
+- ``spark_kill``: SIGKILL of the Spark mapping job (``dlsroute spark-map``: its Python
+  driver and its JVM, one process group), restart on the same checkpoint after 0.5-3 s.
+  In that scenario clients and publishers write JSON records to the raw topics
+  (``dls.raw.*``) instead of using the SDK, so every subscription and event goes through
+  the job; a subscription's acknowledgement is then Kafka's acknowledgement of its raw
+  record;
+- ``none``: no fault (the control: what subscription churn alone does).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+EOS, ALO = "exactly_once", "at_least_once"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One network under one kind of fault."""
+
+    name: str
+    fault: str
+    delivery: str = EOS
+    shared: bool = False  # the shared delivery topic instead of one topic per client
+    spark: bool = False  # subscriptions and events through the raw topics and spark-map
+    #: why the scenario cannot run yet (None: it runs)
+    unavailable: str | None = None
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("baseline", "none"),
+    Scenario("node_kill-eos-topics", "node_kill", EOS, False),
+    Scenario("node_kill-eos-shared", "node_kill", EOS, True),
+    Scenario("node_kill-alo-topics", "node_kill", ALO, False),
+    Scenario("node_kill-alo-shared", "node_kill", ALO, True),
+    Scenario("node_stop-eos-topics", "node_stop", EOS, False),
+    Scenario("client_kill-eos-topics", "client_kill", EOS, False),
+    Scenario("broker_kill-eos-topics", "broker_kill", EOS, False),
+    Scenario("spark_kill-eos-topics", "spark_kill", EOS, False, spark=True),
+)}
+DEFAULT_SCENARIOS = tuple(n for n, s in SCENARIOS.items() if s.unavailable is None)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planned fault: ``at`` seconds after the publishers started."""
+
+    at: float
+    kind: str
+    target: str
+    down_s: float
+
+
+@dataclass(frozen=True)
+class FaultCounts:
+    """How many faults of each kind a scenario gets, and how long a node stays stopped."""
+
+    node_kills: int = 10
+    broker_kills: int = 2
+    client_kills: int = 2
+    stop_s: float = 50.0  # above librdkafka's default session timeout (45 s)
+    spark_kills: int = 2
+
+    def __post_init__(self) -> None:
+        if min(self.node_kills, self.broker_kills, self.client_kills, self.spark_kills) < 0:
+            raise ValueError(f"fault counts must be >= 0: {self}")
+
+
+def min_duration(s: Scenario, counts: FaultCounts) -> float:
+    """The shortest publishing phase that holds the scenario's faults."""
+    if s.fault == "node_stop":
+        return counts.stop_s + 30.0
+    if s.fault == "spark_kill":  # the job takes tens of seconds to start again
+        return 40.0 * counts.spark_kills + 20.0
+    if s.fault == "broker_kill":  # a restart of the broker after a SIGKILL takes ~45 s
+        return 65.0 * counts.broker_kills + 10.0
+    return 20.0
+
+
+def plan(s: Scenario, seed: int, duration: float, nodes: Sequence[str],
+         clients: Sequence[str], counts: FaultCounts) -> list[Fault]:
+    """The faults of ``s`` in a publishing phase of ``duration`` s (deterministic)."""
+    rng = random.Random(f"{seed}:{s.name}")
+    if s.fault == "none":
+        return []
+    first, last = min(8.0, 0.1 * duration), 0.8 * duration
+    if s.fault == "node_stop":
+        at = first + rng.uniform(0, 3.0)
+        return [Fault(round(at, 3), "node_stop", rng.choice(nodes), counts.stop_s)]
+    n, targets, down = {
+        "node_kill": (counts.node_kills, nodes, (0.5, 3.0)),
+        "broker_kill": (counts.broker_kills, ["kafka"], (2.0, 5.0)),
+        "client_kill": (counts.client_kills, clients, (0.5, 3.0)),
+        "spark_kill": (counts.spark_kills, ["spark"], (0.5, 3.0)),
+    }[s.fault]
+    slot = (last - first) / max(n, 1)
+    return [Fault(round(first + i * slot + rng.uniform(0, 0.5 * slot), 3), s.fault,
+                  rng.choice(list(targets)), round(rng.uniform(*down), 3))
+            for i in range(n)]
