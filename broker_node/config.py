@@ -83,6 +83,10 @@ class NodeSettings(BaseSettings):
                     "per event and partition listing its clients in the dls-clients "
                     "header (clients must be told the same N)")
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    session_timeout_ms: int = Field(
+        default=45_000, ge=1000, le=3_600_000,
+        description="the consumer group session: how long the broker waits for a silent "
+                    "node (stopped, cut off) before it takes its partitions away")
     publish_delay_s: float = Field(
         default=60.0, gt=0, le=86_400,
         description="the oldest an event may be when it reaches the broker: the node's "

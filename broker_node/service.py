@@ -187,7 +187,8 @@ class NodeService:
         # waiting for the dead member's session to time out.
         consumer = Consumer(consumer_config(
             s.bootstrap, s.consumer_group, **{"group.instance.id": f"{s.consumer_group}-0",
-                                              "on_commit": partial(log_failed_commit, s.node)},
+                                              "on_commit": partial(log_failed_commit, s.node),
+                                              "session.timeout.ms": s.session_timeout_ms},
             **s.kafka_security()))
         self._consumer = consumer
         errors = DeliveryErrors()

@@ -9,6 +9,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -39,16 +40,23 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
                         starting_offsets=args.starting_offsets,
                         max_offsets_per_trigger=args.max_offsets, query_name="dls-spark-map")
 
+    stopping = threading.Event()
+
     def stop(signum: int, frame: Any) -> None:
+        # query.stop() inside the handler re-enters Py4J while the main thread waits in
+        # it ("reentrant call"): the handler only asks; the main thread stops the query.
         del signum, frame
-        query.stop()
+        stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        query.awaitTermination()
+        while not stopping.is_set() and query.isActive:
+            query.awaitTermination(0.5)
     except KeyboardInterrupt:
-        query.stop()
+        pass
     finally:
+        if query.isActive:
+            query.stop()
         rows = input_rows(query)
         error = query.exception()
         spark.stop()
