@@ -51,7 +51,7 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         while not stopping.is_set() and query.isActive:
-            query.awaitTermination(0.5)
+            query.awaitTermination(1)
     except KeyboardInterrupt:
         pass
     finally:
