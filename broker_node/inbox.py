@@ -342,7 +342,7 @@ class Inbox:
             if rec["source"] != self.link_source[topic]:
                 return DeadLetter.of(msg, f"a link message on {topic} names source "
                                      f"{rec['source']!r}", "source", rec["source"])
-        else:
+        elif want != "Heartbeat":
             try:
                 self.deliver_topic(rec["client"])
             except DLSError as exc:

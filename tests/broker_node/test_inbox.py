@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Message
 
 from broker_node.inbox import (
+    Beat,
     DeadLetter,
     Inbox,
     LinkChange,
@@ -166,3 +167,19 @@ def test_a_dead_letter_message_names_its_source_and_reason() -> None:
         (f"{PUBLISH}[0]@7", "bad label", HEADER_LABEL, b"e7")
     assert dict(headers) == {HEADER_DLQ_REASON: b"bad label",
                              HEADER_DLQ_SOURCE: f"{PUBLISH}[0]@7".encode()}
+
+
+def test_a_heartbeat_on_a_forwarded_event_topic_is_read_as_one(inbox: Inbox) -> None:
+    from connectors.serde import encode_heartbeat
+    from connectors.topics import HEARTBEAT_KEY
+
+    beat = Message(topic=FWD, partition=0, offset=3, key=HEARTBEAT_KEY,
+                   value=encode_heartbeat("B", 1234, 56, True))
+    assert not inbox.is_event(beat)
+    rec = inbox.control(beat)
+    assert isinstance(rec, Beat)
+    assert (rec.source, rec.watermark_ms, rec.link_applied, rec.wants_watermark) == (
+        "B", 1234, 56, True)
+    spoofed = inbox.control(Message(topic=FWD, partition=0, offset=4, key=HEARTBEAT_KEY,
+                                    value=encode_heartbeat("C", 1, 1)))
+    assert isinstance(spoofed, DeadLetter) and "must come from B" in spoofed.reason
