@@ -166,13 +166,15 @@ def _read(reader: Consumer, todo: dict[tuple[str, int], tuple[int, int]],
     seen: list[Message] = []
     while left:
         batch = reader.consume(10_000, 0.5)
-        moved = bool(batch)
+        moved = False  # an error event (the broker is down) is no progress
         if any(map(Message.error, batch)):
             for m in batch:
                 err = m.error()
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     left.discard((topic_of(m), m.partition() or 0))
+                    moved = True
             batch = [ok for m in batch if (ok := check_message(m)) is not None]
+        moved = moved or bool(batch)
         kept = [m for m in batch if offset_of(m) < end[(topic_of(m), m.partition() or 0)]]
         seen += kept
         done = [k for k, nxt in next_offsets(batch).items() if nxt >= end[k]]
