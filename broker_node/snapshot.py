@@ -165,8 +165,7 @@ def encode(data: SnapshotData) -> bytes:
     arrays: dict[str, np.ndarray] = {}
     meta: dict[str, Any] = {
         "node": data.node, "group": data.group, "neighbours": list(data.neighbours),
-        "covered": data.covered, "received": list(data.received),
-        "pending": [_message_record(m) for m in data.pending]}
+        "covered": data.covered, "received": list(data.received)}
     meta["clients_sep"] = _put_strings(arrays, "clients", data.clients)
     meta["ids_sep"] = _put_strings(arrays, "ids", data.sub_ids)
     arrays["owner"] = _narrow(data.sub_clients)
@@ -176,6 +175,7 @@ def encode(data: SnapshotData) -> bytes:
                              for i, ls in enumerate(data.received.values())]
     _put_blobs(arrays, "cancelled_old", data.cancelled_old)
     _put_blobs(arrays, "cancelled_new", data.cancelled_new)
+    meta["pending"] = _put_messages(arrays, "pending", data.pending)
     header = json.dumps({"format": FORMAT, "meta": meta, "arrays": [
         [name, a.dtype.str, len(a)] for name, a in arrays.items()]}).encode()
     return b"".join([_MAGIC, _LEN.pack(len(header)), header,
@@ -223,7 +223,7 @@ def decode(buf: bytes | bytearray | memoryview) -> SnapshotData:
                   enumerate(zip(meta["received"], meta["received_base"], strict=True))},
         cancelled_old=_get_blobs(arrays, "cancelled_old"),
         cancelled_new=_get_blobs(arrays, "cancelled_new"),
-        pending=[_message_of(r) for r in meta["pending"]])
+        pending=_get_messages(arrays, "pending", meta["pending"]))
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
@@ -280,20 +280,37 @@ def _get_blobs(arrays: dict[str, np.ndarray], name: str) -> list[bytes]:
     return [raw[a:b] for a, b in zip([0, *ends], ends, strict=False)]
 
 
-def _message_record(msg: Message) -> dict[str, Any]:
-    """A consumed message as JSON data (an unsubscription waiting in the snapshot)."""
-    ts_type, ts = msg.timestamp()
-    return {"topic": topic_of(msg), "partition": msg.partition(), "offset": offset_of(msg),
-            "timestamp": [ts_type, ts],
-            "value": base64.b64encode(msg.value() or b"").decode(),
-            "headers": [[k, base64.b64encode(v).decode()] for k, v in message_headers(msg)]}
+def _put_messages(arrays: dict[str, np.ndarray], name: str, msgs: Sequence[Message]
+                  ) -> dict[str, Any]:
+    """Consumed messages (the unsubscriptions waiting in a snapshot) as arrays.
+
+    Returns what goes in the JSON header: their topics, and the headers of the few that
+    have any (base64).
+    """
+    topics = sorted({topic_of(m) for m in msgs})
+    index = {t: i for i, t in enumerate(topics)}
+    stamps = [m.timestamp() for m in msgs]
+    arrays[f"{name}.topic"] = np.array([index[topic_of(m)] for m in msgs], dtype=np.int64)
+    arrays[f"{name}.partition"] = np.array([m.partition() or 0 for m in msgs], np.int64)
+    arrays[f"{name}.offset"] = np.array([offset_of(m) for m in msgs], dtype=np.int64)
+    arrays[f"{name}.ts"] = np.array([ts for _, ts in stamps], dtype=np.int64)
+    arrays[f"{name}.tstype"] = np.array([kind for kind, _ in stamps], dtype=np.int64)
+    _put_blobs(arrays, f"{name}.value", [m.value() or b"" for m in msgs])
+    headers = {str(i): [[k, base64.b64encode(v).decode()] for k, v in message_headers(m)]
+               for i, m in enumerate(msgs) if m.headers()}
+    return {"topics": topics, "headers": headers}
 
 
-def _message_of(rec: dict[str, Any]) -> Message:
-    """The message of :func:`_message_record`."""
-    return Message(topic=rec["topic"], partition=rec["partition"], offset=rec["offset"],
-                   timestamp=tuple(rec["timestamp"]), value=base64.b64decode(rec["value"]),
-                   headers=[(k, base64.b64decode(v)) for k, v in rec["headers"]])
+def _get_messages(arrays: dict[str, np.ndarray], name: str, meta: dict[str, Any]
+                  ) -> list[Message]:
+    topics, headers = meta["topics"], meta["headers"]
+    values = _get_blobs(arrays, f"{name}.value")
+    cols = zip(arrays[f"{name}.topic"].tolist(), arrays[f"{name}.partition"].tolist(),
+               arrays[f"{name}.offset"].tolist(), arrays[f"{name}.tstype"].tolist(),
+               arrays[f"{name}.ts"].tolist(), values, strict=True)
+    return [Message(topic=topics[t], partition=p, offset=o, timestamp=(kind, ts), value=v,
+                    headers=[(k, base64.b64decode(h)) for k, h in headers.get(str(i), [])])
+            for i, (t, p, o, kind, ts, v) in enumerate(cols)]
 
 
 # -- comparison -------------------------------------------------------------------------------

@@ -227,3 +227,17 @@ def test_a_cut_or_foreign_stream_is_refused(space_path: Path, cut: int) -> None:
     with pytest.raises(BrokerError) as err:
         decode(raw[:cut] if cut else b"PK\x03\x04" + raw[4:])
     assert err.value.field == "snapshot"
+
+
+def test_a_waiting_unsubscription_keeps_its_message(space_path: Path) -> None:
+    """Its grace may run out after the restart: its dead letter names where it was read."""
+    node = Node(space_path)
+    msg = Message(topic=UNSUB, partition=0, offset=41, timestamp=(1, 1234),
+                  value=encode_label_unsubscription("ann", "late"),
+                  headers=[("trace", b"\x00\xff"), ("x", b"")])
+    node.controls.apply([msg], replay=False)
+    fresh = _round_trip(node, space_path)
+    got = fresh.controls.pending["late"]
+    assert (got.client, got.timestamp) == ("ann", 1234)
+    assert (got.msg.topic(), got.msg.partition(), got.msg.offset()) == (UNSUB, 0, 41)
+    assert got.msg.value() == msg.value() and got.msg.headers() == msg.headers()
