@@ -109,10 +109,10 @@ class NodeSettings(BaseSettings):
                     "would collect many times per batch "
                     "(docs/architecture.md#garbage-collection); 0 keeps the default")
     snapshot_every_messages: int = Field(
-        default=20_000, ge=0,
+        default=2_000, ge=0,
         description="write a snapshot of the state to <prefix>.node.<node>.snapshot once "
-                    "this many control messages (or a tenth of the live subscriptions, if "
-                    "more) were applied since the last one; a restart reads the latest "
+                    "this many control messages (or 2% of the live subscriptions, if more) "
+                    "were applied since the last one; a restart reads the latest "
                     "snapshot and replays only the control messages after it "
                     "(docs/architecture.md#repeats-and-recovery). 0: no snapshots, a "
                     "restart replays the whole history")

@@ -95,7 +95,7 @@ RETRY_S = 5.0
 #: 1/LIVE_SHARE of the live subscriptions if more: the pause a snapshot costs grows with the
 #: state, so spacing snapshots with it keeps that cost per control message flat, while the
 #: tail a restart replays stays a fixed share of the live state.
-LIVE_SHARE = 10
+LIVE_SHARE = 50
 _HEADER_ID = "dls-snapshot"
 _MANIFEST_KEY = b"manifest"
 
@@ -165,7 +165,11 @@ def _read(reader: Consumer, todo: dict[tuple[str, int], tuple[int, int]],
     left = set(todo)
     seen: list[Message] = []
     while left:
-        batch = reader.consume(10_000, 0.5)
+        # Wait for the first message only, then take what is fetched already: a consume of
+        # many messages would wait out its whole timeout at the end of a range.
+        batch = reader.consume(1, 0.5)
+        if batch:
+            batch += reader.consume(10_000, 0)
         moved = False  # an error event (the broker is down) is no progress
         if any(map(Message.error, batch)):
             for m in batch:
