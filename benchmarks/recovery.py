@@ -102,7 +102,7 @@ class RunSettings:
     d: int = 3
     g: int = 32
     seed: int = 0
-    samples: int = 3  # restarts measured per case and mode (1M: fewer, see samples_for)
+    samples: int = 5  # restarts measured per case and mode (1M: 2)
     wait_s: float = 1800.0
 
 
@@ -309,11 +309,13 @@ def snapshot_records(case: Case, svc: NodeService, rec: Recorder) -> None:
 def pause_records(case: Case, rec: Recorder) -> None:
     if case.pauses:
         worst = max(case.pauses, key=lambda p: p[1])
-        rec.add("snapshot", {"case": case.name, "snapshots": len(case.pauses),
-                             "live_at_worst": worst[0]}, "snapshot_pause_max_in_loop",
-                worst[1], "s")
-        rec.log(f"  {case.name}: {len(case.pauses)} snapshots in the loop, longest pause "
-                f"{worst[1]:.2f} s at {worst[0]} subscriptions")
+        median = statistics.median(p[1] for p in case.pauses)
+        params = {"case": case.name, "snapshots": len(case.pauses), "live_at_worst": worst[0],
+                  "live_at_end": case.pauses[-1][0]}
+        rec.add("snapshot", params, "snapshot_pause_max_in_loop", worst[1], "s")
+        rec.add("snapshot", params, "snapshot_pause_median_in_loop", median, "s")
+        rec.log(f"  {case.name}: {len(case.pauses)} snapshots in the loop, median pause "
+                f"{median:.3f} s, longest {worst[1]:.2f} s at {worst[0]} subscriptions")
         case.pauses.clear()
 
 
@@ -330,13 +332,27 @@ def loaded(case: Case, svc: NodeService, t0: float, rec: Recorder) -> None:
 def live_case(bootstrap: str, w: Workload, n: int, s: RunSettings, tmp: Path,
               rec: Recorder) -> Case:
     """Node A fed ``s0 .. s<n-1>``; its restarts measured. Its topics stay (close later)."""
+    values = [w.subscription(i, f"s{i}") for i in range(n)]
+    # The same load on a node without snapshots first: what taking them costs the loop.
+    plain = Case(bootstrap, f"live-{n}", w.spec(n), tmp, rec)
+    try:
+        svc, _ = plain.started(snapshot_every_messages=0)
+        t0 = time.perf_counter()
+        with plain.running(svc, s.wait_s):
+            plain.write(plain.sub, values)
+        took = time.perf_counter() - t0
+        svc.close()
+        rec.add("replay", {"case": plain.name, "live": n, "history_ops": n},
+                "live_phase_time", took, "s")
+        rec.log(f"{plain.name}: {n} subscriptions applied in {took:.1f} s without snapshots")
+    finally:
+        plain.close()
     case = Case(bootstrap, f"live-{n}", w.spec(n), tmp, rec)
     svc, _ = case.started()
     t0 = time.perf_counter()
     with case.running(svc, s.wait_s):
-        for a in range(0, n, 100_000):
-            rows = range(a, min(n, a + 100_000))
-            case.write(case.sub, [w.subscription(i, f"s{i}") for i in rows])
+        case.write(case.sub, values)
+    del values
     loaded(case, svc, t0, rec)
     snapshot_records(case, svc, rec)
     svc.close()
@@ -491,7 +507,9 @@ def plot(records: list[dict[str, Any]], path: Path) -> bool:
         labels.append(f"{c}\n{r['params']['history_ops']:,} ops\ntail "
                       f"{r['params']['messages_replayed']:,}" if r else c)
     right.set_xticks(x, labels, fontsize=8)
-    right.set(ylabel="NodeService.start() (s)",
+    for bars in right.containers:
+        right.bar_label(bars, fmt="%.1f", fontsize=7)
+    right.set(yscale="log", ylabel="NodeService.start() (s)",
               title=f"{churn_live:,} live: no churn vs after churn")
     right.legend(fontsize=8)
     fig.tight_layout()
