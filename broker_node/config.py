@@ -112,10 +112,10 @@ class NodeSettings(BaseSettings):
         default=2_000, ge=0,
         description="write a snapshot of the state to <prefix>.node.<node>.snapshot once "
                     "this many control messages (or 2% of the live subscriptions, if more) "
-                    "were applied since the last one; a restart reads the latest "
-                    "snapshot and replays only the control messages after it "
-                    "(docs/architecture.md#repeats-and-recovery). 0: no snapshots, a "
-                    "restart replays the whole history")
+                    "were applied since the last one, and ten times its own pause has "
+                    "passed; a restart reads the latest snapshot and replays only the "
+                    "control messages after it (docs/architecture.md#repeats-and-recovery). "
+                    "0: no snapshots, a restart replays the whole history")
     snapshot_interval_s: float = Field(
         default=300.0, gt=0,
         description="also write one when this long has passed since the last one and a "

@@ -65,6 +65,7 @@ from connectors.topics import Topics, headers_dict, source_of
 __all__ = [
     "CHUNK_BYTES",
     "LIVE_SHARE",
+    "PAUSE_SHARE",
     "PROGRESS_LOG_S",
     "SNAPSHOT_TOPIC_CONFIG",
     "Recovered",
@@ -96,6 +97,11 @@ RETRY_S = 5.0
 #: state, so spacing snapshots with it keeps that cost per control message flat, while the
 #: tail a restart replays stays a fixed share of the live state.
 LIVE_SHARE = 50
+#: Two snapshots are at least this many times the last one's pause apart: taking snapshots
+#: costs the loop at most about 1/PAUSE_SHARE of its time, whatever the load (a burst of
+#: subscriptions then leaves a tail longer than the bound above, of what the node applied
+#: within that time, which a restart replays in about that time).
+PAUSE_SHARE = 10
 _HEADER_ID = "dls-snapshot"
 _MANIFEST_KEY = b"manifest"
 
@@ -455,7 +461,8 @@ class Snapshotter:
 
     Due when ``snapshot_every_messages`` control messages (or 1/:data:`LIVE_SHARE` of the
     live subscriptions, if more) were applied since the last one (those replayed at start
-    count), or ``snapshot_interval_s`` has passed with at least one. Safe right after a
+    count), or ``snapshot_interval_s`` has passed with at least one; and at least
+    :data:`PAUSE_SHARE` times the last snapshot's pause after it. Safe right after a
     synchronous commit: the node's loop calls :meth:`after_batch` between batches; at least
     once, it commits synchronously first (flushing the outputs), and the snapshot is taken
     only when the group coordinator's committed offsets of the control topics equal the
@@ -474,6 +481,7 @@ class Snapshotter:
         self.tail = recovered.replayed  # control messages applied since the last snapshot
         self.seen = metrics.control_in
         self.last = time.monotonic()
+        self.gap = 0.0  # the least time between two snapshots (PAUSE_SHARE times a pause)
         self.retry_at = 0.0
 
     def after_batch(self) -> None:
@@ -484,7 +492,7 @@ class Snapshotter:
         now = time.monotonic()
         tail = self.tail + self.metrics.control_in - self.seen
         every = max(self.s.snapshot_every_messages, len(self.state) // LIVE_SHARE)
-        if tail <= 0 or now < self.retry_at or (
+        if tail <= 0 or now < self.retry_at or now - self.last < self.gap or (
                 tail < every and now - self.last < self.s.snapshot_interval_s):
             return
         self.take()
@@ -500,10 +508,11 @@ class Snapshotter:
             return False
         data = capture(self.state, self.controls, group=self.s.consumer_group,
                        covered=covered)
-        self.tail, self.seen, self.last = 0, self.metrics.control_in, time.monotonic()
         self.store.start(data)
-        log.info("node %s: snapshot of %d subscriptions taken in %.2f s (loop paused)",
-                 self.s.node, len(data), time.monotonic() - t0)
+        self.tail, self.seen, self.last = 0, self.metrics.control_in, time.monotonic()
+        self.gap = PAUSE_SHARE * (self.last - t0)
+        log.debug("node %s: snapshot of %d subscriptions taken in %.3f s (loop paused)",
+                  self.s.node, len(data), self.last - t0)
         return True
 
     def _covered(self) -> dict[str, int] | None:
