@@ -109,9 +109,9 @@ class NodeSettings(BaseSettings):
                     "would collect many times per batch "
                     "(docs/architecture.md#garbage-collection); 0 keeps the default")
     snapshot_every_messages: int = Field(
-        default=2_000, ge=0,
+        default=1_000, ge=0,
         description="write a snapshot of the state to <prefix>.node.<node>.snapshot once "
-                    "this many control messages (or 2% of the live subscriptions, if more) "
+                    "this many control messages (or 1% of the live subscriptions, if more) "
                     "were applied since the last one, and ten times its own pause has "
                     "passed; a restart reads the latest snapshot and replays only the "
                     "control messages after it (docs/architecture.md#repeats-and-recovery). "

@@ -96,7 +96,7 @@ RETRY_S = 5.0
 #: 1/LIVE_SHARE of the live subscriptions if more: the pause a snapshot costs grows with the
 #: state, so spacing snapshots with it keeps that cost per control message flat, while the
 #: tail a restart replays stays a fixed share of the live state.
-LIVE_SHARE = 50
+LIVE_SHARE = 100
 #: Two snapshots are at least this many times the last one's pause apart: taking snapshots
 #: costs the loop at most about 1/PAUSE_SHARE of its time, whatever the load (a burst of
 #: subscriptions then leaves a tail longer than the bound above, of what the node applied
@@ -373,6 +373,7 @@ class SnapshotStore:
         self.topic = Topics(s.topic_prefix).node_snapshot(s.node)
         self.latest = latest
         self.write: _Write | None = None
+        self.failed = False  # the last write failed
         extra: dict[str, Any] = {"compression.type": "lz4", "linger.ms": 5}
         self.producer = Producer(producer_config(s.bootstrap, **extra, **s.kafka_security()))
 
@@ -391,6 +392,7 @@ class SnapshotStore:
                     "subscriptions": len(data), "created_ms": int(time.time() * 1000),
                     "written": {**written, slot: len(parts)}}
         w = _Write(manifest, max(len(parts), written[slot]), t0)
+        self.failed = False
 
         def delivered(err: Any, msg: Message) -> None:
             if err is not None:
@@ -432,7 +434,7 @@ class SnapshotStore:
         if w.error is not None:
             log.error("node %s: snapshot %s not written (%s); the previous one stays",
                       self.s.node, w.manifest["id"], w.error)
-            self.write = None
+            self.write, self.failed = None, True
         elif w.done:
             m = w.manifest
             log.info("node %s: snapshot %s written in %.1f s: %d subscriptions, %d bytes in "
@@ -466,8 +468,8 @@ class Snapshotter:
     synchronous commit: the node's loop calls :meth:`after_batch` between batches; at least
     once, it commits synchronously first (flushing the outputs), and the snapshot is taken
     only when the group coordinator's committed offsets of the control topics equal the
-    consumer's positions (the state holds exactly what is
-    committed).
+    consumer's positions (the state holds exactly what is committed). A write that fails
+    leaves the previous snapshot, and the tail it would have covered counts again.
     """
 
     def __init__(self, s: NodeSettings, consumer: Consumer, committer: Committer,
@@ -482,12 +484,15 @@ class Snapshotter:
         self.seen = metrics.control_in
         self.last = time.monotonic()
         self.gap = 0.0  # the least time between two snapshots (PAUSE_SHARE times a pause)
+        self.carried = 0  # the tail the snapshot being written covers
         self.retry_at = 0.0
 
     def after_batch(self) -> None:
         """Between batches: advance a write in flight, or take a snapshot if due."""
         if self.store.write is not None:
-            self.store.poll()
+            if self.store.poll() and self.store.failed:  # that tail is not covered after all
+                self.tail += self.carried
+                self.retry_at = time.monotonic() + RETRY_S
             return
         now = time.monotonic()
         tail = self.tail + self.metrics.control_in - self.seen
@@ -509,6 +514,7 @@ class Snapshotter:
         data = capture(self.state, self.controls, group=self.s.consumer_group,
                        covered=covered)
         self.store.start(data)
+        self.carried = self.tail + self.metrics.control_in - self.seen
         self.tail, self.seen, self.last = 0, self.metrics.control_in, time.monotonic()
         self.gap = PAUSE_SHARE * (self.last - t0)
         log.debug("node %s: snapshot of %d subscriptions taken in %.3f s (loop paused)",

@@ -351,7 +351,7 @@ def test_recovery_rereads_a_number_of_control_messages_bounded_by_the_live_state
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: a restart re-read the whole history (60,000 messages here, for 200 live
-    subscriptions); now the latest snapshot plus at most ``snapshot_every_messages`` (2,000)
+    subscriptions); now the latest snapshot plus at most ``snapshot_every_messages`` (1,000)
     and a batch.
 
     Default settings only, so that the same test runs on code without snapshots.
