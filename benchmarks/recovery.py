@@ -74,6 +74,7 @@ from benchmarks.core import (
     write_results,
 )
 from benchmarks.kafka import Recorder, delete_run_topics
+from benchmarks.report import _plot_lib
 from benchmarks.workload import WorkloadParams, generate, space_spec
 from broker_node.config import NodeSettings
 from broker_node.recovery import LIVE_SHARE
@@ -425,6 +426,52 @@ def bar(base: Case, other: Case, rec: Recorder) -> float:
     return ratio
 
 
+def plot(records: list[dict[str, Any]], path: Path) -> bool:
+    """Recovery time vs live subscriptions, and the churn cases against live 100K."""
+    plt = _plot_lib()  # matplotlib's pyplot on the Agg backend, None without matplotlib
+    if plt is None:
+        return False
+    med = {(r["system"], r["params"]["case"]): r for r in records
+           if r["metric"] == "recovery_time_median"}
+    if not med:
+        return False
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for system, style in (("snapshot", "o-"), ("replay", "s--")):
+        pts = sorted((r["params"]["live"], r["value"]) for (sy, c), r in med.items()
+                     if sy == system and c.startswith("live-"))
+        if pts:
+            left.plot(*zip(*pts, strict=True), style, label=system)
+    left.set(xscale="log", yscale="log", xlabel="live subscriptions (no churn)",
+             ylabel="NodeService.start() (s)", title="recovery vs live state")
+    left.legend()
+    live_cases = sorted((r["params"]["live"], c) for (_, c), r in med.items()
+                        if c.startswith("live-"))
+    churn_live = next((r["params"]["live"] for (_, c), r in med.items() if c == "churn"), None)
+    cases = [c for n, c in live_cases if n == churn_live][:1] + ["churn", "churn-worst"]
+    x = np.arange(len(cases))
+    for k, system in enumerate(("snapshot", "replay")):
+        vals = [med[(system, c)]["value"] if (system, c) in med else 0 for c in cases]
+        right.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=system)
+    if (("snapshot", cases[0]) in med):
+        right.axhline(BAR * med[("snapshot", cases[0])]["value"], color="k", lw=0.8, ls=":",
+                      label=f"bar: {BAR}x {cases[0]} (snapshot)")
+    labels = []
+    for c in cases:
+        r = med.get(("snapshot", c))
+        labels.append(f"{c}\n{r['params']['history_ops']:,} ops\ntail "
+                      f"{r['params']['messages_replayed']:,}" if r else c)
+    right.set_xticks(x, labels, fontsize=8)
+    for bars in right.containers:
+        right.bar_label(bars, fmt="%.1f", fontsize=7)
+    right.set(yscale="log", ylabel="NodeService.start() (s)",
+              title=f"{churn_live:,} live: no churn vs after churn")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def run(s: RunSettings, bootstrap: str, rec: Recorder) -> dict[str, Any]:
     wait_for_broker(bootstrap, 60)
     t0 = time.perf_counter()
@@ -466,56 +513,6 @@ def run(s: RunSettings, bootstrap: str, rec: Recorder) -> dict[str, Any]:
             for c in cases:
                 c.close()
     return facts
-
-
-def plot(records: list[dict[str, Any]], path: Path) -> bool:
-    """Recovery time vs live subscriptions, and the churn cases against live 100K."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    med = {(r["system"], r["params"]["case"]): r for r in records
-           if r["metric"] == "recovery_time_median"}
-    if not med:
-        return False
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for system, style in (("snapshot", "o-"), ("replay", "s--")):
-        pts = sorted((r["params"]["live"], r["value"]) for (sy, c), r in med.items()
-                     if sy == system and c.startswith("live-"))
-        if pts:
-            left.plot(*zip(*pts, strict=True), style, label=system)
-    left.set(xscale="log", yscale="log", xlabel="live subscriptions (no churn)",
-             ylabel="NodeService.start() (s)", title="recovery vs live state")
-    left.legend()
-    live_cases = sorted((r["params"]["live"], c) for (_, c), r in med.items()
-                        if c.startswith("live-"))
-    churn_live = next((r["params"]["live"] for (_, c), r in med.items() if c == "churn"), None)
-    cases = [c for n, c in live_cases if n == churn_live][:1] + ["churn", "churn-worst"]
-    x = np.arange(len(cases))
-    for k, system in enumerate(("snapshot", "replay")):
-        vals = [med[(system, c)]["value"] if (system, c) in med else 0 for c in cases]
-        right.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=system)
-    if (("snapshot", cases[0]) in med):
-        right.axhline(BAR * med[("snapshot", cases[0])]["value"], color="k", lw=0.8, ls=":",
-                      label=f"bar: {BAR}x {cases[0]} (snapshot)")
-    labels = []
-    for c in cases:
-        r = med.get(("snapshot", c))
-        labels.append(f"{c}\n{r['params']['history_ops']:,} ops\ntail "
-                      f"{r['params']['messages_replayed']:,}" if r else c)
-    right.set_xticks(x, labels, fontsize=8)
-    for bars in right.containers:
-        right.bar_label(bars, fmt="%.1f", fontsize=7)
-    right.set(yscale="log", ylabel="NodeService.start() (s)",
-              title=f"{churn_live:,} live: no churn vs after churn")
-    right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
