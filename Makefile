@@ -45,6 +45,11 @@ bench: setup ## Benchmarks (core, then on the local Kafka); results in benchmark
 	$(PY) -m benchmarks.kafka_latency --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/kafka_latency.json
 	$(PY) -m benchmarks.spark --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/spark.json
 
+.PHONY: bench-recovery
+bench-recovery: setup ## Restart time vs live state and history, snapshots or not (~13 min; KAFKA_PORT)
+	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
+	$(PY) -m benchmarks.recovery --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/recovery.json
+
 PAPER_OUT := $(if $(QUICK),/tmp/dlsroute-paper-quick,benchmarks/results)
 PAPER_MD  := $(if $(QUICK),/tmp/dlsroute-paper-quick/REPORT.md,benchmarks/REPORT.md)
 bench-paper: setup ## The paper's experiments, all systems -> benchmarks/REPORT.md (QUICK=1: ~5 min, /tmp)

@@ -134,6 +134,23 @@ class NodeSettings(BaseSettings):
                     "alive (each message and its header list), so Python's default of 700 "
                     "would collect many times per batch "
                     "(docs/architecture.md#garbage-collection); 0 keeps the default")
+    snapshot_every_messages: int = Field(
+        default=1_000, ge=0,
+        description="write a snapshot of the state to <prefix>.node.<node>.snapshot once "
+                    "this many control messages (or 1% of the live subscriptions, if more) "
+                    "were applied since the last one, and ten times its own pause has "
+                    "passed; a restart reads the latest snapshot and replays only the "
+                    "control messages after it (docs/architecture.md#repeats-and-recovery). "
+                    "0: no snapshots, a restart replays the whole history")
+    snapshot_interval_s: float = Field(
+        default=300.0, gt=0,
+        description="also write one when this long has passed since the last one and a "
+                    "control message was applied since")
+    recovery_stall_s: float = Field(
+        default=120.0, gt=0,
+        description="a recovering node that reads nothing from Kafka for this long stops "
+                    "with an error (the broker does not answer); a recovery that keeps "
+                    "reading is never cut short, however long the history")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = Field(
         default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$",

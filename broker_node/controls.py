@@ -256,7 +256,7 @@ class Controls:
             # Subscribed and cancelled before we saw it: live between the two times, so it
             # retires at once, like any cancelled subscription.
             del self.pending[client, sid]
-            self._retire(client, sid, pending.timestamp)
+            self.retire(client, sid, pending.timestamp)
         return None
 
     def _unsubscribe(self, rec: Unsubscribe, replay: bool, out: Outcome) -> DeadLetter | None:
@@ -281,10 +281,11 @@ class Controls:
             raise SubscriptionOwnerError(
                 f"subscription {sid!r} belongs to client {owner!r}, not {client!r}",
                 field="client", value=client)
-        self._retire(client, sid, timestamp_of(rec.msg))  # removed by finalize
+        self.retire(client, sid, timestamp_of(rec.msg))  # removed by finalize
         return None
 
-    def _retire(self, client: str, sid: str, cancelled_ms: int) -> None:
+    def retire(self, client: str, sid: str, cancelled_ms: int) -> None:
+        """Cancel a live subscription: it stays until the inputs passed ``cancelled_ms``."""
         self.retiring[sid] = (client, cancelled_ms)
         heapq.heappush(self._due, (cancelled_ms, sid))
         self.progress.local_want = True

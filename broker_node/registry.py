@@ -88,6 +88,18 @@ class SubscriptionRegistry:
             out[dst] = labels[src]
         return owners, lens, out
 
+    def live(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Every live subscription as ``(ids, client per id, CSR offsets, labels)``.
+
+        In registration order (oldest first); what a snapshot of the node saves.
+        """
+        ids = list(self.codes)
+        codes = np.fromiter(self.codes.values(), dtype=np.int64, count=len(ids))
+        owners, lens, flat = self.gather(codes)
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        return ids, owners, offsets, flat
+
     def remove(self, sub_ids: Sequence[str], codes: np.ndarray) -> None:
         """Forget ids (``codes`` are theirs); a batch goes once its last id is gone."""
         for sid in sub_ids:

@@ -9,7 +9,8 @@ letters) and commit the input offsets. The rooms it uses:
 - :mod:`broker_node.controls`: subscriptions, unsubscriptions and link messages applied;
 - :mod:`broker_node.router`: an event's plan (recipients, forwards) and its production;
 - :mod:`broker_node.committers`: how a batch is committed (exactly or at least once);
-- :mod:`broker_node.recovery`: the state rebuilt at start from the control topics;
+- :mod:`broker_node.recovery`: the state rebuilt at start (snapshot, then control tail),
+  and the snapshots taken between batches (:mod:`broker_node.snapshot`);
 - :mod:`broker_node.metrics`: counters and gauges on a Prometheus page;
 - :mod:`broker_node.heap`: the garbage collector tuned for the loop.
 """
@@ -40,7 +41,7 @@ from broker_node.heap import freeze_heap, set_young_threshold
 from broker_node.inbox import DeadLetter, Inbox, RoutedIds
 from broker_node.metrics import Metrics, MetricsServer, node_registry
 from broker_node.progress import Progress
-from broker_node.recovery import control_history
+from broker_node.recovery import Snapshotter, recover
 from broker_node.router import Router
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from broker_node.watchdog import Watchdog
@@ -111,6 +112,7 @@ class NodeService:
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
         self.committer: Committer | None = None  # made at start (or by connect)
+        self.snapshots: Snapshotter | None = None  # made at start when snapshots are on
         self.settings = s
         self._consumer: Consumer | None = None
         self._metrics_server: MetricsServer | None = None
@@ -193,11 +195,8 @@ class NodeService:
         self._consumer = consumer
         errors = DeliveryErrors()
         self.connect(open_producer(s, errors, self.watchdog), consumer, errors)
-        history = control_history(s, consumer, self.control_topics)
-        if history:
-            self.controls.apply(history, replay=True)
-            log.info("node %s recovered %d control messages: %d subscriptions, %d clients",
-                     s.node, len(history), len(self.state), len(self.state.clients))
+        recovered = recover(s, consumer, self.control_topics, self.state, self.controls)
+        self.snapshots = recovered.snapshotter(consumer, self.committer, self.metrics)
         if s.gc_freeze:
             freeze_heap(s.node)
         if s.gc_young_threshold:
@@ -258,6 +257,8 @@ class NodeService:
         assert consumer is not None and out is not None  # noqa: S101
         until = None if max_seconds is None else time.monotonic() + max_seconds
         while not self._stop.is_set() and (until is None or time.monotonic() < until):
+            if self.snapshots is not None:  # between batches: all committed so far
+                self.snapshots.after_batch()
             msgs = consume_batch(consumer, self.settings.batch_size,
                                  self.settings.poll_timeout_s)
             self._check_publish_read(consumer)
