@@ -157,6 +157,10 @@ class Client:
             ConnectorError: ``wait`` passed without an acknowledgement (the subscription is
                 sent and kept all the same; a node that refuses it never acknowledges it).
         """
+        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float)
+                                 or wait <= 0):
+            raise ConnectorSettingError(f"wait must be a number of seconds > 0 or None, got "
+                                        f"{wait!r}", field="wait", value=wait)
         sub = Subscription(self.space, where)
         labels = sub.labels()
         sid = sub_id or f"{self.client_id}-{uuid.uuid4().hex[:12]}"

@@ -59,14 +59,11 @@ ACK_TIMEOUT_S = 30.0
 
 
 def subscribe_kwargs() -> dict[str, Any]:
-    """``wait=`` for :meth:`Client.subscribe` if the SDK has it (a bool or a timeout)."""
+    """``wait=`` for :meth:`Client.subscribe` if the SDK has it (a timeout in seconds)."""
     param = inspect.signature(Client.subscribe).parameters.get("wait")
     if param is None:
         return {}
-    default = param.default
-    if isinstance(default, int | float) and not isinstance(default, bool):
-        return {"wait": ACK_TIMEOUT_S}
-    return {"wait": True}
+    return {"wait": ACK_TIMEOUT_S}
 
 
 def live_from_history(recs: list[dict[str, Any]]) -> list[str]:

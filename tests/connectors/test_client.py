@@ -162,3 +162,15 @@ def test_a_listener_goes_past_an_undecodable_delivery(kafka_bootstrap: str, topi
         assert (client.undecodable, client.delivered) == (1, 1)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("wait", [True, 0, -1.0, "5"])
+def test_subscribe_refuses_a_wait_that_is_no_number_of_seconds(wait: object, tmp_path: Path
+                                                                ) -> None:
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"attributes": [
+        {"name": "x", "type": "numeric", "low": 0, "high": 100, "granules": 8}]}))
+    client = Client("127.0.0.1:1", "A", "ann", space)
+    with pytest.raises(ConnectorSettingError) as info:
+        client.subscribe("x > 5", wait=wait)  # type: ignore[arg-type]
+    assert info.value.field == "wait" and info.value.value == wait
