@@ -115,8 +115,10 @@ class Controls:
     def apply(self, msgs: Sequence[Message], *, replay: bool) -> Outcome:
         """Apply control messages in order; runs of subscriptions go in one batch.
 
-        ``replay`` (recovery): the state is rebuilt and nothing is counted; the outcome is
-        empty, since those outputs were produced the first time round.
+        ``replay`` (recovery): the state is rebuilt and nothing is counted; the outcome
+        holds no link message, dead letter or client, since those outputs were produced the
+        first time round, but it lists the subscriptions applied (``acks``): their
+        acknowledgements may have been lost with the process.
         """
         out = Outcome()
         records = [self.inbox.control(m) for m in msgs]
@@ -196,10 +198,10 @@ class Controls:
             links = self.state.subscribe_many(clients, ids, offsets, np.concatenate(parts))
         except DLSError:
             return False
+        out.acks += zip(clients, ids, strict=True)  # on replay too: see recovery
         if not replay:
             self.metrics.control_in += len(run)
             out.clients += clients
-            out.acks += zip(clients, ids, strict=True)
         self._links(links, replay, out)
         return True
 
@@ -248,9 +250,9 @@ class Controls:
         pending = self.pending.get((client, sid))
         labels = decode_labels(rec.labels)
         links = self.state.subscribe(client, sid, labels)
+        out.acks.append((client, sid))  # on replay too: see recovery
         if not replay:
             out.clients.append(client)
-            out.acks.append((client, sid))
         self._links(links, replay, out)
         if pending is not None and timestamp_of(rec.msg) <= pending.timestamp:
             # Subscribed and cancelled before we saw it: live between the two times, so it

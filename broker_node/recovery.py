@@ -85,6 +85,8 @@ log = logging.getLogger("dlsroute.node")
 SNAPSHOT_TOPIC_CONFIG: Mapping[str, str] = MappingProxyType(
     {"cleanup.policy": "compact", "segment.bytes": str(64 << 20)})
 CHUNKS, MANIFESTS = 0, 1  # partitions of the snapshot topic
+#: At most this many subscriptions of a replayed tail are acknowledged again at start.
+REACK_LIMIT = 10_000
 #: Bytes of a snapshot per Kafka message.
 CHUNK_BYTES = 512 * 1024
 #: Seconds between two progress lines of a recovering node.
@@ -264,6 +266,8 @@ class Recovered:
     used: bool  # the state was rebuilt from that snapshot
     replayed: int  # control messages re-read and applied after it
     seconds: float
+    #: subscriptions of the replayed tail to acknowledge again, (client, id)
+    reacks: list[tuple[str, str]] = field(default_factory=list)
 
     def snapshotter(self, consumer: Consumer, committer: Committer | None, metrics: Metrics
                     ) -> Snapshotter | None:
@@ -272,6 +276,14 @@ class Recovered:
             return None
         return Snapshotter(self.s, consumer, committer, self.state, self.controls, metrics,
                            self.topics, self)
+
+
+def _live(state: BrokerState, sid: str) -> bool:
+    try:
+        state.subscription(sid)
+    except BrokerError:
+        return False
+    return True
 
 
 def recover(s: NodeSettings, consumer: Consumer, topics: list[str], state: BrokerState,
@@ -302,10 +314,16 @@ def recover(s: NodeSettings, consumer: Consumer, topics: list[str], state: Broke
             log.warning("node %s: snapshot not used (%s); replaying the control topics from "
                         "the beginning", s.node, why)
     history = control_history(s, start, ends)
+    applied: list[tuple[str, str]] = []
     if history:
-        controls.apply(history, replay=True)
+        applied = controls.apply(history, replay=True).acks
+    # The subscriptions of the tail that are still live: their acknowledgements may have
+    # been lost with the process (a client may still wait). A long history (no snapshot)
+    # is not acknowledged again: its clients stopped waiting long ago.
+    reacks = [(c, sid) for c, sid in applied if _live(state, sid)
+              and sid not in controls.retiring] if len(applied) <= REACK_LIMIT else []
     out = Recovered(s, state, controls, topics, ends, manifest, used, len(history),
-                    time.monotonic() - t0)
+                    time.monotonic() - t0, reacks)
     log.info("node %s recovered in %.1f s: %s, then %d control messages; %d subscriptions, "
              "%d clients", s.node, out.seconds, "a snapshot" if used else "no snapshot",
              len(history), len(state), len(state.clients))

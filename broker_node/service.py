@@ -108,6 +108,7 @@ class NodeService:
         self._acks: deque[tuple[dict[str, int], str, str]] = deque()
         #: a (re)started node numbers its link afresh: see _probe
         self._probe_due = bool(s.neighbours)
+        self._reacks: list[tuple[str, str]] = []
         self.router = Router(s, t, self.state, self.metrics)
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
@@ -196,6 +197,8 @@ class NodeService:
         errors = DeliveryErrors()
         self.connect(open_producer(s, errors, self.watchdog), consumer, errors)
         recovered = recover(s, consumer, self.control_topics, self.state, self.controls)
+        self._reacks = recovered.reacks  # acknowledged again once the probes are out
+        self._probe_due = bool(s.neighbours or self._reacks)
         self.snapshots = recovered.snapshotter(consumer, self.committer, self.metrics)
         if s.gc_freeze:
             freeze_heap(s.node)
@@ -397,13 +400,18 @@ class NodeService:
 
         What a neighbour applied before this node (re)started counts as applied behind it
         once the probes are, so a neighbour waiting to acknowledge a subscription is not
-        left waiting for link control that never comes.
+        left waiting for link control that never comes. The subscriptions of the replayed
+        tail are acknowledged again once the probes are applied behind every neighbour
+        (their first acknowledgement may have been lost with the process).
         """
         if self._probe_due:
             self._probe_due = False
             none = np.zeros(0, dtype=np.uint64)
             self._send_links([LinkMessage(n, ADVERTISE, none)
                               for n in self.settings.neighbours])
+            required = dict(self.progress.seq_out)
+            self._acks.extend((required, c, sid) for c, sid in self._reacks)
+            self._reacks = []
 
     def _finalize(self) -> None:
         """Remove the retiring subscriptions every input has passed; send the withdrawals."""

@@ -71,3 +71,22 @@ def test_an_acknowledged_subscription_is_applied_across_the_network(line: Net) -
     assert sid in alice.subscriptions
     for c in (alice, carol):
         c.close()
+
+
+def test_a_wait_for_an_acknowledgement_survives_a_restart_of_the_node(line: Net) -> None:
+    """The node restarts while the acknowledgement is pending: it acknowledges again."""
+    import threading
+
+    alice = line.client("A", "alice")
+    line.stop("C")  # the acknowledgement waits for C
+    done: list[object] = []
+    waiter = threading.Thread(target=lambda: done.append(
+        alice.subscribe("sym = IBM", sub_id="s-restart", wait=90.0)), daemon=True)
+    waiter.start()
+    wait_for(lambda: len(line.nodes["A"].state) == 1, what="A applies the subscription")
+    line.stop("A")  # the pending acknowledgement goes with the process
+    line.start("A")
+    line.start("C")
+    waiter.join(90)
+    assert done == ["s-restart"]
+    alice.close()
