@@ -62,6 +62,7 @@ class Progress:
         self._pairs: dict[str, deque[tuple[int, dict[str, int]]]] = {
             n: deque() for n in self.neighbours}
         self.reported = dict.fromkeys(self.neighbours, 0)  # link_applied last sent
+        self._behind = dict.fromkeys(self.neighbours, 0)  # link_applied known so far
         #: whether each neighbour waits for our watermark (its last heartbeat said so)
         self.wanted_by = dict.fromkeys(self.neighbours, False)
         #: whether this node has cancelled subscriptions to remove (set by the controls)
@@ -134,9 +135,10 @@ class Progress:
 
     def link_applied_for(self, to: str) -> int:
         """How far ``to``'s link control is applied here and behind this node."""
-        pairs, acked, done = self._pairs[to], self.acked_out, self.reported[to]
+        pairs, acked, done = self._pairs[to], self.acked_out, self._behind[to]
         while pairs and all(acked[k] >= need for k, need in pairs[0][1].items()):
             done = max(done, pairs.popleft()[0])
+        self._behind[to] = done  # kept, whether or not a heartbeat carries it now
         return done
 
     def acked(self, required: dict[str, int]) -> bool:

@@ -70,3 +70,17 @@ def test_heartbeats_go_on_demand_and_an_idle_network_is_silent() -> None:
     p.publish_caught_up(200.0)
     sent = p.beats(9.5, moved_every_s=0.1, every_s=1.0)
     assert ("C", True) in {(to, want) for to, _, _, want in sent}  # C is asked on A's behalf
+
+
+def test_what_is_applied_behind_is_kept_when_no_heartbeat_goes_out_at_once() -> None:
+    """Found by a harness run: a value computed between two heartbeats was dropped."""
+    p = _p("A", "C")
+    p.on_link_seq("C", 3)  # C's link control, applied here: something to report
+    p.on_link_seq("A", 5)
+    c_seq = p.next_seq("C")
+    p.end_batch()
+    assert p.beats(10.0, moved_every_s=0.25, every_s=1.0) != []  # a heartbeat goes out
+    p.on_heartbeat("C", 0, c_seq)
+    assert p.beats(10.1, moved_every_s=0.25, every_s=1.0) == []  # too soon: none now
+    sent = p.beats(10.5, moved_every_s=0.25, every_s=1.0)
+    assert ("A", 5) in {(to, applied) for to, _, applied, _ in sent}
