@@ -319,7 +319,6 @@ def _start_process(node: Node, tmp_path: Path, delivery: str) -> subprocess.Pope
 @pytest.mark.xfail(reason="order rule x mid-stream kill: unsubscriptions of the tail "
                           "sometimes missing after the second restart; under investigation",
                    strict=False)
-
 @pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
 def test_a_node_killed_mid_stream_recovers_exactly_its_committed_offsets(
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, delivery: str) -> None:
