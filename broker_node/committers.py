@@ -155,6 +155,10 @@ class Committer:
     def _produce(self, topic: str, value: bytes | None, headers: Any, partition: int,
                  on_delivery: Callable[[Any, Message], None] | None, timestamp: int,
                  key: bytes | None) -> None:
+        if key is None and on_delivery is None:  # every event's copy: no dict per call
+            self.producer.produce(topic, value, headers=headers, partition=partition,
+                                  timestamp=timestamp)
+            return
         extra: dict[str, Any] = {} if key is None else {"key": key}
         if on_delivery is not None:
             extra["on_delivery"] = on_delivery

@@ -103,6 +103,7 @@ class NodeService:
         self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress,
                                  label_budget=self.space.filters.label_budget)
         self._next_check = 0.0  # when to look again how far the publish topic is read
+        self._publish_start: int | None = None  # the group's committed publish offset
         #: subscriptions to acknowledge: (link control sequence numbers sent by the end of
         #: their batch, by neighbour; client; id), oldest first
         self._acks: deque[tuple[dict[str, int], str, str]] = deque()
@@ -157,25 +158,13 @@ class NodeService:
         log.info("node %s starting with settings %s", s.node, s.masked())
         # Control topics, in and out, keep everything: whoever creates one first (this node,
         # a neighbour, a client, the Spark job) creates it so, and a wrong one is repaired.
-        control = self.control_topics + [t.link(s.node, n) for n in s.neighbours]
-        ensure_topics(s.bootstrap, control, config=FOREVER)
-        try:
-            enforce_topic_config(s.bootstrap, control, FOREVER, why="a control topic",
-                                 kafka=s.kafka_security())
-        except ConnectorError as exc:
-            raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
-                              value=exc.value) from exc
+        self._topics_with(self.control_topics + [t.link(s.node, n) for n in s.neighbours],
+                          FOREVER, "a control topic")
         # The publish topic refuses events older than publish_delay_s (the order rule).
-        publish = {"message.timestamp.type": "CreateTime", "message.timestamp.before.max.ms":
-                   str(int(s.publish_delay_s * 1000))}
-        ensure_topics(s.bootstrap, [t.node_publish(s.node)], config=publish)
-        try:
-            enforce_topic_config(s.bootstrap, [t.node_publish(s.node)], publish,
-                                 why="the order rule (publish_delay_s)",
-                                 kafka=s.kafka_security())
-        except ConnectorError as exc:
-            raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
-                              value=exc.value) from exc
+        self._topics_with([t.node_publish(s.node)], {
+            "message.timestamp.type": "CreateTime",
+            "message.timestamp.before.max.ms": str(int(s.publish_delay_s * 1000))},
+            "the order rule (publish_delay_s)")
         ensure_topics(s.bootstrap, [t.deadletter]
                       + [t.forward(s.node, n) for n in s.neighbours]
                       + [t.forward(n, s.node) for n in s.neighbours])
@@ -208,6 +197,21 @@ class NodeService:
         if s.metrics_port is not None:
             self._metrics_server = MetricsServer(self.registry, s.metrics_host, s.metrics_port,
                                                  s.node)
+
+    def _topics_with(self, names: list[str], config: dict[str, str], why: str) -> None:
+        """Create ``names`` with ``config``, and set it on those that exist otherwise.
+
+        Raises:
+            BrokerError: A setting could not be set: the node refuses to start, naming the
+                topic and the setting.
+        """
+        s = self.settings
+        ensure_topics(s.bootstrap, names, config=config)
+        try:
+            enforce_topic_config(s.bootstrap, names, config, why=why, kafka=s.kafka_security())
+        except ConnectorError as exc:
+            raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
+                              value=exc.value) from exc
 
     def connect(self, producer: Producer, consumer: Consumer | None = None,
                 errors: DeliveryErrors | None = None) -> None:
@@ -387,8 +391,10 @@ class NodeService:
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
             at = consumer.position([tp])[0].offset
-            if at < 0:  # nothing read since the start: from the committed offset
-                at = consumer.committed([tp], timeout=2.0)[0].offset
+            if at < 0:  # nothing read since the start: from the committed offset (asked once)
+                if self._publish_start is None:
+                    self._publish_start = consumer.committed([tp], timeout=2.0)[0].offset
+                at = self._publish_start
         except KafkaException as exc:  # the broker is away: no progress, nothing lost
             log.debug("node %s: end of %s unknown (%s)", self.settings.node, tp.topic, exc)
             return
