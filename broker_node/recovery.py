@@ -58,6 +58,7 @@ from connectors.kafka import (
     ensure_topics,
     next_offsets,
     producer_config,
+    watermark_offsets,
 )
 from connectors.topic_settings import enforce_topic_config
 from connectors.topics import Topics, headers_dict, source_of
@@ -219,9 +220,9 @@ def read_snapshot(s: NodeSettings, topic: str
     reader = Consumer(consumer_config(s.bootstrap, f"{s.consumer_group}-recovery",
                                       **s.kafka_security()))
     try:
-        _, high = reader.get_watermark_offsets(TopicPartition(topic, MANIFESTS),
-                                               timeout=s.recovery_stall_s, cached=False)
-    except KafkaException as exc:
+        _, high = watermark_offsets(reader, TopicPartition(topic, MANIFESTS),
+                                    timeout=s.recovery_stall_s)
+    except ConnectorError as exc:
         raise BrokerError(f"node {s.node}: cannot read the offsets of {topic}: {exc}",
                           field="recovery", value=topic) from exc
     finally:

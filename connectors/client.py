@@ -49,6 +49,7 @@ from connectors.kafka import (
     ensure_partitioned_topic,
     ensure_topics,
     producer_config,
+    watermark_offsets,
 )
 from connectors.recent import RecentKeys, routed_key
 from connectors.serde import (
@@ -346,7 +347,7 @@ class Client:
         reader = Consumer(consumer_config(self.bootstrap, f"{self._group}-drain",
                                           **self._kafka))
         try:
-            _, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            _, high = watermark_offsets(reader, TopicPartition(topic, partition), timeout=10)
             reader.assign([TopicPartition(topic, partition, 0)])
             out: list[Delivery] = []
             deadline = time.monotonic() + timeout

@@ -36,7 +36,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from connectors.exceptions import ConnectorError, SerdeError
-from connectors.kafka import check_message, consume_batch, consumer_config, ensure_topics
+from connectors.kafka import (
+    check_message,
+    consume_batch,
+    consumer_config,
+    ensure_topics,
+    watermark_offsets,
+)
 from connectors.topics import HEADER_ACK, source_of
 
 __all__ = [
@@ -162,7 +168,7 @@ class SubscriptionStore:
             self._reader = Consumer(consumer_config(  # removed the last offsets
                 self.bootstrap, self.group, **{"enable.partition.eof": True}, **self._kafka))
         reader = self._reader
-        _, high = reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=10)
+        _, high = watermark_offsets(reader, TopicPartition(self.topic, 0), timeout=10)
         if high <= self._position:
             return []
         reader.assign([TopicPartition(self.topic, 0, self._position)])
@@ -219,7 +225,7 @@ class AckWaiter:
         self.where = where
         self._reader = Consumer(consumer_config(bootstrap, group, **kafka))
         try:
-            _, self.start = self._reader.get_watermark_offsets(where, timeout=10)
+            _, self.start = watermark_offsets(self._reader, where, timeout=10)
         except BaseException:
             self._reader.close()
             raise

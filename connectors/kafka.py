@@ -21,15 +21,17 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.exceptions import ConnectorError, ConnectorSettingError
 from connectors.topics import source_of as _position
+
+_T = TypeVar("_T")
 
 __all__ = [
     "CONSUMER_DEFAULTS",
@@ -48,6 +50,7 @@ __all__ = [
     "producer_config",
     "source_of",
     "wait_for_broker",
+    "watermark_offsets",
 ]
 
 _log = logging.getLogger(__name__)
@@ -345,6 +348,35 @@ _COORDINATOR_NOT_READY = frozenset({
 })
 
 
+# A partition whose leader is not known yet: just after its topic was created, or while the
+# broker moves leadership; metadata catches up within moments.
+_LEADER_NOT_READY = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+    KafkaError.REPLICA_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+})
+
+
+def _retrying(call: Callable[[float], _T], what: str, retry_codes: frozenset[int],
+              timeout: float, retry_s: float) -> _T:
+    """``call(per_call_timeout)`` until it succeeds, for up to ``timeout`` seconds in all.
+
+    Retried: the errors in ``retry_codes`` and those librdkafka marks retriable.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return call(max(1.0, min(30.0, left)))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            retriable = err is not None and (err.code() in retry_codes or err.retriable())
+            if not retriable or time.monotonic() + retry_s > deadline:
+                raise ConnectorError(f"{what} failed: {exc}") from exc
+            _log.warning("%s: %s; retrying", what, err)
+            time.sleep(retry_s)
+
+
 def committed_offsets(consumer: Consumer, partitions: list[TopicPartition],
                       timeout: float = 60.0, retry_s: float = 0.5) -> list[TopicPartition]:
     """``consumer.committed(partitions)``, retried while the group coordinator is not ready.
@@ -352,19 +384,28 @@ def committed_offsets(consumer: Consumer, partitions: list[TopicPartition],
     Raises:
         ConnectorError: Still failing after ``timeout`` seconds, or a non-retriable error.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            return consumer.committed(partitions, timeout=max(1.0, min(30.0, left)))
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            retriable = err is not None and (err.code() in _COORDINATOR_NOT_READY
-                                             or err.retriable())
-            if not retriable or time.monotonic() + retry_s > deadline:
-                raise ConnectorError(f"reading committed offsets failed: {exc}") from exc
-            _log.warning("reading committed offsets: %s; retrying", err)
-            time.sleep(retry_s)
+    return _retrying(lambda t: consumer.committed(partitions, timeout=t),
+                     "reading committed offsets", _COORDINATOR_NOT_READY, timeout, retry_s)
+
+
+def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 60.0,
+                      retry_s: float = 0.5) -> tuple[int, int]:
+    """``consumer.get_watermark_offsets(tp)`` from the broker, retried while needed.
+
+    Retried while the partition's leader is not known (a topic created a moment ago, a leader
+    moving) or the broker does not answer.
+
+    Raises:
+        ConnectorError: Still failing after ``timeout`` seconds, or a non-retriable error.
+    """
+    def ask(t: float) -> tuple[int, int]:
+        got = consumer.get_watermark_offsets(tp, timeout=t, cached=False)
+        if got is None:  # no answer within t
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return int(got[0]), int(got[1])
+
+    return _retrying(ask, f"reading the offsets of {tp.topic}[{tp.partition}]",
+                     _LEADER_NOT_READY, timeout, retry_s)
 
 
 def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> None:

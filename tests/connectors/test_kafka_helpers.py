@@ -14,6 +14,7 @@ from connectors.kafka import (
     next_offsets,
     offsets_to_commit,
     producer_config,
+    watermark_offsets,
 )
 
 
@@ -93,4 +94,46 @@ def test_committed_offsets_gives_up_on_other_errors_and_after_the_timeout() -> N
     c = _Coordinator(1000, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
     with pytest.raises(ConnectorError, match="reading committed offsets failed"):
         committed_offsets(c, parts, timeout=0.2, retry_s=0.05)  # type: ignore[arg-type]
+    assert 1 < c.calls < 1000
+
+
+class _Leaderless:
+    """A consumer stand-in whose ``get_watermark_offsets`` fails ``fails`` times with
+    ``code`` (None: answers nothing, as on a timeout), then gives ``(0, 7)``."""
+
+    def __init__(self, fails: int, code: int | None) -> None:
+        self.fails, self.code, self.calls = fails, code, 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float,
+                              cached: bool) -> tuple[int, int] | None:
+        assert not cached
+        self.calls += 1
+        if self.calls <= self.fails:
+            if self.code is None:
+                return None
+            raise KafkaException(KafkaError(self.code))
+        return 0, 7
+
+
+@pytest.mark.parametrize("code", [KafkaError.NOT_LEADER_FOR_PARTITION,
+                                  KafkaError.UNKNOWN_TOPIC_OR_PART, None])
+def test_watermark_offsets_waits_for_a_new_partitions_leader(code: int | None) -> None:
+    """Regression: a node starting right after its snapshot topic was created failed with
+    NOT_LEADER_FOR_PARTITION from the first offsets request (seen under load)."""
+    c = _Leaderless(2, code)
+    tp = TopicPartition("t", 3)
+    assert watermark_offsets(c, tp, timeout=5, retry_s=0.01) == (0, 7)  # type: ignore[arg-type]
+    assert c.calls == 3
+
+
+def test_watermark_offsets_gives_up_naming_the_partition() -> None:
+    c = _Leaderless(1, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(ConnectorError, match=r"offsets of t\[3\] failed"):
+        watermark_offsets(c, TopicPartition("t", 3), timeout=5,  # type: ignore[arg-type]
+                          retry_s=0.01)
+    assert c.calls == 1
+    c = _Leaderless(1000, KafkaError.NOT_LEADER_FOR_PARTITION)
+    with pytest.raises(ConnectorError, match="NOT_LEADER"):
+        watermark_offsets(c, TopicPartition("t", 3), timeout=0.2,  # type: ignore[arg-type]
+                          retry_s=0.05)
     assert 1 < c.calls < 1000
