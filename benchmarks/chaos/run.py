@@ -48,7 +48,7 @@ INITIAL_SUBS = 2
 BROKER_SETTLE_S = 10.0
 #: The nodes' publish_delay_s in the Spark scenario: a job killed in the middle of a
 #: micro-batch must be back within it (docs/architecture.md, through the Spark job), and on
-#: the shared 2-core machine a job killed twice in a row rewrote its batch 70 s later.
+#: the shared 2-core machine a job killed twice in a row was back after up to 120 s.
 SPARK_PUBLISH_DELAY_S = 180.0
 
 
