@@ -17,8 +17,12 @@ lies behind that neighbour, which may rightly be many subscriptions' labels; its
 must lie in this node's label space (``BrokerState.on_link`` refuses others).
 
 Subscribe and unsubscribe arrive on different topics, so their relative order is not
-guaranteed: an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it
-(ordered by message timestamps) before it is dead-lettered as unknown (:meth:`expired`).
+guaranteed: an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it.
+A subscription that comes meanwhile is applied and retires at once, as of the later of the
+two timestamps, whatever their order (a writer such as the Spark job stamps both with its
+write time, in any order within a micro-batch; ids are not reused). Past the grace the
+unsubscription is dead-lettered as unknown (:meth:`expired`) and the id counts as
+cancelled, so that a subscription coming later still is refused, not live for ever.
 
 An unsubscription does not remove its subscription at once: the subscription *retires*
 and stays in the state until every input of the node has passed the unsubscription's time
@@ -168,6 +172,7 @@ class Controls:
         letters = []
         for key in gone:
             p, sid = self.pending.pop(key), key[1]
+            self.cancelled.add(key)  # a subscription coming later is refused
             letters.append(DeadLetter.of(
                 p.msg, f"unknown subscription id {sid!r} (client {p.client!r})", "id", sid))
         return letters
@@ -254,11 +259,11 @@ class Controls:
         if not replay:
             out.clients.append(client)
         self._links(links, replay, out)
-        if pending is not None and timestamp_of(rec.msg) <= pending.timestamp:
+        if pending is not None:
             # Subscribed and cancelled before we saw it: live between the two times, so it
             # retires at once, like any cancelled subscription.
             del self.pending[client, sid]
-            self.retire(client, sid, pending.timestamp)
+            self.retire(client, sid, max(pending.timestamp, timestamp_of(rec.msg)))
         return None
 
     def _unsubscribe(self, rec: Unsubscribe, replay: bool, out: Outcome) -> DeadLetter | None:

@@ -31,6 +31,7 @@ from connectors.topics import (
     HEADER_LABEL,
     HEADER_LINK_SEQ,
     HEADER_ORIGIN,
+    HEADER_PUBLISHED,
     HEARTBEAT_KEY,
     Topics,
     decode_label,
@@ -51,6 +52,7 @@ __all__ = [
     "Unsubscribe",
     "message_headers",
     "offset_of",
+    "publication_ms",
     "timestamp_of",
     "topic_of",
 ]
@@ -72,6 +74,21 @@ def timestamp_of(msg: Message) -> int:
     """The message's timestamp (0 when it has none)."""
     kind, ts = msg.timestamp()
     return int(ts) if kind else 0
+
+
+def publication_ms(msg: Message, carried: list[tuple[str, bytes | None]]) -> int:
+    """An event's publication time in ms (0: none; its copies are then stamped when sent).
+
+    Its :data:`HEADER_PUBLISHED` header when it has one (the Spark job writes it: the
+    record's own timestamp is then the job's write time), else the record's timestamp.
+    ``carried``: the event's headers, whose width :meth:`Inbox.events` has checked.
+    """
+    if len(carried) != 3 or carried[2][0] != HEADER_EVENT_ID:
+        for key, value in carried:
+            if key == HEADER_PUBLISHED and value:
+                return int.from_bytes(value, "big")
+    kind, ts = msg.timestamp()
+    return ts if kind and ts > 0 else 0
 
 
 def topic_of(msg: Message) -> str:
@@ -195,6 +212,11 @@ class RoutedIds:
         self.batch.clear()
 
 
+def _published_ok(value: bytes | None) -> bool:
+    """A :data:`HEADER_PUBLISHED` value is 8 bytes big-endian of a non-negative int64."""
+    return type(value) is bytes and len(value) == 8 and value < b"\x80"
+
+
 def _unusual(msg: Message, carried: list[tuple[str, bytes | None]], space: tuple[bytes, bytes]
              ) -> tuple[bytes, bytes | None, bytes | None, Any] | DeadLetter:
     """The label, origin, id and headers to pass on of an event not in the usual form.
@@ -202,6 +224,11 @@ def _unusual(msg: Message, carried: list[tuple[str, bytes | None]], space: tuple
     ``space``: the first and last label of the node's space, as label headers.
     """
     headers = dict(carried)
+    if HEADER_PUBLISHED in headers and not _published_ok(headers[HEADER_PUBLISHED]):
+        value = headers[HEADER_PUBLISHED] or b""
+        return DeadLetter.of(msg, f"a {HEADER_PUBLISHED} header must be 8 bytes, a time in ms "
+                             f"from 0 to 2**63-1, got {value.hex() or 'nothing'}",
+                             HEADER_PUBLISHED, value.hex())
     raw = headers.get(HEADER_LABEL)
     if type(raw) is bytes and len(raw) == 8:
         label8 = raw
@@ -264,8 +291,9 @@ class Inbox:
         """The headers of a run, event by event: dead letters and repeats, in order.
 
         Events with the usual three headers in the usual order (``Client.publish``'s and
-        the Spark job's, passed on unchanged by nodes: label, origin, id) are read by
-        position, without a dict (see docs/architecture.md).
+        the Spark job's, passed on unchanged by nodes: label, origin, id; the job's with
+        :data:`HEADER_PUBLISHED` fourth) are read by position, without a dict (see
+        docs/architecture.md). A bad :data:`HEADER_PUBLISHED` makes a dead letter.
         """
         node, state, link_source = self.node, self.state, self.forward_source
         first, last = space = self.space
@@ -280,8 +308,11 @@ class Inbox:
         origins: dict[bytes | None, tuple[str, int, bytes]] = {}
         for msg in run:
             carried: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
-            if len(carried) == 3:  # consumed header values are bytes (or None), never str
-                (k0, raw), (k1, raw_origin), (k2, eid) = carried
+            n = len(carried)  # the Spark job's events carry the publication time too
+            if n == 3 or (n == 4 and carried[3][0] == HEADER_PUBLISHED
+                          and _published_ok(carried[3][1])):
+                # consumed header values are bytes (or None), never str
+                (k0, raw), (k1, raw_origin), (k2, eid) = carried if n == 3 else carried[:3]
                 plain = (k0 == HEADER_LABEL and k1 == HEADER_ORIGIN and k2 == HEADER_EVENT_ID
                          and type(raw) is bytes and len(raw) == 8 and first <= raw <= last)
             else:

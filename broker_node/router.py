@@ -22,7 +22,7 @@ from confluent_kafka import Message
 
 from broker_node.committers import Committer
 from broker_node.config import NodeSettings
-from broker_node.inbox import EventRun, Key
+from broker_node.inbox import EventRun, Key, publication_ms
 from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
 from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
@@ -35,12 +35,6 @@ __all__ = ["Plan", "Router", "plan_bytes", "slots"]
 Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int]
 
 _lo, _hi = itemgetter(3), itemgetter(4)
-
-
-def _publication_time(msg: Message) -> int:
-    """The event's time in ms, as its publisher's producer set it (0: none, then now)."""
-    kind, ts = msg.timestamp()
-    return ts if kind and ts > 0 else 0
 
 
 def slots(plans: list[Plan]) -> np.ndarray:
@@ -98,7 +92,7 @@ class Router:
         self.metrics.events_in += len(good)
         plans = self.plans(run.keys)
         values = list(map(Message.value, good))
-        stamps = list(map(_publication_time, good))  # kept on every copy of an event
+        stamps = list(map(publication_ms, good, carried_of))  # kept on every copy
         n_parts = self.settings.shared_delivery_partitions
         if n_parts:
             spreads = list(map(itemgetter(0), plans))

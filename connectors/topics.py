@@ -21,7 +21,8 @@ separate the parts). A whole topic name is at most 249 characters (Kafka's limit
 
 Events carry their routing data in headers, never in the value: :data:`HEADER_LABEL` (the
 label, 8 bytes big-endian), :data:`HEADER_ORIGIN` (``"NODE/CLIENT"`` of the publisher) and
-:data:`HEADER_EVENT_ID`. On the shared delivery topic a message carries one event for
+:data:`HEADER_EVENT_ID`, and when another writer (the Spark job) wrote it for its publisher
+:data:`HEADER_PUBLISHED`. On the shared delivery topic a message carries one event for
 every client of its partition the event goes to, listed in :data:`HEADER_CLIENTS`
 (comma-separated). Dead letters carry :data:`HEADER_DLQ_REASON` and
 :data:`HEADER_DLQ_SOURCE` (``"topic[partition]@offset"``).
@@ -55,6 +56,7 @@ __all__ = [
     "HEADER_EVENT_ID",
     "HEADER_LABEL",
     "HEADER_ORIGIN",
+    "HEADER_PUBLISHED",
     "MAX_TOPIC_LENGTH",
     "HeaderValue",
     "Headers",
@@ -89,6 +91,12 @@ HEADER_ORIGIN = "dls-origin"
 """Header with the original publisher, UTF-8 ``"NODE/CLIENT"``."""
 HEADER_EVENT_ID = "dls-event-id"
 """Header with the publisher's event id, UTF-8."""
+HEADER_PUBLISHED = "dls-published-ms"
+"""Header of an event written for its publisher by another writer (the Spark job): the
+publication time, the raw record's timestamp in ms since the epoch, 8 bytes big-endian (a
+non-negative 64-bit integer). A node takes it, not the record's own timestamp (the
+writer's), as the event's publication time, and keeps it on every copy
+(docs/architecture.md#order-of-changes-and-events)."""
 HEADER_CLIENTS = "dls-clients"
 """Header of a message on the shared delivery topic: its clients, UTF-8, comma-separated."""
 HEADER_LINK_SEQ = "dls-link-seq"

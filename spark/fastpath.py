@@ -20,11 +20,13 @@ from connectors.topics import (
     HEADER_EVENT_ID,
     HEADER_LABEL,
     HEADER_ORIGIN,
+    HEADER_PUBLISHED,
     MAX_TOPIC_LENGTH,
     Topics,
 )
 from dls.space import ContentSpace, DiscreteAttribute, UniformAttribute
-from spark.catalyst.columns import HEADERS_TYPE, fns, json_rules
+from spark.catalyst.columns import HEADERS_TYPE, be8, fns, json_rules
+from spark.catalyst.sink import published_ms
 from spark.exceptions import FastPathError
 
 if TYPE_CHECKING:
@@ -155,12 +157,17 @@ def hybrid(kind: str, build: Build, space: ContentSpace, raw: DataFrame, topics:
     df = raw.select("*", mapped.alias("_jvm"))
     # In a column of its own, read three times below (the optimiser keeps it apart).
     rest = F.call_function(general, F.struct(*[F.col(c) for c in raw.columns]))
-    df = df.select("_jvm", F.when(F.col("_jvm").isNull(), rest).alias("_gen"))
+    published = published_ms(raw)  # the Catalyst mapping adds it for the rows it maps
+    df = df.select("_jvm", F.when(F.col("_jvm").isNull(), rest).alias("_gen"),
+                   *([] if published is None else [be8(published).alias("_published")]))
     f, g = F.col("_jvm"), F.col("_gen")
     took = f.isNotNull()
     headers = (F.array(*[F.struct(F.lit(k).alias("key"), f[n].alias("value"))
                          for k, n in ((HEADER_LABEL, "label"), (HEADER_ORIGIN, "origin"),
-                                      (HEADER_EVENT_ID, "eid"))])
+                                      (HEADER_EVENT_ID, "eid"))],
+                       *([] if published is None else [
+                           F.struct(F.lit(HEADER_PUBLISHED).alias("key"),
+                                    F.col("_published").alias("value"))]))
                if kind == "event" else F.array().cast(HEADERS_TYPE))
     return df.select(F.when(took, f["topic"].cast("string")).otherwise(g["topic"])
                      .alias("topic"),

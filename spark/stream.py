@@ -11,6 +11,10 @@ and labels) as a no-op and drop an event whose origin and id they have already r
 repeats are harmless there (see the architecture notes for what a repeated unsubscription
 does).
 
+The sink cannot set the timestamp of a record it writes (Kafka stamps it with the write
+time), so each event carries its raw record's timestamp, its publication time, in the
+``dls-published-ms`` header, which nodes keep on every copy.
+
 ``--once`` (``trigger(availableNow=True)``) processes what is in the raw topics when the
 query starts and stops: for batch use and tests.
 """
@@ -55,13 +59,20 @@ def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = ()) ->
 
 
 def map_raw(space: ContentSpace, sources: Mapping[str, DataFrame], topics: Topics) -> DataFrame:
-    """The union of the three mappings; ``sources`` maps each raw topic to its DataFrame."""
+    """The union of the three mappings; ``sources`` maps each raw topic to its DataFrame.
+
+    Events first, unsubscriptions last: the sink writes a micro-batch partition by
+    partition (a task each, flushed at its end), in this order when the tasks run one after
+    the other (one core), so that a job killed in the middle of a batch has not written a
+    cancellation without the events published before it (the order rule through the job:
+    docs/architecture.md#order-of-changes-and-events).
+    """
     from spark.mapping import map_events, map_subscriptions, map_unsubscriptions
 
-    return (map_subscriptions(space, sources[topics.raw_subscriptions], topics)
+    return (map_events(space, sources[topics.raw_events], topics)
+            .unionByName(map_subscriptions(space, sources[topics.raw_subscriptions], topics))
             .unionByName(map_unsubscriptions(space, sources[topics.raw_unsubscriptions],
-                                             topics))
-            .unionByName(map_events(space, sources[topics.raw_events], topics)))
+                                             topics)))
 
 
 def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,

@@ -5,6 +5,12 @@ records them in ``<run>/clients/<client>.subs.jsonl``: ``sub_call`` (id, predica
 the call began), ``sub_ack`` (time ``subscribe()`` RETURNED: the acknowledgement) or
 ``sub_fail``, ``unsub_call`` (time ``unsubscribe()`` was CALLED) and ``unsub_done``.
 
+With ``--raw`` (the Spark scenario) it writes raw JSON records for the mapping job instead,
+and a subscription counts from the same moment as through the SDK: when its node's
+network-wide acknowledgement (a ``dls-ack`` message on the client's delivery partition,
+read as ``subscribe(wait=...)`` reads it) has come, not when Kafka took the raw record
+(the job and the nodes apply it later).
+
 Deliveries are recorded apart from the SDK's filtering, by a raw ``read_committed``
 consumer of the client's delivery partition that joins no group and commits nothing:
 every (event id, partition, offset) it reads goes to ``<client>.deliv.jsonl``, so repeats
@@ -40,6 +46,7 @@ from benchmarks.chaos.common import (
     stop_requested,
 )
 from connectors.client import Client
+from connectors.client_state import AckWaiter
 from connectors.kafka import consumer_config, ensure_partitioned_topic, ensure_topics
 from connectors.serde import decode_raw_event
 from connectors.topics import (
@@ -56,6 +63,9 @@ log = logging.getLogger("chaos.client")
 #: Seconds ``subscribe(wait=...)`` may wait for its node's acknowledgement, when the SDK
 #: has that parameter.
 ACK_TIMEOUT_S = 30.0
+#: The same through the raw topics: the Spark job may be restarting (a minute or more on
+#: a loaded machine) when the raw record is written.
+RAW_ACK_TIMEOUT_S = 180.0
 
 
 def subscribe_kwargs() -> dict[str, Any]:
@@ -85,6 +95,17 @@ def next_offsets(recs: list[dict[str, Any]]) -> dict[int, int]:
     return out
 
 
+def delivery_tp(a: argparse.Namespace) -> TopicPartition:
+    """The client's delivery partition (its topic created if need be)."""
+    topics = Topics(a.prefix)
+    if a.shared:
+        ensure_partitioned_topic(a.bootstrap, topics.shared_deliver, a.shared)
+        return TopicPartition(topics.shared_deliver, delivery_partition(a.client, a.shared))
+    topic = topics.deliver(a.client)
+    ensure_topics(a.bootstrap, [topic])
+    return TopicPartition(topic, 0)
+
+
 class Recorder(threading.Thread):
     """Reads the client's delivery partition raw and records every event copy in it."""
 
@@ -94,18 +115,9 @@ class Recorder(threading.Thread):
         self.stop = threading.Event()
         self.ready = threading.Event()
 
-    def _partition(self) -> TopicPartition:
-        a, topics = self.args, Topics(self.args.prefix)
-        if a.shared:
-            ensure_partitioned_topic(a.bootstrap, topics.shared_deliver, a.shared)
-            return TopicPartition(topics.shared_deliver, delivery_partition(a.client, a.shared))
-        topic = topics.deliver(a.client)
-        ensure_topics(a.bootstrap, [topic])
-        return TopicPartition(topic, 0)
-
     def run(self) -> None:
         a = self.args
-        where = self._partition()
+        where = delivery_tp(a)
         where.offset = self.start_at.get(where.partition, OFFSET_BEGINNING)
         consumer = Consumer(consumer_config(
             a.bootstrap, f"{a.prefix}-chaos-recorder-{a.client}", log_level=3))
@@ -160,7 +172,7 @@ class Churn:
         self.live.append(sid)
         try:
             if self.raw is not None:
-                self.raw.subscribe(sid, where)
+                self._raw_subscribe(sid, where)
             else:
                 assert self.client is not None  # noqa: S101
                 self.client.subscribe(where, sub_id=sid, **self.wait)
@@ -168,6 +180,24 @@ class Churn:
             self.out.write(k="sub_fail", sid=sid, t=now(), err=repr(exc)[:300])
             return
         self.out.write(k="sub_ack", sid=sid, t=now())
+
+    def _raw_subscribe(self, sid: str, where: Any) -> None:
+        """Write the raw record, then wait for the node's acknowledgement, as the SDK does."""
+        assert self.raw is not None  # noqa: S101
+        a = self.args
+        waiter = AckWaiter(a.bootstrap, f"{a.prefix}-chaos-ack-{a.client}", delivery_tp(a), {})
+        try:
+            self.raw.subscribe(sid, where)
+            if not waiter.wait(sid, RAW_ACK_TIMEOUT_S, self._mine):
+                raise TimeoutError(f"subscription {sid}: no acknowledgement within "
+                                   f"{RAW_ACK_TIMEOUT_S} s")
+        finally:
+            waiter.close()
+
+    def _mine(self, msg: Any) -> bool:
+        """An acknowledgement for this client (the shared delivery topic names its clients)."""
+        return not self.args.shared or self.args.client in decode_clients(
+            dict(msg.headers() or ()).get(HEADER_CLIENTS, b""))
 
     def unsubscribe(self) -> None:
         sid = self.live.pop(self.rng.randrange(len(self.live)))

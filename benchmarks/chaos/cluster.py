@@ -8,6 +8,7 @@ Kubernetes would restart a node that exits on a fatal error), and the exit is lo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -166,6 +167,34 @@ def node_lag(bootstrap: str, prefix: str, node: str, neighbours: Sequence[str]) 
         for tp in consumer.committed([TopicPartition(x, 0) for x in topics], timeout=5):
             low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, 0), timeout=5)
             lag += max(0, high - (tp.offset if tp.offset >= 0 else low) - 1)
+        return lag
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+def spark_lag(bootstrap: str, prefix: str, checkpoint: Path) -> int | None:
+    """Raw records past what the Spark job's last committed micro-batch covers (None: unknown).
+
+    Read from the job's checkpoint (``commits/N`` and the offsets of batch N in
+    ``offsets/N``), not from the job, which may be down.
+    """
+    done = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not done:
+        return None
+    try:
+        lines = (checkpoint / "offsets" / str(max(done))).read_text().splitlines()
+        covered = {t: offsets for line in lines[2:] for t, offsets in json.loads(line).items()}
+    except (OSError, ValueError):
+        return None
+    t = Topics(prefix)
+    consumer = Consumer(consumer_config(bootstrap, f"{prefix}-chaos-spark-lag", log_level=2))
+    try:
+        lag = 0
+        for topic in (t.raw_subscriptions, t.raw_unsubscriptions, t.raw_events):
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+            lag += max(0, high - int(covered.get(topic, {}).get("0", 0)))
         return lag
     except KafkaException:
         return None

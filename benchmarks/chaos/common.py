@@ -106,8 +106,9 @@ class RawWriter:
     """Writes JSON records to the raw topics the Spark mapping job reads (``dls.raw.*``).
 
     The path without the SDK's mapping: ``spark-map`` maps each record to its node's topic.
-    ``send`` returns once Kafka acknowledged the record (the harness's acknowledgement of a
-    subscription made this way).
+    ``subscribe`` and ``unsubscribe`` return once Kafka acknowledged the raw record; the
+    client then waits for the node's acknowledgement of a subscription
+    (:mod:`benchmarks.chaos.client`).
     """
 
     def __init__(self, bootstrap: str, prefix: str, node: str, client: str,

@@ -24,8 +24,8 @@ Fault kinds:
   driver and its JVM, one process group), restart on the same checkpoint after 0.5-3 s.
   In that scenario clients and publishers write JSON records to the raw topics
   (``dls.raw.*``) instead of using the SDK, so every subscription and event goes through
-  the job; a subscription's acknowledgement is then Kafka's acknowledgement of its raw
-  record;
+  the job; a subscription counts from its node's network-wide acknowledgement, as
+  through the SDK, and the drain also waits for the job to map every raw record;
 - ``none``: no fault (the control: what subscription churn alone does).
 """
 

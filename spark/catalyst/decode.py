@@ -44,19 +44,19 @@ _TYPED = {
     "unsubscription": {"node": "string", "client": "string", "id": "string"},
 }
 """Fields of the typed reading of a raw JSON record (a non-string value comes as its text)."""
-_KEEP = ("_value", "_headers", "_source", "_avro", "_err", "node", "client", "id", "attrs",
-         "payload", "wtext", "wjson", "where")
+_KEEP = ("_value", "_headers", "_source", "_published", "_avro", "_err", "node", "client",
+         "id", "attrs", "payload", "wtext", "wjson", "where")
 
 
 def decode(raw: DataFrame, kind: str, n_attrs: int = 0) -> DataFrame:
     """Raw records of one kind -> common columns, kind-specific ones and ``_err``.
 
-    Common: ``_value``, ``_headers``, ``_source``, ``_avro`` (bool), ``node``, ``client``,
-    ``id``. Event: ``attrs`` (map of Avro union structs, keys in the record's order),
-    ``payload``. Subscription: ``wtext`` (text form), ``wjson`` (variant array) and ``where``
-    (as written). Each stage is its own ``select`` so that no expression is copied into
-    another. ``n_attrs``: the attributes of the space (an event's members up to that many
-    keys are built without a lambda).
+    Common: ``_value``, ``_headers``, ``_source``, ``_published``, ``_avro`` (bool),
+    ``node``, ``client``, ``id``. Event: ``attrs`` (map of Avro union structs, keys in the
+    record's order), ``payload``. Subscription: ``wtext`` (text form), ``wjson`` (variant
+    array) and ``where`` (as written). Each stage is its own ``select`` so that no
+    expression is copied into another. ``n_attrs``: the attributes of the space (an
+    event's members up to that many keys are built without a lambda).
     """
     F = fns()
     json_rules(raw.sparkSession)

@@ -3,7 +3,9 @@
 An event's label is that of :func:`dls.mapping.event_label`: the cell of each attribute's
 value shifted into its bits under the space's application prefix; the value is the SDK's
 RawEvent (a JSON event encoded as the SDK encodes it, an Avro one passed on byte for byte);
-the headers are those :meth:`connectors.client.Client.publish` writes.
+the headers are those :meth:`connectors.client.Client.publish` writes, and, when the source
+has a ``timestamp`` column (Spark's Kafka source has), the raw record's timestamp as
+:data:`connectors.topics.HEADER_PUBLISHED`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, Topics
+from connectors.topics import (
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    HEADER_PUBLISHED,
+    Topics,
+)
 from dls.space import ContentSpace, DiscreteAttribute
 from spark.catalyst.columns import (
     ATTR_TYPE,
@@ -132,6 +140,9 @@ def build_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFra
                    _raw_event_wire_schema())
     value = F.when(F.col("_avro"), F.col("_value")).otherwise(
         F.concat(header_bytes("RawEvent"), body))
+    published = ([F.struct(F.lit(HEADER_PUBLISHED).alias("key"),
+                           be8(F.col("_published")).alias("value"))]
+                 if "timestamp" in raw.columns else [])
     return finish(
         df, topics, F.col("_topic"), value,
         F.array(
@@ -140,4 +151,5 @@ def build_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFra
                      F.encode(F.concat_ws("/", F.col("node"), F.col("client")), "UTF-8")
                      .alias("value")),
             F.struct(F.lit(HEADER_EVENT_ID).alias("key"),
-                     F.encode(F.col("id"), "UTF-8").alias("value"))))
+                     F.encode(F.col("id"), "UTF-8").alias("value")),
+            *published))

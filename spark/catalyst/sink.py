@@ -1,9 +1,10 @@
 """Both ends of a mapping: the source columns a record keeps, and the sink record it becomes.
 
 :func:`with_source` reads what a dead letter needs of a Kafka source row (value, headers,
-``topic[partition]@offset``); :func:`with_topic` names the node topic and refuses a node
-whose topic name Kafka would not take; :func:`finish` makes one sink record per row: the
-mapped record, or a ``DeadLetter`` on ``dls.deadletter`` as the nodes write theirs.
+``topic[partition]@offset``) and the row's timestamp (an event's publication time);
+:func:`with_topic` names the node topic and refuses a node whose topic name Kafka would
+not take; :func:`finish` makes one sink record per row: the mapped record, or a
+``DeadLetter`` on ``dls.deadletter`` as the nodes write theirs.
 """
 
 from __future__ import annotations
@@ -26,19 +27,35 @@ from spark.catalyst.columns import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["finish", "with_source", "with_topic"]
+__all__ = ["finish", "published_ms", "with_source", "with_topic"]
+
+
+def published_ms(raw: DataFrame) -> Column | None:
+    """The Kafka timestamp of ``raw``'s rows in ms (bigint); None when it has no such column.
+
+    The raw record's timestamp is its publication time (the publisher's CreateTime); the
+    Kafka sink cannot set the timestamp of what it writes, so an event carries it in the
+    :data:`connectors.topics.HEADER_PUBLISHED` header.
+    """
+    F = fns()
+    return F.unix_millis(F.col("timestamp")) if "timestamp" in raw.columns else None
 
 
 def with_source(raw: DataFrame) -> DataFrame:
-    """``_value``, ``_headers`` (never null) and ``_source`` of Kafka source rows."""
+    """``_value``, ``_headers`` (never null), ``_source`` and ``_published`` of source rows.
+
+    ``_published``: :func:`published_ms` (null without a ``timestamp`` column).
+    """
     F = fns()
     cols = set(raw.columns)
     headers = F.col("headers") if "headers" in cols else F.lit(None)
+    published = published_ms(raw)
     return raw.select(
         F.col("value").alias("_value"),
         F.coalesce(headers.cast(HEADERS_TYPE), F.array().cast(HEADERS_TYPE)).alias("_headers"),
         F.format_string("%s[%s]@%s", F.col("topic"), F.col("partition").cast("string"),
                         F.col("offset").cast("string")).alias("_source"),
+        (F.lit(None).cast("bigint") if published is None else published).alias("_published"),
     )
 
 

@@ -103,6 +103,38 @@ def test_subscribed_and_cancelled_before_seen_retires_at_once(controls: Controls
     assert ("ann", "s1") in controls.cancelled and controls.retiring == {}
 
 
+def test_cancelled_before_seen_retires_at_once_whatever_the_timestamps(
+        controls: Controls) -> None:
+    """The Spark job writes a micro-batch's records in any order, each stamped with its own
+    write time: the subscription may come second AND later. It is still cancelled (ids
+    are not reused), as of the later time; on main's code it stayed live for ever."""
+    controls.settings = controls.settings.model_copy(update={"unsubscribe_grace_s": 30})
+    labels = _labels(controls, 10)
+    controls.apply([_unsub(0, "ann", "s1", ts=200)], replay=False)
+    out = controls.apply([_sub(0, "ann", "s1", labels, ts=201)], replay=False)
+    assert out.letters == [] and controls.pending == {}
+    assert controls.retiring == {"s1": ("ann", 201)}
+    _pass_everything(controls)
+    assert [m.kind for m in controls.finalize().links] == [WITHDRAW]
+    assert len(controls.state) == 0
+
+
+def test_a_subscription_after_its_unsubscriptions_grace_is_refused(
+        controls: Controls) -> None:
+    """Past the grace the early unsubscription is a dead letter, and its id stays cancelled:
+    a subscription coming later still (a replayed batch, a node far behind) is refused."""
+    controls.apply([_unsub(0, "ann", "s1", ts=200), _unsub(1, "ann", "s1", ts=300)],
+                   replay=False)
+    assert [d.field for d in controls.expired()] == ["id"]  # a grace of 0 s: one letter
+    out = controls.apply([_sub(0, "ann", "s1", _labels(controls, 10), ts=100),
+                          _unsub(2, "ann", "s1", ts=400)], replay=False)
+    assert [d.reason for d in out.letters] == [
+        "subscription id 's1' of client 'ann' was cancelled; ids are not reused (a repeat "
+        "from an at-least-once writer?)"]
+    assert len(controls.state) == 0 and controls.pending == {} and controls.expired() == []
+    assert controls.metrics.duplicates == 2  # the second and third unsubscriptions
+
+
 def test_an_unsubscription_waits_until_every_input_has_passed_its_time(
         controls: Controls) -> None:
     labels = _labels(controls, 10)

@@ -18,6 +18,7 @@ from broker_node.inbox import (
     RoutedIds,
     Subscribe,
     Unsubscribe,
+    publication_ms,
 )
 from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
@@ -34,6 +35,7 @@ from connectors.topics import (
     HEADER_EVENT_ID,
     HEADER_LABEL,
     HEADER_ORIGIN,
+    HEADER_PUBLISHED,
     Topics,
 )
 from dls.mapping import event_label
@@ -102,6 +104,41 @@ def test_bad_events_are_dead_letters_in_order(inbox: Inbox, space: ContentSpace)
     assert run.dead[1].value == "01"
     assert [d.source for d in run.dead] == [f"{PUBLISH}[0]@{i}" for i in range(3)]
     assert run.dead[2].headers == [(HEADER_LABEL, b"")]
+
+
+def test_the_publication_time_header_is_the_events_time(inbox: Inbox,
+                                                        space: ContentSpace) -> None:
+    """The Spark job's events carry their raw record's time: it wins over the record's."""
+    label = event_label(space, {"x": 10})
+    published = (1_700_000_000_123).to_bytes(8, "big")
+    msgs = [Message(topic=PUBLISH, partition=0, offset=i, value=b"e", timestamp=(1, 1_800_000),
+                    headers=h) for i, h in enumerate([
+                        [*_usual(label, b"C/pub", b"e0"), (HEADER_PUBLISHED, published)],
+                        [(HEADER_PUBLISHED, published), *_usual(label, b"C/pub", b"e1")],
+                        _usual(label, b"C/pub", b"e2")])]
+    run = inbox.events(msgs)
+    assert run.dead == [] and run.keys == [label.to_bytes(8, "big")] * 3
+    assert run.carried[0][3] == (HEADER_PUBLISHED, published)  # passed on to every copy
+    assert [publication_ms(m, c) for m, c in zip(run.msgs, run.carried, strict=True)] == [
+        1_700_000_000_123, 1_700_000_000_123, 1_800_000]
+
+
+@pytest.mark.parametrize("value", [b"\x01" * 7, b"", None, b"\x80" + b"\x00" * 7,
+                                   b"\x00" * 9])
+@pytest.mark.parametrize("first", [False, True])
+def test_a_bad_publication_time_header_is_a_dead_letter(inbox: Inbox, space: ContentSpace,
+                                                        value: bytes | None,
+                                                        first: bool) -> None:
+    label = event_label(space, {"x": 10})
+    bad = (HEADER_PUBLISHED, value)
+    usual = _usual(label, b"C/pub", b"e0")
+    run = inbox.events([_event(PUBLISH, 0, [bad, *usual] if first else [*usual, bad]),
+                        _event(PUBLISH, 1, _usual(label, b"C/pub", b"e1"))])
+    assert [m.offset() for m in run.msgs] == [1]
+    (dead,) = run.dead
+    assert (dead.field, dead.value) == (HEADER_PUBLISHED, (value or b"").hex())
+    assert dead.reason.startswith(f"a {HEADER_PUBLISHED} header must be 8 bytes")
+    assert dead.source == f"{PUBLISH}[0]@0"
 
 
 def test_a_repeated_event_is_dropped_and_counted(inbox: Inbox, space: ContentSpace) -> None:

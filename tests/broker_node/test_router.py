@@ -23,6 +23,7 @@ from connectors.topics import (
     HEADER_EVENT_ID,
     HEADER_LABEL,
     HEADER_ORIGIN,
+    HEADER_PUBLISHED,
     decode_clients,
 )
 from dls.mapping import event_label
@@ -279,19 +280,25 @@ def test_deliveries_and_forwards_keep_the_publication_time(tmp_path: Path, parti
     svc = _node(space_file, cache=1.0, partitions=partitions, delivery=delivery)
     svc.state.subscribe("ann", "s1", [label])
     svc.state.on_link("B", ADVERTISE, [label])
-    published = [1_700_000_000_000 + 7 * i for i in range(4)]
+    published = [1_700_000_000_000 + 7 * i for i in range(6)]
+    # Events 4 and 5 come through the Spark job: written later, their publication time
+    # in a header (which every copy keeps).
     svc.process([Message(topic="dls.node.A.publish", partition=0, offset=i,
-                         value=b"v%d" % i, timestamp=(1, ts), headers=[
-                             (HEADER_LABEL, label.to_bytes(8, "big")),
-                             (HEADER_ORIGIN, b"A/pub"), (HEADER_EVENT_ID, b"e%d" % i)])
+                         value=b"v%d" % i, timestamp=(1, ts if i < 4 else ts + 30_000),
+                         headers=[(HEADER_LABEL, label.to_bytes(8, "big")),
+                                  (HEADER_ORIGIN, b"A/pub"), (HEADER_EVENT_ID, b"e%d" % i),
+                                  *([(HEADER_PUBLISHED, ts.to_bytes(8, "big"))] if i >= 4
+                                    else [])])
                  for i, ts in enumerate(published)])
     assert svc.committer is not None
     if delivery == "at_least_once":
         svc.committer.commit([])  # the held-back last messages go out
     producer = svc.committer.producer
     by_topic: dict[str, list[int]] = {}
-    for (topic, _, _, _), ts in zip(producer.sent, producer.stamps, strict=True):
+    for (topic, _, headers, _), ts in zip(producer.sent, producer.stamps, strict=True):
         by_topic.setdefault(topic, []).append(ts)
+        if ts in published[4:]:
+            assert (HEADER_PUBLISHED, ts.to_bytes(8, "big")) in headers
     assert by_topic["dls.fwd.A.B"] == published
     deliver = "dls.deliver" if partitions else "dls.deliver.ann"
     assert by_topic[deliver] == published

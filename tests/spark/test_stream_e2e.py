@@ -4,7 +4,8 @@ Real Kafka (``kafka_bootstrap``), real Spark (local[2], the session fixture), tw
 ``NodeService`` loops (A - B) on threads, SDK clients reading their delivery topics. The
 job runs with ``--once`` semantics (availableNow) several times on one checkpoint, as a
 restarted job does; one restart follows a simulated crash between the write of a batch
-and its commit, so Spark writes that batch again and the nodes must drop the repeats.
+and its commit, so Spark writes that batch again and the nodes must drop the repeats; an
+unsubscription goes through the job in the micro-batch of an event published before it.
 
 Cost: about 60 s (six short Spark runs, node start-up, Kafka round trips).
 """
@@ -21,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPartition
 
 from broker_node.overlay import Topology
 from connectors.client import Client
-from connectors.kafka import consume_batch, consumer_config
+from connectors.kafka import consume_batch, consumer_config, producer_config
 from connectors.serde import decode_dead_letter
-from connectors.topics import HEADER_DLQ_REASON, Topics
+from connectors.topics import HEADER_DLQ_REASON, HEADER_EVENT_ID, HEADER_PUBLISHED, Topics
 from dls.predicates import Subscription
 from dls.space import ContentSpace
 from dlsroute.tools.local_network import LocalNetwork
@@ -198,15 +199,27 @@ def test_raw_json_to_deliveries_with_restarts(spark: Any, net: LocalNetwork,
         time.sleep(1.0)
         assert received(clients) == want  # each event exactly once
 
-        # 4. An unsubscription through the job; the network sends alice nothing more.
+        # 4. An unsubscription through the job, in the micro-batch of an event published
+        # just before it at the far node: the event still reaches alice, carrying its
+        # publication time (the job's write time, after the cancellation, on main's code);
+        # then the network sends alice nothing more.
         def everything(name: str) -> Counter[str]:
             return Counter(d.event_id for d in clients[name].drain(
                 quiet_s=1.0, include_false_positives=True))
 
         before = everything("alice")
-        kcat(kafka_bootstrap, topics.raw_unsubscriptions,
-             [json.dumps({"node": "A", "client": "alice", "id": "s1"})])
+        published = int(time.time() * 1000)
+        send(kafka_bootstrap, topics.raw_events, published, node="B", client="bob",
+             id="late", attrs={"sym": "IBM", "price": 17})  # alice's s1 only
+        send(kafka_bootstrap, topics.raw_unsubscriptions, published + 1, node="A",
+             client="alice", id="s1")
         job.run()
+        assert job.read[-1] == 2  # one micro-batch
+        assert find(kafka_bootstrap, topics.node_publish("B"), "late").timestamp()[1] \
+            > published + 1  # the job wrote the event after the cancellation
+        got = find(kafka_bootstrap, topics.deliver("alice"), "late")
+        assert got.timestamp() == (TIMESTAMP_CREATE_TIME, published)
+        assert dict(got.headers())[HEADER_PUBLISHED] == published.to_bytes(8, "big")
         live.pop("s1")
         del clients["alice"].subscriptions["s1"]
         wait_for(lambda: len(net.services["A"].state) == 1
@@ -217,7 +230,7 @@ def test_raw_json_to_deliveries_with_restarts(spark: Any, net: LocalNetwork,
         others = {n: c for n, c in clients.items() if n != "alice"}
         wait_for(settled(tuple(others)), what="round 3 deliveries")
         time.sleep(1.0)
-        assert everything("alice") == before
+        assert everything("alice") == before + Counter(["late"])
         assert received(others) == {n: want[n] for n in others}
         net.check()
 
@@ -234,3 +247,26 @@ def test_raw_json_to_deliveries_with_restarts(spark: Any, net: LocalNetwork,
     finally:
         for c in clients.values():
             c.close()
+
+
+
+def send(bootstrap: str, topic: str, ts: int, **rec: Any) -> None:
+    """One raw JSON record with the timestamp ``ts`` (its publication time)."""
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(topic, json.dumps(rec).encode(), timestamp=ts)
+    assert producer.flush(30) == 0
+
+
+def find(bootstrap: str, topic: str, event_id: str) -> Any:
+    """The first record of partition 0 of ``topic`` carrying ``event_id`` (read_committed)."""
+    reader = Consumer(consumer_config(bootstrap, f"{topic}-reader"))
+    reader.assign([TopicPartition(topic, 0, 0)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for m in consume_batch(reader, 100, 0.5):
+                if dict(m.headers() or ()).get(HEADER_EVENT_ID) == event_id.encode():
+                    return m
+    finally:
+        reader.close()
+    raise AssertionError(f"no event {event_id!r} on {topic}")
