@@ -72,6 +72,7 @@ __all__ = [
     "SnapshotStore",
     "Snapshotter",
     "control_history",
+    "manifest_end",
     "read_ranges",
     "read_snapshot",
     "recover",
@@ -219,11 +220,7 @@ def read_snapshot(s: NodeSettings, topic: str
     reader = Consumer(consumer_config(s.bootstrap, f"{s.consumer_group}-recovery",
                                       **s.kafka_security()))
     try:
-        _, high = reader.get_watermark_offsets(TopicPartition(topic, MANIFESTS),
-                                               timeout=s.recovery_stall_s, cached=False)
-    except KafkaException as exc:
-        raise BrokerError(f"node {s.node}: cannot read the offsets of {topic}: {exc}",
-                          field="recovery", value=topic) from exc
+        high = manifest_end(s, reader, topic)
     finally:
         reader.close()
     if high <= 0:
@@ -250,6 +247,38 @@ def read_snapshot(s: NodeSettings, topic: str
         return manifest, decode(buf), ""
     except BrokerError as exc:
         return manifest, None, f"snapshot {sid} of {where}: {exc}"
+
+
+#: Answers about a partition whose leader is not known yet, as right after its topic was
+#: created: asked again.
+_NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def manifest_end(s: NodeSettings, reader: Consumer, topic: str) -> int:
+    """The end offset of the manifests partition of ``topic``.
+
+    Asked again, for up to ``recovery_stall_s``, while the partition has no leader yet: a
+    node's first start creates its snapshot topic just before (a start that failed on it
+    made the mid-stream kill test flaky).
+
+    Raises:
+        BrokerError: Another error, or still no leader after ``recovery_stall_s``.
+    """
+    deadline = time.monotonic() + s.recovery_stall_s
+    while True:
+        try:
+            return int(reader.get_watermark_offsets(
+                TopicPartition(topic, MANIFESTS), cached=False,
+                timeout=max(1.0, deadline - time.monotonic()))[1])
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or err.code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                raise BrokerError(f"node {s.node}: cannot read the offsets of {topic}: {exc}",
+                                  field="recovery", value=topic) from exc
+            log.info("node %s: %s has no leader yet (%s); asking again", s.node, topic,
+                     err.str())
+            time.sleep(0.1)
 
 
 # -- recovery at start ------------------------------------------------------------------------
