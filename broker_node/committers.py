@@ -37,6 +37,7 @@ from broker_node.watchdog import Watchdog
 from connectors.kafka import next_offsets, offsets_to_commit, producer_config
 
 __all__ = [
+    "TRANSACTION_RETRY_BACKOFF_MS",
     "AtLeastOnce",
     "Committer",
     "DeliveryErrors",
@@ -50,6 +51,14 @@ log = logging.getLogger("dlsroute.node")
 
 #: One output message: (partition, the header that completes the carried ones).
 Spread = Sequence[tuple[int, tuple[str, bytes]]]
+
+#: The transactional producer's first retry backoff (``retry.backoff.ms``, ms). The
+#: transaction coordinator answers CONCURRENT_TRANSACTIONS while it still completes the
+#: previous commit, and librdkafka retries after this backoff: at its default, a batch
+#: that follows another at once waited a whole backoff for a few milliseconds of the
+#: coordinator's work (docs/architecture.md#the-node-loop). Later retries back off
+#: exponentially up to ``retry.backoff.max.ms``, so a broker that is away is not pressed.
+TRANSACTION_RETRY_BACKOFF_MS = 10
 
 
 class DeliveryErrors:
@@ -79,7 +88,8 @@ def open_producer(s: NodeSettings, errors: DeliveryErrors,
     if s.delivery == "exactly_once":
         producer = Producer(producer_config(
             s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
-            **{"transaction.timeout.ms": s.transaction_timeout_ms, **queue}, **sec))
+            **{"transaction.timeout.ms": s.transaction_timeout_ms,
+               "retry.backoff.ms": TRANSACTION_RETRY_BACKOFF_MS, **queue}, **sec))
         with _guard(watchdog, "init_transactions"):
             producer.init_transactions(s.transaction_timeout_ms / 1000.0)
         return producer

@@ -17,12 +17,16 @@ lies behind that neighbour, which may rightly be many subscriptions' labels; its
 must lie in this node's label space (``BrokerState.on_link`` refuses others).
 
 Subscribe and unsubscribe arrive on different topics, so their relative order is not
-guaranteed: an unsubscription of an id not seen yet waits ``unsubscribe_grace_s`` for it.
-A subscription that comes meanwhile is applied and retires at once, as of the later of the
-two timestamps, whatever their order (a writer such as the Spark job stamps both with its
-write time, in any order within a micro-batch; ids are not reused). Past the grace the
-unsubscription is dead-lettered as unknown (:meth:`expired`) and the id counts as
-cancelled, so that a subscription coming later still is refused, not live for ever.
+guaranteed: an unsubscription of an id not seen yet waits for it ``unsubscribe_grace_s``
+(ordered by message timestamps), and at least until the node has read its subscribe topic
+up to the end the broker had when the unsubscription was read (:meth:`subscribe_caught_up`):
+a node far behind on its subscribe topic (the consumer reads its topics unevenly) thus never
+drops a cancellation whose subscription is still in its backlog. A subscription that comes
+meanwhile is applied and retires at once, as of the later of the two timestamps, whatever
+their order (a writer such as the Spark job stamps both with its write time, in any order
+within a micro-batch; ids are not reused). Past both waits the unsubscription is
+dead-lettered as unknown (:meth:`expired`) and the id counts as cancelled, so that a
+subscription coming later still is refused, not live for ever.
 
 An unsubscription does not remove its subscription at once: the subscription *retires*
 and stays in the state until every input of the node has passed the unsubscription's time
@@ -86,6 +90,7 @@ class _Pending:
     timestamp: int
     deadline: float
     msg: Message
+    read_at: float  # monotonic: its subscription, if any, was written before this
 
 
 class Controls:
@@ -115,6 +120,8 @@ class Controls:
         #: (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         #: no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self.cancelled = RecentKeys(CANCELLED_MEMORY)
+        #: the subscribe topic was read up to the end the broker had at this monotonic time
+        self.subscribe_read_at = float("-inf")
 
     def apply(self, msgs: Sequence[Message], *, replay: bool) -> Outcome:
         """Apply control messages in order; runs of subscriptions go in one batch.
@@ -163,12 +170,26 @@ class Controls:
         self._links(links, False, out)
         return out
 
+    def subscribe_caught_up(self, at: float) -> None:
+        """The subscribe topic was read up to the end the broker had at ``at`` (monotonic)."""
+        self.subscribe_read_at = max(self.subscribe_read_at, at)
+
+    def overdue(self) -> bool:
+        """True when an unsubscription's grace is over (it may expire: :meth:`expired`)."""
+        now = time.monotonic()
+        return any(p.deadline <= now for p in self.pending.values())
+
     def expired(self) -> list[DeadLetter]:
-        """Unsubscriptions whose grace is over: dead letters (unknown subscription id)."""
+        """Unsubscriptions of unknown ids whose wait is over: dead letters.
+
+        Over once their grace is, and the subscribe topic was read past where it ended
+        when they were read (:meth:`subscribe_caught_up`).
+        """
         if not self.pending:
             return []
-        now = time.monotonic()
-        gone = [key for key, p in self.pending.items() if p.deadline <= now]
+        now, read = time.monotonic(), self.subscribe_read_at
+        gone = [key for key, p in self.pending.items() if p.deadline <= now
+                and p.read_at <= read]
         letters = []
         for key in gone:
             p, sid = self.pending.pop(key), key[1]
@@ -280,9 +301,10 @@ class Controls:
                 # one pending cancellation, as late as the latest
                 held.timestamp = max(held.timestamp, timestamp_of(rec.msg))
                 return None
+            now = time.monotonic()
             self.pending[client, sid] = _Pending(
-                client, timestamp_of(rec.msg),
-                time.monotonic() + self.settings.unsubscribe_grace_s, rec.msg)
+                client, timestamp_of(rec.msg), now + self.settings.unsubscribe_grace_s,
+                rec.msg, now)
             return None
         if owner != client:
             raise SubscriptionOwnerError(

@@ -73,6 +73,7 @@ __all__ = [
     "SnapshotStore",
     "Snapshotter",
     "control_history",
+    "manifest_end",
     "read_ranges",
     "read_snapshot",
     "recover",
@@ -220,11 +221,7 @@ def read_snapshot(s: NodeSettings, topic: str
     reader = Consumer(consumer_config(s.bootstrap, f"{s.consumer_group}-recovery",
                                       **s.kafka_security()))
     try:
-        _, high = watermark_offsets(reader, TopicPartition(topic, MANIFESTS),
-                                    timeout=s.recovery_stall_s)
-    except ConnectorError as exc:
-        raise BrokerError(f"node {s.node}: cannot read the offsets of {topic}: {exc}",
-                          field="recovery", value=topic) from exc
+        high = manifest_end(s, reader, topic)
     finally:
         reader.close()
     if high <= 0:
@@ -251,6 +248,26 @@ def read_snapshot(s: NodeSettings, topic: str
         return manifest, decode(buf), ""
     except BrokerError as exc:
         return manifest, None, f"snapshot {sid} of {where}: {exc}"
+
+
+#: Answers about a partition whose leader is not known yet, as right after its topic was
+#: created: asked again.
+def manifest_end(s: NodeSettings, reader: Consumer, topic: str) -> int:
+    """The end offset of the manifests partition of ``topic``.
+
+    Asked again, for up to ``recovery_stall_s``, while the partition has no leader yet: a
+    node's first start creates its snapshot topic just before (a start that failed on it
+    made the mid-stream kill test flaky).
+
+    Raises:
+        BrokerError: Another error, or still no leader after ``recovery_stall_s``.
+    """
+    try:
+        return watermark_offsets(reader, TopicPartition(topic, MANIFESTS),
+                                 timeout=s.recovery_stall_s, retry_s=0.1)[1]
+    except ConnectorError as exc:
+        raise BrokerError(f"node {s.node}: cannot read the offsets of {topic}: {exc}",
+                          field="recovery", value=topic) from exc
 
 
 # -- recovery at start ------------------------------------------------------------------------

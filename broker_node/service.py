@@ -66,12 +66,15 @@ from connectors.topics import (
 )
 from dls.space import ContentSpace
 
-__all__ = ["FOREVER", "NodeService"]
+__all__ = ["ENDS_KEPT", "FOREVER", "NodeService"]
 
 log = logging.getLogger("dlsroute.node")
 
 #: Topic settings of the control topics (kept forever: recovery reads them again).
 FOREVER = dict(CONTROL_TOPIC_CONFIG)
+#: At most this many ends of one input topic are kept, not yet read past (a node far
+#: behind: later checks are noted once older ends are passed).
+ENDS_KEPT = 10_000
 
 
 class NodeService:
@@ -102,8 +105,11 @@ class NodeService:
                                  clock_skew_s=s.clock_skew_s)
         self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress,
                                  label_budget=self.space.filters.label_budget)
-        self._next_check = 0.0  # when to look again how far the publish topic is read
-        self._publish_start: int | None = None  # the group's committed publish offset
+        self._next_check = 0.0  # when to look again how far the inputs are read
+        self._starts: dict[str, int] = {}  # the group's committed offsets, asked once
+        #: per input topic checked, (time asked, where it ended then), oldest first
+        self._ends_seen: dict[str, deque[tuple[float, int]]] = {}
+        self._ends: Consumer | None = None  # asks where topics end (see _at_end)
         #: subscriptions to acknowledge: (link control sequence numbers sent by the end of
         #: their batch, by neighbour; client; id), oldest first
         self._acks: deque[tuple[dict[str, int], str, str]] = deque()
@@ -183,6 +189,11 @@ class NodeService:
                                               "session.timeout.ms": s.session_timeout_ms},
             **s.kafka_security()))
         self._consumer = consumer
+        # Where a topic ends is asked by a consumer that never fetches: the broker answers
+        # the requests of one connection in turn, so behind the node consumer's long-poll
+        # fetch the question would wait up to fetch.wait.max.ms, stalling the loop.
+        self._ends = Consumer(consumer_config(s.bootstrap, f"{s.consumer_group}-ends",
+                                              **s.kafka_security()))
         errors = DeliveryErrors()
         self.connect(open_producer(s, errors, self.watchdog), consumer, errors)
         recovered = recover(s, consumer, self.control_topics, self.state, self.controls)
@@ -238,6 +249,9 @@ class NodeService:
             # A plain close() can hang mid-rebalance: close_consumer serves it first.
             self._closing("closing the consumer", partial(self._close_consumer, consumer))
             self._consumer = None
+        if self._ends is not None:
+            self._closing("closing the end reader", self._ends.close)
+            self._ends = None
         if committer is not None:
             self._closing("flushing the producer", partial(committer.flush, 10))
             self.committer = None  # the producer is released with its last reference
@@ -266,9 +280,9 @@ class NodeService:
         while not self._stop.is_set() and (until is None or time.monotonic() < until):
             if self.snapshots is not None:  # between batches: all committed so far
                 self.snapshots.after_batch()
+            self._check_inputs_read(consumer)  # before the batch: what is read is applied
             msgs = consume_batch(consumer, self.settings.batch_size,
                                  self.settings.poll_timeout_s)
-            self._check_publish_read(consumer)
             expired = self.controls.expired()
             beats = self.progress.beats(time.monotonic(),
                                         moved_every_s=self.settings.heartbeat_s,
@@ -380,26 +394,57 @@ class NodeService:
                                    [(HEADER_LINK_SEQ, seq)])
 
     # -- the order rule (broker_node.progress) ----------------------------------------------
-    def _check_publish_read(self, consumer: Consumer) -> None:
-        """Every ``heartbeat_s``, note whether the publish topic is read to the broker's end."""
+    def _check_inputs_read(self, consumer: Consumer) -> None:
+        """Every ``heartbeat_s``, note how far inputs are read (before a batch: read is applied).
+
+        The publish topic while watermarks are wanted (the order rule); the subscribe topic
+        while an unsubscription of an unknown id is past its grace (it expires only once
+        the subscribe topic is read past where it ended when it was read).
+        """
         now = time.monotonic()
-        if now < self._next_check or not self.progress.watermark_wanted:
+        if now < self._next_check:
+            return
+        publish = self.progress.watermark_wanted
+        subscribe = bool(self.controls.pending) and self.controls.overdue()
+        if not (publish or subscribe):
             return
         self._next_check = now + self.settings.heartbeat_s
-        tp = TopicPartition(self.inbox.publish, 0)
-        asked = time.time()  # the end read below holds everything appended before this
+        if publish and (at := self._read_past(consumer, self.inbox.publish, time.time())):
+            self.progress.publish_caught_up(at)
+        if subscribe and (at := self._read_past(consumer, self.inbox.subscribe_topic, now)):
+            self.controls.subscribe_caught_up(at)
+
+    def _read_past(self, consumer: Consumer, topic: str, asked: float) -> float | None:
+        """The latest time ``asked`` of a check whose end of ``topic`` is read (None: none).
+
+        Each check notes where the broker says the topic ends (everything appended before
+        ``asked`` lies below); once the consumer's position passes that end, the topic is
+        read past that time, though more may have come since: under a steady stream the
+        position is seldom exactly at the end.
+        """
+        tp = TopicPartition(topic, 0)
         try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
+            low, high = (self._ends or consumer).get_watermark_offsets(tp, timeout=2.0,
+                                                                       cached=False)
             at = consumer.position([tp])[0].offset
             if at < 0:  # nothing read since the start: from the committed offset (asked once)
-                if self._publish_start is None:
-                    self._publish_start = consumer.committed([tp], timeout=2.0)[0].offset
-                at = self._publish_start
+                if topic not in self._starts:
+                    self._starts[topic] = consumer.committed([tp], timeout=2.0)[0].offset
+                at = self._starts[topic]
+                if at < 0 and low == high:  # none committed, and nothing to read
+                    at = high
         except KafkaException as exc:  # the broker is away: no progress, nothing lost
-            log.debug("node %s: end of %s unknown (%s)", self.settings.node, tp.topic, exc)
-            return
-        if at >= high or (at < 0 and low == high):
-            self.progress.publish_caught_up(asked)
+            log.debug("node %s: end of %s unknown (%s)", self.settings.node, topic, exc)
+            return None
+        ends = self._ends_seen.setdefault(topic, deque())
+        if ends and ends[-1][1] == high:
+            ends[-1] = (asked, high)  # nothing appended since: the later time says more
+        elif len(ends) < ENDS_KEPT:
+            ends.append((asked, high))
+        done = None
+        while ends and ends[0][1] <= at:
+            done = ends.popleft()[0]
+        return done
 
     def _probe(self) -> None:
         """Once at start: an empty link control to every neighbour, with a new number.

@@ -165,8 +165,12 @@ class SubscriptionStore:
         """
         self._ensure_topic()
         if self._reader is None:  # partition EOF: the end is known even if compaction
-            self._reader = Consumer(consumer_config(  # removed the last offsets
-                self.bootstrap, self.group, **{"enable.partition.eof": True}, **self._kafka))
+            # removed the last offsets. No long poll: a fetch still in flight after a read
+            # would hold the next read's first request (the end offset, or the fetch) for
+            # up to fetch.wait.max.ms, and a delivery's second look with it.
+            self._reader = Consumer(consumer_config(
+                self.bootstrap, self.group, **{"enable.partition.eof": True,
+                                               "fetch.wait.max.ms": 10}, **self._kafka))
         reader = self._reader
         _, high = watermark_offsets(reader, TopicPartition(self.topic, 0), timeout=10)
         if high <= self._position:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -77,10 +78,35 @@ def test_a_bad_message_in_a_run_is_a_dead_letter_and_the_rest_applies(
 def test_an_early_unsubscription_waits_then_is_a_dead_letter(controls: Controls) -> None:
     out = controls.apply([_unsub(0, "ann", "never")], replay=False)
     assert out.letters == [] and ("ann", "never") in controls.pending
+    controls.subscribe_caught_up(time.monotonic())  # its subscription cannot still come
     letters = controls.expired()  # a grace of 0 s
     assert [d.reason for d in letters] == ["unknown subscription id 'never' (client 'ann')"]
     assert (letters[0].field, letters[0].value) == ("id", "never")
     assert controls.pending == {} and controls.expired() == []
+
+
+def test_an_early_unsubscription_waits_for_the_subscribe_topic_past_its_grace(
+        controls: Controls) -> None:
+    """Regression: a node behind on its subscribe topic (its consumer read the unsubscribe
+    topic first) dead-lettered the cancellation once the grace ran out, and the
+    subscription, read later, stayed live for good."""
+    labels = _labels(controls, 10)
+    controls.subscribe_caught_up(time.monotonic())  # before the unsubscription was read
+    controls.apply([_unsub(0, "ann", "s1", ts=200)], replay=False)
+    assert controls.overdue()  # a grace of 0 s
+    assert controls.expired() == []  # its subscription may still be in the backlog
+    out = controls.apply([_sub(0, "ann", "s1", labels, ts=100)], replay=False)
+    assert out.letters == [] and controls.pending == {}
+    assert controls.retiring == {"s1": ("ann", 200)}
+
+
+def test_an_unknown_cancellation_expires_once_the_subscribe_topic_is_read_past_it(
+        controls: Controls) -> None:
+    controls.apply([_unsub(0, "ann", "never")], replay=False)
+    assert controls.expired() == []
+    controls.subscribe_caught_up(time.monotonic())
+    assert [d.value for d in controls.expired()] == ["never"]
+    assert not controls.overdue()
 
 
 def _pass_everything(controls: Controls, ms: int = 10**13) -> None:
@@ -125,6 +151,7 @@ def test_a_subscription_after_its_unsubscriptions_grace_is_refused(
     a subscription coming later still (a replayed batch, a node far behind) is refused."""
     controls.apply([_unsub(0, "ann", "s1", ts=200), _unsub(1, "ann", "s1", ts=300)],
                    replay=False)
+    controls.subscribe_caught_up(time.monotonic())  # its subscription cannot still come
     assert [d.field for d in controls.expired()] == ["id"]  # a grace of 0 s: one letter
     out = controls.apply([_sub(0, "ann", "s1", _labels(controls, 10), ts=100),
                           _unsub(2, "ann", "s1", ts=400)], replay=False)

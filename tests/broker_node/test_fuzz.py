@@ -155,9 +155,11 @@ def fake_clock() -> Iterator[Clock]:
 def step(svc: NodeService, batch: list[Message]) -> None:
     """One turn of the node's loop (NodeService.run without Kafka).
 
-    Every input has passed everything (the order rule's watermarks far ahead), so the
-    subscriptions cancelled in the batch are removed at its end, as the loop does.
+    Every input has passed everything (the order rule's watermarks far ahead, the
+    subscribe topic read to its end), so the subscriptions cancelled in the batch are
+    removed at its end, as the loop does.
     """
+    svc.controls.subscribe_caught_up(controls_mod.time.monotonic())
     svc._dead_letters(svc.controls.expired())  # noqa: SLF001
     if batch:
         svc.process(batch)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from broker_node import recovery
 from broker_node.config import NodeSettings
@@ -57,3 +58,36 @@ def test_there_is_no_time_wall_on_recovery() -> None:
     # main had RECOVERY_TIMEOUT_S = 120: a longer recovery gave up and the node never
     # started. Only a recovery that reads nothing for recovery_stall_s stops now.
     assert not hasattr(recovery, "RECOVERY_TIMEOUT_S")
+
+
+class _NewTopicReader:
+    """A reader asking about a topic created a moment ago: no leader for a few answers."""
+
+    def __init__(self, code: int, misses: int) -> None:
+        self.code, self.misses, self.asked = code, misses, 0
+
+    def get_watermark_offsets(self, tp: object, timeout: float = 0,
+                              cached: bool = False) -> tuple[int, int]:
+        self.asked += 1
+        if self.asked <= self.misses:
+            raise KafkaException(KafkaError(self.code))
+        return 0, 7
+
+
+def test_a_snapshot_topic_without_a_leader_yet_is_asked_again(tmp_path: Path) -> None:
+    """Regression: a node's first start read the end of the snapshot topic it had just
+    created, got NOT_LEADER_FOR_PARTITION, and stopped (seen in the mid-stream kill test)."""
+    s = _settings(tmp_path, recovery_stall_s=5.0)
+    reader = _NewTopicReader(KafkaError.NOT_LEADER_FOR_PARTITION, 2)
+    assert recovery.manifest_end(s, reader, "dls.node.A.snapshot") == 7  # type: ignore[arg-type]
+    assert reader.asked == 3
+
+
+def test_other_errors_and_a_leader_that_never_comes_stop_recovery(tmp_path: Path) -> None:
+    s = _settings(tmp_path, recovery_stall_s=0.3)
+    for code, misses in ((KafkaError.TOPIC_AUTHORIZATION_FAILED, 1),
+                         (KafkaError.LEADER_NOT_AVAILABLE, 10**6)):
+        with pytest.raises(BrokerError) as err:
+            recovery.manifest_end(s, _NewTopicReader(code, misses),  # type: ignore[arg-type]
+                                  "dls.node.A.snapshot")
+        assert err.value.field == "recovery" and "dls.node.A.snapshot" in str(err.value)
