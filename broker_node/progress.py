@@ -69,6 +69,7 @@ class Progress:
         self.local_want = False
         self._want_sent = dict.fromkeys(self.neighbours, False)
         self._last_beat = 0.0
+        self._last_ack_beat = 0.0  # the last heartbeat that carried a link_applied moved
 
     # -- event time ---------------------------------------------------------------------------
     def publish_caught_up(self, at_s: float) -> None:
@@ -152,19 +153,26 @@ class Progress:
 
         All of them, at most once per ``moved_every_s``, when for some neighbour the link
         applied or the want changed, or it wants watermarks and ours moved; and every
-        ``every_s`` while this node wants watermarks. Else none.
+        ``every_s`` while this node wants watermarks. Else none. A link applied that moved
+        is paced on its own: a heartbeat that only moved a watermark does not hold back an
+        acknowledgement waiting behind it (watermarks move every check while wanted).
         """
         if not self.neighbours:
             return []
         out = [(n, self.watermark_for(n), self.link_applied_for(n), self.wants_from(n))
                for n in self.neighbours]
         since = now - self._last_beat
-        moved = any(a > self.reported[n] or want != self._want_sent[n]
-                    or (self.wanted_by[n] and w > self.beats_out[n]) for n, w, a, want in out)
+        acks = any(a > self.reported[n] for n, _, a, _ in out)
+        moved = any(want != self._want_sent[n] or (self.wanted_by[n] and w > self.beats_out[n])
+                    for n, w, _, want in out)
         waiting = any(want for *_, want in out)
-        if not ((moved and since >= moved_every_s) or (waiting and since >= every_s)):
+        if not ((acks and now - self._last_ack_beat >= moved_every_s)
+                or ((acks or moved) and since >= moved_every_s)
+                or (waiting and since >= every_s)):
             return []
         self._last_beat = now
+        if acks:
+            self._last_ack_beat = now
         for n, w, a, want in out:
             self.beats_out[n], self.reported[n], self._want_sent[n] = w, a, want
         return out

@@ -84,3 +84,21 @@ def test_what_is_applied_behind_is_kept_when_no_heartbeat_goes_out_at_once() -> 
     assert p.beats(10.1, moved_every_s=0.25, every_s=1.0) == []  # too soon: none now
     sent = p.beats(10.5, moved_every_s=0.25, every_s=1.0)
     assert ("A", 5) in {(to, applied) for to, _, applied, _ in sent}
+
+
+def test_a_watermark_heartbeat_does_not_hold_back_an_acknowledgement() -> None:
+    """Watermarks move at every check while wanted; their heartbeats delayed the next
+    link_applied by up to ``moved_every_s`` per hop, and each subscribe(wait=...) with it."""
+    p = _p("A", "C")
+    p.on_heartbeat("A", 0, 0, wants_watermark=True)  # A waits for our watermark
+    p.publish_caught_up(100.0)
+    assert p.beats(10.0, moved_every_s=0.25, every_s=1.0) != []  # a watermark moved
+    p.on_link_seq("C", 3)
+    p.end_batch()  # C's link control applied here, nothing sent on: applied behind us
+    sent = p.beats(10.05, moved_every_s=0.25, every_s=1.0)  # at once, not at 10.25
+    assert ("C", 3) in {(to, applied) for to, _, applied, _ in sent}
+    p.on_link_seq("C", 4)
+    p.end_batch()
+    assert p.beats(10.1, moved_every_s=0.25, every_s=1.0) == []  # acknowledgements paced
+    assert ("C", 4) in {(to, a) for to, _, a, _ in p.beats(10.3, moved_every_s=0.25,
+                                                              every_s=1.0)}
