@@ -120,10 +120,9 @@ class _Published:
             for col in self.attrs.values():
                 col[i] = None
         for name, value in attrs.items():
-            col = self.attrs.get(name)
-            if col is None:
-                col = self.attrs[name] = [None] * len(self.ids)
-            col[i] = value
+            if name not in self.attrs:
+                self.attrs[name] = [None] * len(self.ids)
+            self.attrs[name][i] = value
 
 
 def _load_events(run_dir: Path, publish: Counter[str]) -> Events:
