@@ -18,7 +18,9 @@ minutes, one sample every 10 s), the least-squares slope ``b`` (MiB/min) is flat
    allocation.
 
 The interval's half-width is the *noise* reported with each slope; ``|b|`` plus it bounds
-the growth rate (95 %): a leak faster than that would have been seen.
+the growth rate (95 %): a leak faster than that would have been seen. Otherwise the slope
+*grows* (``b > 0``) or *shrinks*; the soak's requirement is that no node's RSS grows (a
+fall, memory handed back as the allocator trims, is no leak).
 """
 
 from __future__ import annotations
@@ -78,9 +80,15 @@ class Fit:
         """Upper 95 % bound on the growth rate, MiB per hour."""
         return 60.0 * (abs(self.slope_mib_per_min) + self.ci95_mib_per_min)
 
+    @property
+    def grows(self) -> bool:
+        """The slope is positive beyond the noise and the resolution: a leak, or warm-up."""
+        return self.why == "grows"
+
     def record(self) -> dict[str, Any]:
         out = asdict(self)
         out["bound_mib_per_hour"] = self.bound_mib_per_hour
+        out["grows"] = self.grows
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
 
 

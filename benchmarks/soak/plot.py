@@ -55,4 +55,4 @@ def _label(name: str, m: dict[str, Any]) -> str:
     if not fit:
         return name
     return (f"{name}: {fit['slope_mib_per_min']:+.3f} ± {fit['ci95_mib_per_min']:.3f} MiB/min"
-            f"{'' if fit['flat'] else ' NOT FLAT'}")
+            f"{' GROWS' if fit['grows'] else ''}")
