@@ -20,27 +20,17 @@ import math
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.chaos.check import NEAR_S, Sub
+from benchmarks.chaos.check import NEAR_S, Sub, history_counts
+from benchmarks.chaos.check import _read as read_records
 
 INF = math.inf
-
-
-def _read(path: Path) -> Iterable[dict[str, Any]]:
-    """Whole JSON lines of ``path`` (a line cut by a SIGKILL, or not JSON, is skipped)."""
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.endswith("\n"):
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue
 
 
 @dataclass
@@ -130,7 +120,7 @@ def _load_events(run_dir: Path, publish: Counter[str]) -> Events:
     for path in sorted((run_dir / "publishers").glob("*.jsonl")):
         mine = _Published()
         reports: dict[str, bool] = {}
-        for r in _read(path):
+        for r in read_records(path):
             k = r["k"]
             if k == "pub":
                 mine.add(r["id"], r["a"], r["t0"], r["t1"])
@@ -157,24 +147,23 @@ def _load_events(run_dir: Path, publish: Counter[str]) -> Events:
                   {a: (c[order], present[order]) for a, (c, present) in columns.items()})
 
 
+#: A subscription's record kinds that set one of its times.
+_TIMES = {"sub_ack": "ack", "unsub_call": "cancel", "unsub_done": "cancelled"}
+
+
 def _load_subs(path: Path, restarts: Counter[str], client: str) -> list[Sub]:
     by_id: dict[str, Sub] = {}
-    for r in _read(path):
-        k = r["k"]
-        if k == "start" and r.get("restart"):
-            restarts[client] += 1
-        elif k == "sub_call":
+    for r in read_records(path):
+        kind = r["k"]
+        if kind == "sub_call":
             by_id[r["sid"]] = Sub(r["sid"], client, r["where"], r["t"])
-        elif k in ("sub_ack", "sub_fail", "unsub_call", "unsub_done") and r["sid"] in by_id:
-            s = by_id[r["sid"]]
-            if k == "sub_ack":
-                s.ack = r["t"]
-            elif k == "sub_fail":
-                s.failed = True
-            elif k == "unsub_call":
-                s.cancel = r["t"]
-            else:
-                s.cancelled = r["t"]
+        elif kind == "start":
+            restarts[client] += bool(r.get("restart"))
+        elif (sub := by_id.get(r.get("sid", ""))) is not None:
+            if kind == "sub_fail":
+                sub.failed = True
+            elif kind in _TIMES:
+                setattr(sub, _TIMES[kind], r["t"])
     return list(by_id.values())
 
 
@@ -182,7 +171,7 @@ def _load_copies(path: Path, ev: Events) -> Copies:
     ids: list[str] = []
     places = array("q")
     if path.exists():
-        for r in _read(path):
+        for r in read_records(path):
             ids.append(r["id"])
             places.extend((r["p"], r["o"]))
     rows = ev.rows(ids)
@@ -304,17 +293,10 @@ def verdict(h: History, *, sample: int = 10) -> dict[str, Any]:
             margins["before_cancel"] += int(near_cancel.sum())
             margins["interior"] += int((~near_ack & ~near_cancel).sum())
             missing_rows += [(client, int(r), subs[int(need[r])]) for r in miss]
-    all_subs = [s for ss in h.subs.values() for s in ss]
     unexpected = +unexpected
     step = max(1, len(missing_rows) // sample) if missing_rows else 1
     return {
-        "published": h.publish["confirmed"],
-        "publish_failed": h.publish["failed"] + h.publish["not_sent"],
-        "publish_unreported": h.publish["unreported"],
-        "subscriptions": len(all_subs),
-        "subscriptions_acknowledged": sum(s.ack is not None for s in all_subs),
-        "subscriptions_failed": sum(s.failed for s in all_subs),
-        "client_restarts": sum(h.restarts.values()),
+        **history_counts(h.publish, h.subs, h.restarts),
         "expected": expected,
         "delivered_pairs": delivered,
         "missing": len(missing_rows),
@@ -332,18 +314,18 @@ def verdict(h: History, *, sample: int = 10) -> dict[str, Any]:
 
 
 def check(run_dir: Path) -> dict[str, Any]:
-    """The verdict on the history recorded in ``run_dir``."""
+    """The verdict on the history recorded in ``run_dir`` (:func:`verdict` of :func:`load`)."""
     return verdict(load(run_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", type=Path, help="a run's directory of recorded history")
-    a = p.parse_args(argv)
-    result = check(a.run_dir)
-    print(json.dumps(result, indent=2))
-    return 1 if result["missing"] else 0
+    """``python -m benchmarks.soak.check <dir>``: the verdict as JSON; 1 if a pair is missing."""
+    parser = argparse.ArgumentParser(prog="benchmarks.soak.check", description=__doc__)
+    parser.add_argument("run_dir", type=Path)
+    out = check(parser.parse_args(argv).run_dir)
+    json.dump(out, sys.stdout, indent=2)
+    print()
+    return int(out["missing"] > 0)
 
 
 if __name__ == "__main__":
