@@ -65,6 +65,11 @@ CHAOS_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATIO
 chaos: setup ## Fault harness on its own Kafka (~15 min; SEED, DURATION, SCENARIOS, CHAOS_PORT) -> benchmarks/results/chaos.json
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS) --out benchmarks/results/chaos.json
 
+.PHONY: soak
+SOAK_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SOAK_PORT),--port $(SOAK_PORT))
+soak: setup ## Soak, not in CI: 10 min at half the calibrated maximum rate, memory slope (~16 min; SEED, DURATION, RATE, SOAK_PORT) -> benchmarks/results/soak.json
+	$(PY) -m benchmarks.soak $(SOAK_ARGS) --out benchmarks/results/soak.json
+
 demo: setup ## Three-node demo on a local Kafka (started and stopped unless running; KAFKA_PORT)
 	$(VENV)/bin/dlsroute demo --kafka --port $(or $(KAFKA_PORT),9092)
 

@@ -193,6 +193,21 @@ def _why_unexpected(h: History, client: str, eid: str) -> str:
     return "out_of_window"
 
 
+def history_counts(publish: Counter[str], subs: Mapping[str, Sequence[Sub]],
+                   restarts: Counter[str]) -> dict[str, int]:
+    """Publications and subscriptions as recorded (also :mod:`benchmarks.soak.check`'s)."""
+    every = [s for ss in subs.values() for s in ss]
+    return {
+        "published": publish["confirmed"],
+        "publish_failed": publish["failed"] + publish["not_sent"],
+        "publish_unreported": publish["unreported"],
+        "subscriptions": len(every),
+        "subscriptions_acknowledged": sum(s.ack is not None for s in every),
+        "subscriptions_failed": sum(s.failed for s in every),
+        "client_restarts": sum(restarts.values()),
+    }
+
+
 def verdict(h: History, *, sample: int = 10) -> dict[str, Any]:
     """The counts of the module docstring (and a few missing pairs, for a look)."""
     need = expected_pairs(h)
@@ -213,15 +228,8 @@ def verdict(h: History, *, sample: int = 10) -> dict[str, Any]:
                 dup_clients[client] += len(where) - 1
             if eid not in want:
                 unexpected[_why_unexpected(h, client, eid)] += 1
-    subs = [s for ss in h.subs.values() for s in ss]
     return {
-        "published": h.publish["confirmed"],
-        "publish_failed": h.publish["failed"] + h.publish["not_sent"],
-        "publish_unreported": h.publish["unreported"],
-        "subscriptions": len(subs),
-        "subscriptions_acknowledged": sum(s.ack is not None for s in subs),
-        "subscriptions_failed": sum(s.failed for s in subs),
-        "client_restarts": sum(h.restarts.values()),
+        **history_counts(h.publish, h.subs, h.restarts),
         "expected": expected,
         "delivered_pairs": delivered,
         "missing": len(missing),
