@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from broker_node.config import NodeSettings
 from broker_node.controls import Controls
 from broker_node.exceptions import UnknownSubscriptionError
-from broker_node.recovery import read_snapshot, recover
+from broker_node.recovery import LIVE_SHARE, read_snapshot, recover
 from broker_node.service import NodeService
 from broker_node.snapshot import capture, state_digest
 from connectors.kafka import committed_offsets, consumer_config, producer_config
@@ -131,7 +131,11 @@ class Node:
         t.start()
         try:
             yield until
-            time.sleep(0.5)  # a few idle rounds: the last batches commit, snapshots settle
+            time.sleep(0.5)  # a few idle rounds: the last batches commit
+            # Snapshots settle: no write in flight, and the tail since the last one below
+            # the bound (a write in flight defers the next snapshot; on a loaded machine
+            # it took longer than the idle rounds, and the tail grew past one batch).
+            wait_for(lambda: _settled(svc) or bool(errors), timeout, "snapshots settled")
         finally:
             svc.stop()
             t.join(60)
@@ -200,6 +204,17 @@ def _difference(a: NodeService, b: NodeService) -> str:
             out.append(f"{sid}: {ca} {la.tolist()} / {cb} {lb.tolist()}")
             break
     return "; ".join(out)
+
+
+def _settled(svc: NodeService) -> bool:
+    """No snapshot write in flight, and fewer control messages than the bound since the
+    last snapshot (read from the loop's thread's counters: a stale read only waits more)."""
+    snaps = getattr(svc, "snapshots", None)
+    if snaps is None:
+        return True
+    tail = snaps.tail + svc.metrics.control_in - snaps.seen
+    every = max(svc.settings.snapshot_every_messages, len(svc.state) // LIVE_SHARE)
+    return snaps.store.write is None and tail < every
 
 
 def _memory(c: Controls) -> tuple[set[bytes], set[str]]:
