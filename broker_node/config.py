@@ -115,7 +115,9 @@ class NodeSettings(BaseSettings):
                     "that causes more outputs waits for room")
     unsubscribe_grace_s: float = Field(
         default=30.0, ge=0,
-        description="how long an unsubscription of a not-yet-seen id waits for it")
+        description="how long an unsubscription of a not-yet-seen id waits for it (and at "
+                    "least until the subscribe topic is read past where it ended when the "
+                    "unsubscription was read)")
     route_cache_mb: float = Field(
         default=64.0, ge=0, le=65536,
         description="memory for routes remembered per (label, origin): the messages an "
