@@ -250,8 +250,6 @@ def read_snapshot(s: NodeSettings, topic: str
         return manifest, None, f"snapshot {sid} of {where}: {exc}"
 
 
-#: Answers about a partition whose leader is not known yet, as right after its topic was
-#: created: asked again.
 def manifest_end(s: NodeSettings, reader: Consumer, topic: str) -> int:
     """The end offset of the manifests partition of ``topic``.
 
