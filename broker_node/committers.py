@@ -126,6 +126,35 @@ class Committer:
         self.settings, self.metrics = settings, metrics
         self.on_commit, self.on_abort = on_commit, on_abort
         self.watchdog = watchdog
+        #: the number of batches begun: the current (or last) batch's number
+        self.batch = 0
+        self._durable = 0  # the last batch whose input offsets are surely committed
+        self._needed = 0  # the last batch something waits to see committed (see need)
+
+    @property
+    def durable(self) -> int:
+        """The last batch whose input offsets are committed (so are all batches before it).
+
+        What a node tells others about a batch (link control applied, a subscription
+        acknowledged) waits until then: a node that crashed before would re-read the batch
+        after events that come later, and route those without it
+        (docs/architecture.md#acknowledged-means-committed). Without a consumer (a test
+        without Kafka) nothing is committed and every batch counts as durable.
+        """
+        return self.batch if self.consumer is None else self._durable
+
+    def need(self, batch: int) -> None:
+        """Something waits for batch ``batch`` to be committed: commit it without delay."""
+        self._needed = max(self._needed, batch)
+
+    @property
+    def waiting(self) -> bool:
+        """True while a batch passed to :meth:`need` is not committed yet."""
+        return self.durable < self._needed
+
+    def offsets_committed(self, err: Any, partitions: list[TopicPartition]) -> None:
+        """The consumer's commit callback (``on_commit``): log a commit that failed."""
+        log_failed_commit(self.settings.node, err, partitions)
 
     def guard(self, call: str) -> AbstractContextManager[None]:
         """The watchdog's bound around ``call`` (nothing without a watchdog)."""
@@ -201,7 +230,8 @@ class Committer:
                     send(topic, value, [*carried, header], part, timestamp=ts)
 
     def begin(self) -> None:
-        """Open a batch."""
+        """Open a batch (numbered: :attr:`batch`)."""
+        self.batch += 1
 
     def commit(self, msgs: Sequence[Message]) -> None:
         """Close the batch that consumed ``msgs`` (possibly none: expired controls only)."""
@@ -239,6 +269,7 @@ class ExactlyOnce(Committer):
 
     def begin(self) -> None:
         """Begin the batch's transaction."""
+        super().begin()
         with self.guard("begin_transaction"):
             self.producer.begin_transaction()
 
@@ -252,6 +283,7 @@ class ExactlyOnce(Committer):
                     offsets, self.consumer.consumer_group_metadata(), self._limit)
         with self.guard("commit_transaction"):
             self.producer.commit_transaction(self._limit)
+        self._durable = self.batch
         self.on_commit()
 
     def abort(self, exc: BaseException) -> None:
@@ -299,9 +331,16 @@ class AtLeastOnce(Committer):
         # whose outputs are not all acknowledged yet, oldest first, as [offsets to commit,
         # callbacks still to come]; the offsets of those that are, not committed yet.
         self._tails: dict[tuple[str, int], tuple[bytes | None, Any, int, bytes | None]] = {}
-        self._inflight: deque[list[Any]] = deque()
+        self._inflight: deque[list[Any]] = deque()  # [offsets, callbacks to come, batch]
         self._ready: dict[tuple[str, int], int] = {}
+        self._ready_batch = 0  # the last batch whose offsets are in _ready (or committed)
         self._last_commit = time.monotonic()
+        # Commits asked for, oldest first: (the last batch they cover, their offsets); a
+        # batch is durable once the broker confirms offsets at least as high
+        # (offsets_committed), or at once when it consumed nothing.
+        self._asked: deque[tuple[int, dict[tuple[str, int], int]]] = deque()
+        self._confirmed: dict[tuple[str, int], int] = {}
+        self._failed_at = float("-inf")  # when a commit last failed (retried after a pause)
 
     @property
     def held(self) -> dict[tuple[str, int], tuple[bytes | None, Any]]:
@@ -352,7 +391,7 @@ class AtLeastOnce(Committer):
 
     def commit(self, msgs: Sequence[Message]) -> None:
         """Send the held-back messages with their callbacks; commit what is acknowledged."""
-        entry = [next_offsets(msgs) if msgs else {}, len(self._tails)]
+        entry = [next_offsets(msgs) if msgs else {}, len(self._tails), self.batch]
         self._inflight.append(entry)
         tails, self._tails = self._tails, {}
         for (topic, partition), (value, headers, ts, key) in tails.items():
@@ -386,12 +425,37 @@ class AtLeastOnce(Committer):
             return
         entry[1] -= 1
 
+    def offsets_committed(self, err: Any, partitions: list[TopicPartition]) -> None:
+        """The broker's answer to a commit: the batches it covers become durable.
+
+        A commit that failed puts its offsets back, to be committed again after
+        ``commit_interval_s`` (at once when nothing waits): a batch whose reports wait for
+        it must not stay uncommitted for want of a later batch.
+        """
+        super().offsets_committed(err, partitions)
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            if err is None and tp.error is None and tp.offset >= 0:
+                if tp.offset > self._confirmed.get(key, -1):
+                    self._confirmed[key] = tp.offset
+            elif tp.offset >= 0 and tp.offset > self._confirmed.get(key, -1):
+                self._ready[key] = max(self._ready.get(key, -1), tp.offset)
+                self._failed_at = time.monotonic()
+        self._advance()
+
+    def _advance(self) -> None:
+        """Mark durable the asked commits whose offsets the broker confirmed, in order."""
+        asked, confirmed = self._asked, self._confirmed
+        while asked and all(confirmed.get(k, -1) >= o for k, o in asked[0][1].items()):
+            self._durable = max(self._durable, asked.popleft()[0])
+
     def _commit_delivered(self, *, wait: bool, idle: bool = False) -> None:
         """Commit the offsets of the batches whose outputs are all acknowledged.
 
         ``wait`` (at close): flush first, so that every batch is complete, and commit
         synchronously. Otherwise commit what is complete once ``commit_interval_s`` has
-        passed since the last commit, or at once when ``idle``.
+        passed since the last commit, or at once when ``idle`` or when a complete batch is
+        one that something waits for (:meth:`Committer.need`).
         """
         if wait:
             with self.guard("flush"):
@@ -404,20 +468,32 @@ class AtLeastOnce(Committer):
                               field="delivery", value=self.errors.first)
         inflight = self._inflight
         while inflight and inflight[0][1] <= 0:
-            self._ready.update(inflight.popleft()[0])
-        if not (wait or idle) and (time.monotonic() - self._last_commit
-                                   < self.settings.commit_interval_s):
+            offsets, _, batch = inflight.popleft()
+            self._ready.update(offsets)
+            self._ready_batch = batch
+        now = time.monotonic()
+        if not self._ready and self._ready_batch > (self._asked[-1][0] if self._asked
+                                                    else self._durable):
+            self._asked.append((self._ready_batch, {}))  # batches that consumed nothing
+            self._advance()
+        asked = self._asked[-1][0] if self._asked else self._durable
+        urgent = self._ready_batch >= self._needed > asked  # complete, and not asked yet
+        if not (wait or ((idle or urgent) and now - self._failed_at
+                         >= self.settings.commit_interval_s)
+                or now - self._last_commit >= self.settings.commit_interval_s):
             return
         if self._ready:
             assert self.consumer is not None  # noqa: S101
             offsets = offsets_to_commit(self._ready)
+            self._asked.append((self._ready_batch, self._ready))
+            self._ready = {}
             if wait:  # two calls: the stubs type each value of asynchronous apart
                 with self.guard("commit"):
-                    self.consumer.commit(offsets=offsets, asynchronous=False)
+                    done = self.consumer.commit(offsets=offsets, asynchronous=False)
+                self.offsets_committed(None, done or [])
             else:
                 self.consumer.commit(offsets=offsets, asynchronous=True)
-            self._ready = {}
-        self._last_commit = time.monotonic()
+        self._last_commit = now
         # Ids of batches still in flight move too: a failed delivery stops the node, and
         # its restart begins with an empty memory anyway.
         self.on_commit()

@@ -12,10 +12,11 @@ Two promises travel between neighbours, in a Heartbeat on the forwarded-event to
   (:meth:`Progress.low_watermark`): no event published before an unsubscription can then
   reach it after the removal, however far behind any node is.
 - **link_applied**: the highest sequence number of the receiver's link control that the
-  sender, and every node behind it away from the receiver, has applied. A subscription is
-  acknowledged to its client once every neighbour reports the link control sent up to its
-  application as applied (:meth:`Progress.acked`): an event published anywhere after the
-  acknowledgement finds the subscription's labels on its way.
+  sender, and every node behind it away from the receiver, has applied and committed. A
+  subscription is acknowledged to its client once every neighbour reports the link control
+  sent up to its application as applied (:meth:`Progress.acked`), and its node has committed
+  the batch that applied it: an event published anywhere after the acknowledgement finds
+  the subscription's labels on its way, even past a node that crashed meanwhile.
 
 Heartbeats are sent on demand, so that an idle network is silent: when ``link_applied``
 moved; when the neighbour *wants* watermarks (it, or a node behind it, has a cancelled
@@ -59,8 +60,11 @@ class Progress:
         # per neighbour n: (a sequence number of n's link control applied here, what was
         # sent to every other neighbour by then); n's number counts as applied behind this
         # node once each of those neighbours has acknowledged its part
-        self._pairs: dict[str, deque[tuple[int, dict[str, int]]]] = {
+        # (the node's batch that applied it: it counts only once that batch is committed)
+        self._pairs: dict[str, deque[tuple[int, dict[str, int], int]]] = {
             n: deque() for n in self.neighbours}
+        #: the last batch of this node whose input offsets are committed (set by the loop)
+        self.durable = 0
         self.reported = dict.fromkeys(self.neighbours, 0)  # link_applied last sent
         self._behind = dict.fromkeys(self.neighbours, 0)  # link_applied known so far
         #: whether each neighbour waits for our watermark (its last heartbeat said so)
@@ -110,16 +114,20 @@ class Progress:
             self.applied_seq[source] = seq
             self._moved.add(source)
 
-    def end_batch(self) -> None:
-        """Close a batch whose link control is applied and whose own link control is produced.
+    def end_batch(self, batch: int = 0) -> bool:
+        """Close batch ``batch``: its link control is applied, its own link control produced.
 
         Notes, for each neighbour whose link control moved, what the others must acknowledge
-        before it counts as applied behind this node.
+        before it counts as applied behind this node, and that it counts only once this
+        node has committed the batch (:attr:`durable`): a node that crashed before would
+        replay the link control after later events. Returns True when something moved.
         """
+        moved = bool(self._moved)
         for n in self._moved:
             self._pairs[n].append((self.applied_seq[n], {k: v for k, v in self.seq_out.items()
-                                                         if k != n}))
+                                                         if k != n}, batch))
         self._moved.clear()
+        return moved
 
     def on_heartbeat(self, source: str, watermark_ms: int, link_applied: int,
                      wants_watermark: bool = False) -> None:
@@ -137,7 +145,8 @@ class Progress:
     def link_applied_for(self, to: str) -> int:
         """How far ``to``'s link control is applied here and behind this node."""
         pairs, acked, done = self._pairs[to], self.acked_out, self._behind[to]
-        while pairs and all(acked[k] >= need for k, need in pairs[0][1].items()):
+        while pairs and pairs[0][2] <= self.durable and all(
+                acked[k] >= need for k, need in pairs[0][1].items()):
             done = max(done, pairs.popleft()[0])
         self._behind[to] = done  # kept, whether or not a heartbeat carries it now
         return done

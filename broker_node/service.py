@@ -31,7 +31,6 @@ from broker_node.committers import (
     Committer,
     DeliveryErrors,
     committer_for,
-    log_failed_commit,
     open_producer,
 )
 from broker_node.config import NodeSettings
@@ -66,7 +65,7 @@ from connectors.topics import (
 )
 from dls.space import ContentSpace
 
-__all__ = ["ENDS_KEPT", "FOREVER", "NodeService"]
+__all__ = ["ENDS_KEPT", "FOREVER", "WAITING_POLL_S", "NodeService"]
 
 log = logging.getLogger("dlsroute.node")
 
@@ -75,6 +74,9 @@ FOREVER = dict(CONTROL_TOPIC_CONFIG)
 #: At most this many ends of one input topic are kept, not yet read past (a node far
 #: behind: later checks are noted once older ends are passed).
 ENDS_KEPT = 10_000
+#: How long the loop waits for a message (s) while a batch's reports wait for its commit
+#: (at least once: the broker's answer comes between messages, not as one).
+WAITING_POLL_S = 0.005
 
 
 class NodeService:
@@ -111,8 +113,8 @@ class NodeService:
         self._ends_seen: dict[str, deque[tuple[float, int]]] = {}
         self._ends: Consumer | None = None  # asks where topics end (see _at_end)
         #: subscriptions to acknowledge: (link control sequence numbers sent by the end of
-        #: their batch, by neighbour; client; id), oldest first
-        self._acks: deque[tuple[dict[str, int], str, str]] = deque()
+        #: their batch, by neighbour; client; id; the batch that applied them), oldest first
+        self._acks: deque[tuple[dict[str, int], str, str, int]] = deque()
         #: a (re)started node numbers its link afresh: see _probe
         self._probe_due = bool(s.neighbours)
         self._reacks: list[tuple[str, str]] = []
@@ -185,7 +187,7 @@ class NodeService:
         # waiting for the dead member's session to time out.
         consumer = Consumer(consumer_config(
             s.bootstrap, s.consumer_group, **{"group.instance.id": f"{s.consumer_group}-0",
-                                              "on_commit": partial(log_failed_commit, s.node),
+                                              "on_commit": self._offsets_committed,
                                               "session.timeout.ms": s.session_timeout_ms},
             **s.kafka_security()))
         self._consumer = consumer
@@ -223,6 +225,11 @@ class NodeService:
         except ConnectorError as exc:
             raise BrokerError(f"node {s.node} refuses to start: {exc}", field=exc.field,
                               value=exc.value) from exc
+
+    def _offsets_committed(self, err: object, partitions: list[TopicPartition]) -> None:
+        """The consumer's commit callback: the committer learns which batches are durable."""
+        if self.committer is not None:
+            self.committer.offsets_committed(err, partitions)
 
     def connect(self, producer: Producer, consumer: Consumer | None = None,
                 errors: DeliveryErrors | None = None) -> None:
@@ -281,14 +288,17 @@ class NodeService:
             if self.snapshots is not None:  # between batches: all committed so far
                 self.snapshots.after_batch()
             self._check_inputs_read(consumer)  # before the batch: what is read is applied
+            # A batch whose reports wait for its commit: look again soon (at least once).
             msgs = consume_batch(consumer, self.settings.batch_size,
-                                 self.settings.poll_timeout_s)
+                                 min(self.settings.poll_timeout_s, WAITING_POLL_S)
+                                 if out.waiting else self.settings.poll_timeout_s)
             expired = self.controls.expired()
+            self.progress.durable = out.durable
             beats = self.progress.beats(time.monotonic(),
                                         moved_every_s=self.settings.heartbeat_s,
                                         every_s=4 * self.settings.heartbeat_s)
             if not (msgs or expired or beats or self._probe_due
-                    or self.controls.finalizable()):
+                    or self.controls.finalizable() or self._acks_due()):
                 out.idle()
                 continue
             out.begin()
@@ -351,21 +361,31 @@ class NodeService:
         self._dead_letters(outcome.letters)
         self._need_delivery_topics(outcome.clients)
         if outcome.acks:  # sent once every neighbour has applied what this batch sent
-            required = dict(self.progress.seq_out)
-            self._acks.extend((required, client, sid) for client, sid in outcome.acks)
+            assert self.committer is not None  # noqa: S101
+            required, batch = dict(self.progress.seq_out), self.committer.batch
+            self._acks.extend((required, client, sid, batch) for client, sid in outcome.acks)
+            self.committer.need(batch)
+
+    def _acks_due(self) -> bool:
+        """True when the oldest subscription waiting for its acknowledgement may have it."""
+        if not self._acks:
+            return False
+        assert self.committer is not None  # noqa: S101
+        required, _, _, batch = self._acks[0]
+        return batch <= self.committer.durable and self.progress.acked(required)
 
     def _send_due_acks(self) -> None:
         """Acknowledge the subscriptions the whole network has applied (broker_node.progress).
 
         A subscription is acknowledged once every neighbour reports, in its heartbeats, the
         link control this node had sent by the end of the subscription's batch as applied
-        by it and every node behind it: an event published anywhere after the
-        acknowledgement then finds the subscription's labels on its way.
+        by it and every node behind it, and once this node has committed that batch: an
+        event published anywhere after the acknowledgement then finds the subscription's
+        labels on its way, even if a node on the way crashed in between.
         """
         due = []
-        acks, acked = self._acks, self.progress.acked
-        while acks and acked(acks[0][0]):
-            _, client, sid = acks.popleft()
+        while self._acks_due():
+            _, client, sid, _ = self._acks.popleft()
             due.append((client, sid))
         if due:
             self._create_new_topics()  # a new client's delivery topic
@@ -460,8 +480,8 @@ class NodeService:
             none = np.zeros(0, dtype=np.uint64)
             self._send_links([LinkMessage(n, ADVERTISE, none)
                               for n in self.settings.neighbours])
-            required = dict(self.progress.seq_out)
-            self._acks.extend((required, c, sid) for c, sid in self._reacks)
+            required = dict(self.progress.seq_out)  # the tail replayed is committed: batch 0
+            self._acks.extend((required, c, sid, 0) for c, sid in self._reacks)
             self._reacks = []
 
     def _finalize(self) -> None:
@@ -469,7 +489,9 @@ class NodeService:
         if self.controls.finalizable():
             outcome = self.controls.finalize()
             self._send_links(outcome.links)
-        self.progress.end_batch()
+        assert self.committer is not None  # noqa: S101
+        if self.progress.end_batch(self.committer.batch):
+            self.committer.need(self.committer.batch)
 
     def _send_beats(self, beats: list[tuple[str, int, int, bool]]) -> None:
         """Tell each neighbour how far this node has got (on its forwarded-event topic)."""

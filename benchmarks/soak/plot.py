@@ -18,7 +18,9 @@ def plot(results: dict[str, Any], out: Path) -> None:
     """RSS (MiB) against minutes, one panel per kind; the window's fit dashed."""
     s = results["soak"]
     params = results["params"]
-    t_from = (params["duration"] - params["window_s"]) / 60.0
+    warm = s.get("warmup_s", 0.0) / 60.0
+    t_end = warm + params["duration"] / 60.0
+    t_from = t_end - params["window_s"] / 60.0
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(9, 11), sharex=True)
     for ax, (kind, title) in zip(axes, PANELS, strict=True):
         names = [n for n, m in s["memory"].items() if m["kind"] == kind]
@@ -36,12 +38,15 @@ def plot(results: dict[str, Any], out: Path) -> None:
                 ends = [win[0][0], win[-1][0]]
                 ax.plot(ends, [ym + b * (t - tm) for t in ends], ls="--",
                         color=line.get_color(), lw=1)
-        ax.axvspan(t_from, params["duration"] / 60.0, color="0.93", zorder=0)
+        ax.axvspan(t_from, t_end, color="0.93", zorder=0)
+        if warm:
+            ax.axvline(warm, color="0.5", lw=0.8, ls=":")
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("RSS, MiB")
         if names:
             ax.legend(fontsize=7, loc="best", ncol=2)
-    axes[-1].set_xlabel("minutes since publishing started (shaded: the fitted window)")
+    axes[-1].set_xlabel("minutes since publishing started (dotted: end of the warm-up; "
+                        "shaded: the fitted window)")
     fig.suptitle(f"soak: {s['rate']} events/s, {s['published']} events, missing "
                  f"{s['missing']}, duplicates {s['duplicates']}", fontsize=10)
     fig.tight_layout()

@@ -28,12 +28,16 @@ prefix with fresh processes:
    was (the publishers could not outrun the nodes), the backlog's: the events published
    while the nodes were stopped over the time until the last node routed its last event
    (end to end, the network's slowest path included).
-2. **Soak** (``--duration`` s) at half that maximum (or ``--rate``), churn as above. Every
+2. **Soak** (``--warmup`` then ``--duration`` s, one run) at half that maximum (or
+   ``--rate``), churn as above. The warm-up lets each node fill its bounded memories (the
+   routed-id memory of :data:`broker_node.inbox.ROUTED_MEMORY` events, two generations):
+   by default ``WARMUP_ROUTED * ROUTED_MEMORY / rate`` s. Its events are checked like the
+   others; only the memory fit leaves it out. Every
    ``--sample`` s: ``/proc/<pid>/status`` of every node, client, publisher and of the
    broker's JVM (:mod:`benchmarks.soak.memory`), the nodes' metrics and input lag, the
    machine's load. Then the drain and the verdict of :mod:`benchmarks.soak.check` (every
    confirmed event against every subscription window, brute force) and a least-squares
-   slope of RSS over the last ``--window`` s per process, flat or not as
+   slope of RSS over the last ``--window`` s (of the measured part) per process, flat or not as
    :mod:`benchmarks.soak.memory` defines it.
 
 Results: ``--out`` (JSON, every sample included) and a PNG of RSS over time beside it.
@@ -60,9 +64,21 @@ from benchmarks.chaos.run import NODES, Params, ScenarioRun
 from benchmarks.chaos.scenarios import Scenario
 from benchmarks.soak.check import INF, check
 from benchmarks.soak.memory import fit_slope, loadavg, read_status
+from broker_node.inbox import ROUTED_MEMORY
 
 #: Publisher rate (events/s, all together) that no publisher reaches: as fast as they can.
 UNTHROTTLED = 1e6
+#: The default warm-up lasts until this many times ROUTED_MEMORY events were published:
+#: a node remembers up to twice ROUTED_MEMORY routed ids, and routes at least its own
+#: publisher's third of the events (in the 10-minute soak without warm-up, RSS rose for
+#: 4 minutes at 1,729 events/s and was flat after: benchmarks/results/soak_nowarmup.json).
+WARMUP_ROUTED = 4
+WARMUP_MIN_S, WARMUP_MAX_S = 60.0, 900.0
+
+
+def default_warmup(rate: float) -> float:
+    """Seconds of warm-up at ``rate`` events/s (see :data:`WARMUP_ROUTED`)."""
+    return round(min(WARMUP_MAX_S, max(WARMUP_MIN_S, WARMUP_ROUTED * ROUTED_MEMORY / rate)))
 #: Seconds between metric samples during the calibration.
 CAL_SAMPLE_S = 2.0
 #: Seconds between counter reads while the backlog drains.
@@ -360,15 +376,19 @@ def memory_fits(samples: list[dict[str, Any]], duration: float,
 
 
 def soak(broker: Broker, p: Params, work: Path, duration: float, period: float,
-         window: float, drain_max: float) -> dict[str, Any]:
-    """Phase 2 of the module docstring: the record of the soak itself."""
+         window: float, drain_max: float, warmup: float = 0.0) -> dict[str, Any]:
+    """Phase 2 of the module docstring: the record of the soak itself.
+
+    Times in the record count from the start of publishing, the warm-up included.
+    """
     net = Network("soak", p, broker, work)
     sampler = Sampler(net, period)
     try:
         net.start()
         net.publish()
         sampler.start()
-        while now() - net.t_start < duration + 0.5 * period:  # the sample at `duration` too
+        end = warmup + duration
+        while now() - net.t_start < end + 0.5 * period:  # the sample at `end` too
             time.sleep(1.0)
         sampler.stop.set()
         sampler.join(60)
@@ -378,11 +398,12 @@ def soak(broker: Broker, p: Params, work: Path, duration: float, period: float,
         sampler.stop.set()
         net.stop()
     loads = [r["load1"] for r in sampler.nodes if r["load1"] is not None]
-    return {"rate": p.rate, "publishing_s": round(t_stop, 1), "drain_s": drain_s,
+    return {"rate": p.rate, "warmup_s": warmup, "publishing_s": round(t_stop, 1),
+            "drain_s": drain_s,
             "drain_end": drain_end, **{k: v for k, v in verdict.items()},
             "published_per_s": round(verdict["published"] / t_stop, 1),
             "exits": net.exits(), "dir": str(net.dir), "prefix": net.prefix,
-            "memory": memory_fits(sampler.samples, duration, window),
+            "memory": memory_fits(sampler.samples, end, window),
             "load1_mean": round(sum(loads) / len(loads), 2) if loads else None,
             "load1_max": max(loads, default=None),
             "samples": sampler.samples, "node_samples": sampler.nodes}
@@ -417,9 +438,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             rate = args.rate
             results["calibration"] = {"given_rate": rate}
-        print(f"soak: {args.duration:.0f} s at {rate} events/s", flush=True)
+        warmup = default_warmup(rate) if args.warmup is None else args.warmup
+        results["params"]["warmup_s"] = warmup
+        print(f"soak: {warmup:.0f} s of warm-up, then {args.duration:.0f} s, at {rate} "
+              f"events/s", flush=True)
         results["soak"] = soak(broker, replace(p, rate=rate), work, args.duration,
-                               args.sample, args.window, args.drain)
+                               args.sample, args.window, args.drain, warmup)
     finally:
         broker.down()
     results["wall_s"] = round(now() - results["started"], 1)
@@ -447,7 +471,8 @@ def summary(results: dict[str, Any]) -> str:
         lines.append(f"maximum {cal['max_rate']:.0f} events/s from the {cal['max_from']} "
                      f"(backlog {cal['backlog_max_rate'] or 0:.0f}/s; publishers sent "
                      f"{cal['burst_published_per_s']:.0f}/s unthrottled)")
-    lines.append(f"soak {s['rate']} events/s for {s['publishing_s']} s: published "
+    lines.append(f"soak {s['rate']} events/s for {s['publishing_s']} s (warm-up "
+                 f"{s.get('warmup_s', 0):.0f} s): published "
                  f"{s['published']}, expected pairs {s['expected']}, missing {s['missing']}, "
                  f"duplicates {s['duplicates']}, unexpected {s['unexpected']}; drain "
                  f"{s['drain_s']} s ({s['drain_end']}); load {s['load1_mean']} mean")
@@ -467,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--duration", type=float, default=600.0, help="soak seconds (10 min)")
     a.add_argument("--rate", type=float, default=None,
                    help="events/s, all publishers (default: half the calibrated maximum)")
+    a.add_argument("--warmup", type=float, default=None,
+                   help="seconds at the soak's rate before the measured part (default: "
+                        "WARMUP_ROUTED * ROUTED_MEMORY / rate, 60-900 s)")
     a.add_argument("--calibrate", type=float, default=30.0,
                    help="seconds of unthrottled publishing to find the maximum")
     a.add_argument("--port", type=int, default=29110, help="this run's own Kafka port")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,112 @@ def test_spread_sends_what_one_by_one_would_in_each_partitions_order(
     assert got == want
     if delivery == "at_least_once":  # exactly the last message of each partition is held
         assert {part for _, part in held} == set(want)
+
+
+class ConfirmingConsumer(Consumer):
+    """Answers commits through the callback, as the broker does, when told to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[Any] = []
+
+    def commit(self, offsets: Any, asynchronous: bool) -> Any:
+        super().commit(offsets, asynchronous)
+        if asynchronous:
+            self.pending.append(offsets)
+            return None
+        return offsets
+
+    def answer(self, committer: AtLeastOnce, err: Any = None) -> None:
+        pending, self.pending = self.pending, []
+        for offsets in pending:
+            committer.offsets_committed(err, offsets)
+
+
+def test_a_batch_is_durable_once_the_broker_confirms_its_commit() -> None:
+    """What a node reports about a batch waits for this (docs: acknowledged means committed)."""
+    p, consumer = Producer(), ConfirmingConsumer()
+    c = _alo(p, consumer, commit_interval_s=60)
+    c.begin()
+    c.produce("t", b"a")
+    c.commit([_in(7)])
+    assert (c.batch, c.durable, c.waiting) == (1, 0, False)
+    c.need(1)  # the batch applied a subscription: commit it without waiting 60 s
+    assert c.waiting
+    c.idle()
+    assert consumer.commits == [([("dls.node.A.publish", 0, 8)], True)]
+    assert c.durable == 0  # asked, not confirmed
+    consumer.answer(c)
+    assert (c.durable, c.waiting) == (1, False)
+
+
+def test_without_need_a_busy_node_keeps_its_commit_interval() -> None:
+    p, consumer = Producer(), ConfirmingConsumer()
+    c = _alo(p, consumer, commit_interval_s=60)
+    for offset in (1, 2, 3):
+        c.begin()
+        c.produce("t", b"x")
+        c.commit([_in(offset)])
+    assert consumer.commits == []  # busy (never idle) and the interval not passed
+    c.begin()
+    c.produce("t", b"y")
+    c.need(c.batch)
+    c.commit([_in(4)])  # its own callback is served only by a later poll
+    c.begin()
+    c.commit([_in(5)])  # batch 4's commit is asked already: 5 waits for the interval
+    assert consumer.commits == [([("dls.node.A.publish", 0, 5)], True)]
+    consumer.answer(c)
+    assert c.durable == 4 and not c.waiting
+
+
+def test_a_failed_commit_is_asked_again_and_nothing_counts_as_durable_meanwhile() -> None:
+    p, consumer = Producer(), ConfirmingConsumer()
+    c = _alo(p, consumer, commit_interval_s=0.05)
+    c.begin()
+    c.produce("t", b"a")
+    c.commit([_in(7)])
+    c.need(1)
+    c.idle()
+    consumer.answer(c, err="COORDINATOR_NOT_AVAILABLE")
+    assert c.durable == 0 and c.waiting
+    time.sleep(0.06)  # failed commits are asked again after commit_interval_s
+    c.idle()
+    assert len(consumer.commits) == 2 and consumer.commits[1][0] == [("dls.node.A.publish", 0, 8)]
+    consumer.answer(c)
+    assert c.durable == 1
+
+
+def test_a_batch_that_consumed_nothing_is_durable_once_those_before_it_are() -> None:
+    p, consumer = Producer(), ConfirmingConsumer()
+    c = _alo(p, consumer, commit_interval_s=60)
+    c.begin()
+    c.commit([_in(3)])
+    c.begin()
+    c.produce("t", b"heartbeat")
+    c.commit([])  # a heartbeat-only batch
+    c.need(2)
+    c.idle()
+    assert c.durable == 0  # the batch before it is not confirmed
+    consumer.answer(c)
+    assert c.durable == 2
+
+
+def test_finish_confirms_what_it_commits_synchronously() -> None:
+    p, consumer = Producer(), ConfirmingConsumer()
+    c = _alo(p, consumer, commit_interval_s=60)
+    c.begin()
+    c.produce("t", b"a")
+    c.commit([_in(1)])
+    c.finish()
+    assert consumer.commits[-1] == ([("dls.node.A.publish", 0, 2)], False)
+    assert c.durable == 1
+
+
+def test_exactly_once_batches_are_durable_when_their_transaction_commits() -> None:
+    c = ExactlyOnce(Producer(), Consumer(), _settings("exactly_once"),  # type: ignore[arg-type]
+                    Metrics())
+    c.begin()
+    c.need(1)
+    assert c.durable == 0 and c.waiting
+    c.commit([_in(1)])
+    assert c.durable == 1 and not c.waiting

@@ -102,3 +102,18 @@ def test_a_watermark_heartbeat_does_not_hold_back_an_acknowledgement() -> None:
     assert p.beats(10.1, moved_every_s=0.25, every_s=1.0) == []  # acknowledgements paced
     assert ("C", 4) in {(to, a) for to, _, a, _ in p.beats(10.3, moved_every_s=0.25,
                                                               every_s=1.0)}
+
+
+def test_link_control_counts_as_applied_only_once_its_batch_is_committed() -> None:
+    """At least once: a node that reported before its commit could crash and replay later."""
+    p = _p("B")
+    p.on_link_seq("B", 7)
+    assert p.end_batch(3)  # applied in batch 3
+    p.on_link_seq("B", 9)
+    assert p.end_batch(4)
+    assert not p.end_batch(5)  # nothing moved
+    assert p.link_applied_for("B") == 0  # batch 3 not committed yet
+    p.durable = 3
+    assert p.link_applied_for("B") == 7
+    p.durable = 5
+    assert p.link_applied_for("B") == 9
