@@ -167,3 +167,13 @@ def test_vectorised_checker_on_an_empty_run(tmp_path: Path) -> None:
     fast = soak_check(tmp_path)
     assert (fast["published"], fast["expected"], fast["missing"]) == (0, 0, 0)
     assert fast == chaos_check(tmp_path)
+
+
+def test_the_default_warm_up_fills_the_routed_id_memory_within_bounds() -> None:
+    from benchmarks.soak.run import WARMUP_MAX_S, WARMUP_MIN_S, WARMUP_ROUTED, default_warmup
+    from broker_node.inbox import ROUTED_MEMORY
+
+    rate = 1000.0
+    assert default_warmup(rate) == round(WARMUP_ROUTED * ROUTED_MEMORY / rate)
+    assert default_warmup(1e9) == WARMUP_MIN_S  # a fast network still warms up
+    assert default_warmup(1.0) == WARMUP_MAX_S
