@@ -88,6 +88,9 @@ _FATAL_CODES = frozenset(
     }
 )
 
+#: Codes fatal whatever the error's flags say (see :func:`is_fatal`).
+_ALWAYS_FATAL = frozenset({KafkaError._FATAL, KafkaError.FENCED_INSTANCE_ID})
+
 # Poll interval while waiting for metadata or a broker, seconds.
 _POLL_S = 0.1
 
@@ -443,8 +446,15 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> None:
 
 
 def is_fatal(err: KafkaError) -> bool:
-    """Tell whether ``err`` ends the client: librdkafka says so, or credentials/ACLs fail."""
-    if err.fatal():
+    """Tell whether ``err`` ends the client: librdkafka says so, or credentials/ACLs fail.
+
+    A consumer's fatal error reaches the application as an error event with code
+    ``_FATAL`` whose ``fatal()`` flag is not set (confluent-kafka 2.16): a static member
+    fenced by the broker (``FENCED_INSTANCE_ID``: librdkafka can fence itself when it
+    rejoins after the broker came back) never consumes again, so it must stop the
+    process for its supervisor to start a fresh one, never be skipped.
+    """
+    if err.fatal() or err.code() in _ALWAYS_FATAL:
         return True
     return not err.retriable() and err.code() in _FATAL_CODES
 

@@ -7,10 +7,12 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.exceptions import ConnectorError, ConnectorSettingError
 from connectors.kafka import (
+    check_message,
     committed_offsets,
     consume_batch,
     consumer_config,
     ensure_topics,
+    is_fatal,
     next_offsets,
     offsets_to_commit,
     producer_config,
@@ -137,3 +139,14 @@ def test_watermark_offsets_gives_up_naming_the_partition() -> None:
         watermark_offsets(c, TopicPartition("t", 3), timeout=0.2,  # type: ignore[arg-type]
                           retry_s=0.05)
     assert 1 < c.calls < 1000
+
+
+def test_a_consumer_fatal_error_event_is_fatal_though_its_flag_is_not_set() -> None:
+    """librdkafka's fenced static member arrives as code _FATAL with fatal() False."""
+    for code in (KafkaError._FATAL, KafkaError.FENCED_INSTANCE_ID):
+        err = KafkaError(code, "Static consumer fenced by other consumer")
+        assert not err.fatal() and is_fatal(err)
+        with pytest.raises(ConnectorError, match="fatal Kafka error at consumer"):
+            check_message(Message(error=err))
+    skipped = KafkaError(KafkaError._TRANSPORT, "broker down")
+    assert not is_fatal(skipped) and check_message(Message(error=skipped)) is None

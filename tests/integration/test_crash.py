@@ -97,3 +97,44 @@ def test_sigkill_and_restart(kafka_bootstrap: str, topic_prefix: str, tmp_path: 
         if node.poll() is None:
             os.killpg(node.pid, signal.SIGTERM)
             node.wait(30)
+
+
+def test_a_node_whose_consumer_is_fenced_stops_instead_of_going_silent(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """A static member fenced by the broker ends the node (its supervisor starts a new one).
+
+    The fault harness (broker_kill, seed 2611) saw librdkafka fence a node's own consumer
+    when it rejoined after the broker came back ("Static consumer fenced by other consumer
+    with same group.instance.id"). The consumer reports it as an error event with code
+    _FATAL whose fatal flag is not set; the node skipped it as a warning and went on
+    polling a consumer that never delivers again: 491 pairs missing, no exit, no error.
+    Here a second consumer takes the node's group.instance.id.
+    """
+    from confluent_kafka import Consumer
+
+    from connectors.exceptions import ConnectorError
+    from connectors.kafka import consume_batch, consumer_config
+    from tests.integration.test_nodes import SPEC as LINE_SPEC
+    from tests.integration.test_nodes import Net
+
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(LINE_SPEC))
+    net = Net(kafka_bootstrap, topic_prefix, space)
+    svc = net.start("C")  # a leaf: its neighbour B need not run
+    intruder = None
+    try:
+        group = svc.settings.consumer_group
+        intruder = Consumer(consumer_config(kafka_bootstrap, group, **{
+            "group.instance.id": f"{group}-0", "session.timeout.ms": 10_000}))
+        intruder.subscribe([svc.inbox.publish])
+        deadline = time.monotonic() + 60
+        while net.threads["C"].is_alive() and time.monotonic() < deadline:
+            consume_batch(intruder, 10, 0.5)  # joins the group, fencing the node's member
+        assert not net.threads["C"].is_alive(), "the fenced node went on running"
+        assert len(net.errors) == 1 and isinstance(net.errors[0], ConnectorError)
+        assert "fenced" in str(net.errors[0]).lower(), net.errors[0]
+    finally:
+        if intruder is not None:
+            intruder.close()
+        if net.threads["C"].is_alive():
+            net.stop("C")
