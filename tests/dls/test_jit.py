@@ -1,0 +1,54 @@
+"""The switch between compiled kernels and the numpy reference (dls._jit)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dls import _jit
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = "import dls._jit as j; print(j.ENABLED, repr(j.REASON))"
+
+
+def _probe(value: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "DLS_NO_JIT"}
+    if value is not None:
+        env["DLS_NO_JIT"] = value
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env,  # noqa: S603
+                         capture_output=True, text=True, check=True, timeout=120)
+    return out.stdout.strip()
+
+
+def test_switch_forces_the_reference() -> None:
+    assert _probe("1") == "False 'DLS_NO_JIT is set'"
+
+
+@pytest.mark.parametrize("value", [None, "", "0"])
+def test_compiled_unless_switched_off(value: str | None) -> None:
+    pytest.importorskip("numba")
+    assert _probe(value) == "True ''"
+
+
+def test_njit_is_the_identity_on_the_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_jit, "ENABLED", False)
+
+    def f(x: int) -> int:
+        return x + 1
+
+    assert _jit.njit(f) is f
+    assert _jit.warm_up() == 0.0
+
+
+def test_warm_up_compiles_every_kernel() -> None:
+    if not _jit.ENABLED:
+        pytest.skip(_jit.REASON)
+    assert _jit.warm_up() >= 0.0
+    from dls import _kernels
+
+    compiled = [name for name in _kernels.__all__ if name != "warm_up"]
+    assert all(getattr(_kernels, name).signatures for name in compiled), compiled
