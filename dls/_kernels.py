@@ -6,9 +6,10 @@ kernel here gives exactly what its numpy reference gives (``tests/dls/test_jit_p
 * :func:`positions`: MurmurHash3 x64_128 of each label's 8 big-endian bytes and the
   Kirsch–Mitzenmacher positions (:func:`dls.hashing.positions`);
 * :func:`bank_add`, :func:`bank_remove`: a bank's counter updates and the bits that flip,
-  one (client, label) pair after another instead of sorting the batch's increments
-  (:meth:`dls.bitset_bank.BitsetBank._add_pairs`); a remove that would take a counter below
-  zero undoes what it did and reports the pair, and the caller lets the reference raise;
+  grouped by blocks of rows and applied one after another instead of sorting the batch's
+  increments by counter (:meth:`dls.bitset_bank.BitsetBank._add_pairs`); an update that
+  cannot be made (a counter below zero, an exact count past its type) undoes what was done
+  and reports it, and the caller lets the reference raise;
 * :func:`cbf_add`, :func:`cbf_remove`, :func:`cbf_min`: the same for one filter
   (:class:`dls.cbf.CountingBloomFilter`);
 * :func:`and_rows`, :func:`row_counts`, :func:`decode_into`: matching's AND of ``k`` bitset
@@ -152,99 +153,104 @@ def positions(labels: Any, m: Any, k: Any, seed: Any, out: Any) -> None:
 
 
 # -- a bank's counter updates --------------------------------------------------------------
-@njit
-def _bank_undo_add(counts: Any, bits: Any, rows: Any, cli: Any, i_stop: Any,
-                   j_stop: Any) -> None:
-    """Take back the increments of pairs ``< i_stop`` and of pair ``i_stop``'s first rows.
+# A batch's counter updates land on random rows of a (rows, capacity) matrix far larger
+# than the caches. They are first grouped by blocks of rows (a stable counting sort on
+# row >> shift; a block holds about dls.bitset_bank._BLOCK_BYTES of counters), then applied
+# block by block, so that a block's counters and bitset words stay in cache meanwhile. The
+# common path has no data-dependent branch: the bit of a counter that crosses zero is
+# OR-ed (or AND-ed) in whether it changes or not.
+_LOW32 = np.int64(0xFFFFFFFF)
 
-    Only exact (non-saturating) counts fail an add, so every increment happened.
+
+@njit
+def _grouped(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
+    """Every update ``(row << 32) | client``, grouped by ``row >> shift`` (stable).
+
+    Pair ``i`` updates rows ``table[idx[i], :]`` of client ``cli[i]``.
     """
-    r = rows.shape[1]
-    for i in range(i_stop + 1):
+    n = idx.shape[0]
+    r = table.shape[1]
+    n_blocks = (n_rows >> shift) + 1
+    start = np.zeros(n_blocks + 1, dtype=np.int64)
+    for i in range(n):
+        t = idx[i]
+        for j in range(r):
+            start[(np.int64(table[t, j]) >> shift) + 1] += 1
+    for b in range(n_blocks):
+        start[b + 1] += start[b]
+    out = np.empty(n * r, dtype=np.int64)
+    for i in range(n):
+        t = idx[i]
         c = cli[i]
-        bit = _ONE << (np.uint64(c) & _LOW6)
-        word = c >> 6
-        for j in range(r if i < i_stop else j_stop):
-            p = rows[i, j]
-            v = counts[p, c]
-            counts[p, c] = v - 1
-            if v == 1:
-                bits[p, word] &= ~bit
+        for j in range(r):
+            row = np.int64(table[t, j])
+            b = row >> shift
+            out[start[b]] = (row << 32) | c
+            start[b] += 1
+    return out
 
 
 @njit
-def bank_add(counts: Any, bits: Any, rows: Any, cli: Any, saturating: Any, top: Any) -> Any:
-    """Increment ``counts[rows[i, j], cli[i]]`` for every pair ``i`` and row ``j``.
+def bank_add(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturating: Any,
+             top: Any, shift: Any) -> Any:
+    """Increment ``counts[table[idx[i], j], cli[i]]`` for every pair ``i`` and ``j``.
 
     A counter going 0 -> 1 sets its bit in ``bits``. Saturating counts stop at ``top``;
-    exact counts at ``top`` cannot grow: the pair's index is returned after everything
-    done is undone (-1 when all went in).
+    exact counts at ``top`` cannot grow: then everything done is undone and a
+    non-negative number returned (-1 when all went in).
     """
-    n, r = rows.shape
-    for i in range(n):
-        c = cli[i]
-        bit = _ONE << (np.uint64(c) & _LOW6)
-        word = c >> 6
-        for j in range(r):
-            p = rows[i, j]
-            v = counts[p, c]
-            if v == 0:
-                counts[p, c] = 1
-                bits[p, word] |= bit
-            elif v < top:
-                counts[p, c] = v + 1
-            elif not saturating:
-                _bank_undo_add(counts, bits, rows, cli, i, j)
-                return i
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        v = counts[p, c]
+        if v >= top:  # rare: no branch to mispredict on the common path
+            if saturating:
+                continue
+            for t2 in range(t):  # exact counts: every increment before happened
+                u = updates[t2]
+                p = u >> 32
+                c = u & _LOW32
+                v = counts[p, c]
+                counts[p, c] = v - 1
+                bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
+            return t
+        counts[p, c] = v + 1
+        bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
     return -1
 
 
 @njit
-def _bank_undo_remove(counts: Any, bits: Any, rows: Any, cli: Any, saturating: Any, top: Any,
-                      i_stop: Any, j_stop: Any) -> None:
-    """Take back the decrements of pairs ``< i_stop`` and of pair ``i_stop``'s first rows.
-
-    A saturated counter was skipped and still is (it cannot be reached from below here).
-    """
-    r = rows.shape[1]
-    for i in range(i_stop + 1):
-        c = cli[i]
-        bit = _ONE << (np.uint64(c) & _LOW6)
-        word = c >> 6
-        for j in range(r if i < i_stop else j_stop):
-            p = rows[i, j]
-            v = counts[p, c]
-            if saturating and v == top:
-                continue
-            counts[p, c] = v + 1
-            if v == 0:
-                bits[p, word] |= bit
-
-
-@njit
-def bank_remove(counts: Any, bits: Any, rows: Any, cli: Any, saturating: Any, top: Any) -> Any:
-    """Decrement ``counts[rows[i, j], cli[i]]`` for every pair, all or nothing.
+def bank_remove(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturating: Any,
+                top: Any, shift: Any) -> Any:
+    """Decrement ``counts[table[idx[i], j], cli[i]]`` for every pair, all or nothing.
 
     A counter going 1 -> 0 clears its bit; a saturated counter (``top``, saturating counts)
-    stays. A pair that would take a counter below zero makes the kernel undo everything
-    and return its index (-1 when all went out).
+    stays. A counter that would go below zero makes the kernel undo everything and return
+    a non-negative number (-1 when all went out).
     """
-    n, r = rows.shape
-    for i in range(n):
-        c = cli[i]
-        bit = _ONE << (np.uint64(c) & _LOW6)
-        word = c >> 6
-        for j in range(r):
-            p = rows[i, j]
-            v = counts[p, c]
-            if saturating and v == top:
-                continue
-            if v == 0:
-                _bank_undo_remove(counts, bits, rows, cli, saturating, top, i, j)
-                return i
-            counts[p, c] = v - 1
-            if v == 1:
-                bits[p, word] &= ~bit
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        v = counts[p, c]
+        if saturating and v == top:
+            continue
+        if v == 0:
+            for t2 in range(t):  # a saturated counter was skipped and still is
+                u = updates[t2]
+                p = u >> 32
+                c = u & _LOW32
+                v = counts[p, c]
+                if saturating and v == top:
+                    continue
+                counts[p, c] = v + 1
+                bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+            return t
+        counts[p, c] = v - 1
+        bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
     return -1
 
 
@@ -367,8 +373,9 @@ def warm_up() -> None:
     bits = np.zeros((64, 1), dtype=np.uint64)
     for dtype, saturating, top in ((np.uint8, True, 15), (np.uint32, False, 2**32 - 1)):
         counts = np.zeros((64, 64), dtype=dtype)
-        bank_add(counts, bits, pos, cli, saturating, top)
-        bank_remove(counts, bits, pos, cli, saturating, top)
+        for table in (pos, pos.astype(np.uint32)):
+            bank_add(counts, bits, table, cli, cli, saturating, top, 3)
+            bank_remove(counts, bits, table, cli, cli, saturating, top, 3)
     counters = np.zeros(64, dtype=np.uint8)
     cbf_add(counters, pos, 15)
     cbf_min(counters, pos, np.empty(4, dtype=np.uint8))

@@ -140,6 +140,10 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
                 and table.table.nbytes <= _COLS_TABLE_MAX_BYTES):
             self._cols_table = np.ascontiguousarray(table.table.T)
             self._cols_base = table.base
+        # The table itself, for the compiled updates: a label's rows are its table row.
+        self._pair_table: PositionTable | None = None
+        if isinstance(table, PositionTable) and not self._check_positions:
+            self._pair_table = table
         self._items = np.zeros(0, dtype=np.int64)
         super().__init__(self._m, initial_capacity)
 
@@ -166,6 +170,13 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
 
     def _match_rows(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         return self._positions(labels), None
+
+    def _pair_source(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        table = self._pair_table
+        if table is None:
+            return super()._pair_source(labels)
+        idx = label_rows(labels, table.base, table.n_labels, "the table's")
+        return table.table, idx.view(np.int64)
 
     def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         table = self._cols_table
