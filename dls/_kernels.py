@@ -365,23 +365,29 @@ def decode_into(acc: Any, offsets: Any, out: Any) -> None:
 
 
 def warm_up() -> None:
-    """Call every kernel once on tiny inputs of the types the core passes."""
+    """Call every kernel once on tiny inputs of the types the core passes.
+
+    A kernel is compiled once per type signature (dtypes, dimensions, layout, and whether
+    an array is read-only), so these are the signatures a broker's banks and filters use.
+    """
     labels = np.arange(4, dtype=np.uint64)
     pos = np.empty((4, 3), dtype=np.int64)
     positions(labels, 64, 3, 0, pos)
     cli = np.arange(4, dtype=np.int64)
     bits = np.zeros((64, 1), dtype=np.uint64)
+    table = pos.astype(np.uint32)  # a PositionTable's table: uint32, read-only
+    table.flags.writeable = False
     for dtype, saturating, top in ((np.uint8, True, 15), (np.uint32, False, 2**32 - 1)):
         counts = np.zeros((64, 64), dtype=dtype)
-        for table in (pos, pos.astype(np.uint32)):
-            bank_add(counts, bits, table, cli, cli, saturating, top, 3)
-            bank_remove(counts, bits, table, cli, cli, saturating, top, 3)
+        for rows in (pos, table):
+            bank_add(counts, bits, rows, cli, cli, saturating, top, 3)
+            bank_remove(counts, bits, rows, cli, cli, saturating, top, 3)
     counters = np.zeros(64, dtype=np.uint8)
     cbf_add(counters, pos, 15)
     cbf_min(counters, pos, np.empty(4, dtype=np.uint8))
     cbf_remove(counters, pos, 15)
     acc = np.empty((4, 1), dtype=np.uint64)
-    for cols in (pos.T.copy(), pos.T.astype(np.uint32)):
+    for cols in (np.ascontiguousarray(pos.T), np.ascontiguousarray(table.T)):
         and_rows(bits, cols, np.ones(4, dtype=np.bool_), cli, acc)
         and_rows(bits, cols, np.zeros(0, dtype=np.bool_), np.zeros(0, dtype=np.int64), acc)
     counts_out = np.empty(4, dtype=np.int64)

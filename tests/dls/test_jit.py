@@ -52,3 +52,36 @@ def test_warm_up_compiles_every_kernel() -> None:
 
     compiled = [name for name in _kernels.__all__ if name != "warm_up"]
     assert all(getattr(_kernels, name).signatures for name in compiled), compiled
+
+
+NODE_WORK = """
+import numpy as np
+import dls._jit as j
+from dls import _kernels as K
+from broker_node.state import BrokerState
+from dls.space import ContentSpace
+j.warm_up()
+names = [n for n in K.__all__ if n != "warm_up"]
+before = {n: set(getattr(K, n).signatures) for n in names}
+space = ContentSpace.from_spec({"attributes": [
+    {"name": f"a{i}", "type": "numeric", "low": 0, "high": 1, "granules": 32}
+    for i in range(3)]})
+for kw in ({}, {"client_filter": "direct", "routing_filter": "direct"}):
+    st = BrokerState.for_space("B", ["N1"], space, **kw)
+    st.subscribe_many(["c1", "c2"], ["s1", "s2"], np.array([0, 2, 3]),
+                      np.array([1, 2, 5], dtype=np.uint64))
+    st.on_link("N1", "advertise", np.array([5, 9], dtype=np.uint64))
+    st.route(np.array([1, 5, 7], dtype=np.uint64), np.array([0, -1, 1]))
+    st.on_link("N1", "withdraw", np.array([9], dtype=np.uint64))
+    st.unsubscribe_many(["c1"], ["s1"])
+print(sorted(n for n in names if set(getattr(K, n).signatures) - before[n]))
+"""
+
+
+def test_warm_up_covers_what_a_broker_calls() -> None:
+    """A node that warms up compiles nothing more on its first batches."""
+    if not _jit.ENABLED:
+        pytest.skip(_jit.REASON)
+    out = subprocess.run([sys.executable, "-c", NODE_WORK], cwd=ROOT,  # noqa: S603
+                         capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]"
