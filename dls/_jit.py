@@ -15,9 +15,9 @@ Kernels are compiled on their first call and cached on disk (``cache=True``): nu
 the machine code in the ``__pycache__`` folder beside ``dls/_kernels.py`` when that folder
 is writable, else in the user's cache folder (``~/.cache/numba/...``), or under
 ``NUMBA_CACHE_DIR`` when that is set. The cache is keyed by the source's content and the
-CPU, so a changed kernel or another machine compiles again. :func:`warm_up` compiles (or
-loads) every kernel on tiny inputs, for a process that would rather pay that at start than
-on its first batch.
+CPU, so a changed kernel or another machine compiles again. :func:`dls.bank.warm_up_kernels`
+compiles (or loads) every kernel on tiny inputs, for a process that would rather pay that at
+start than on its first batch.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["ENABLED", "REASON", "njit", "warm_up"]
+__all__ = ["ENABLED", "REASON", "njit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,18 +59,3 @@ def njit(fn: F) -> F:
     compiled: F = _numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
     return compiled
 
-
-def warm_up() -> float:
-    """Compile (or load from the disk cache) every kernel for the types the core uses.
-
-    Returns the seconds it took (0.0 on the reference path).
-    """
-    if not ENABLED:
-        return 0.0
-    import time
-
-    from dls import _kernels
-
-    t0 = time.perf_counter()
-    _kernels.warm_up()
-    return time.perf_counter() - t0

@@ -25,10 +25,12 @@ the design is in docs/architecture.md#the-client-filter-bank.
 
 from __future__ import annotations
 
+import time
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from dls import _jit
 from dls.bitset import WORD_BITS
 from dls.bitset_bank import BitsetBank, check_client
 from dls.cbf import CountingBloomFilter
@@ -46,10 +48,27 @@ __all__ = [
     "ClientFilterBank",
     "DirectLabelBank",
     "WORD_BITS",
+    "warm_up_kernels",
 ]
 
 _COLS_TABLE_MAX_BYTES = 16 * 2**20
 """Largest position table the CBF bank keeps a transposed copy of for matching."""
+
+
+def warm_up_kernels() -> float:
+    """Compile (or load from the disk cache) every kernel, for the types a broker passes.
+
+    A node calls it at start, so that its first batches do not wait for compilation (about
+    5 s with an empty cache, 0.2 s to load a warm one: docs/architecture.md#compiled-kernels).
+    Returns the seconds it took (0.0 on the numpy reference path, ``DLS_NO_JIT=1``).
+    """
+    if not _jit.ENABLED:
+        return 0.0
+    from dls import _kernels
+
+    t0 = time.perf_counter()
+    _kernels.warm_up()
+    return time.perf_counter() - t0
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from dls import _jit
+from dls.exceptions import FilterInputError
 
 if _jit.ENABLED:
     from dls import _kernels
@@ -132,8 +133,9 @@ def decode_into_reference(acc: np.ndarray, offsets: np.ndarray, out: np.ndarray)
 def _decode_into_compiled(acc: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
     if offsets.shape[0] != acc.shape[0] + 1 or (
             acc.shape[0] and int(offsets[-1]) > out.shape[0]):
-        raise ValueError(f"offsets of {offsets.shape[0]} rows and an output of "
-                         f"{out.shape[0]} do not fit a bitset of {acc.shape[0]} rows")
+        raise FilterInputError(f"offsets of {offsets.shape[0]} rows and an output of "
+                               f"{out.shape[0]} do not fit a bitset of {acc.shape[0]} rows",
+                               field="offsets", value=offsets.shape[0])
     _kernels.decode_into(acc, offsets, out)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dls import _jit
+from dls import _jit, bank
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = "import dls._jit as j; print(j.ENABLED, repr(j.REASON))"
@@ -41,13 +41,13 @@ def test_njit_is_the_identity_on_the_reference_path(monkeypatch: pytest.MonkeyPa
         return x + 1
 
     assert _jit.njit(f) is f
-    assert _jit.warm_up() == 0.0
+    assert bank.warm_up_kernels() == 0.0
 
 
 def test_warm_up_compiles_every_kernel() -> None:
     if not _jit.ENABLED:
         pytest.skip(_jit.REASON)
-    assert _jit.warm_up() >= 0.0
+    assert bank.warm_up_kernels() >= 0.0
     from dls import _kernels
 
     compiled = [name for name in _kernels.__all__ if name != "warm_up"]
@@ -58,9 +58,10 @@ NODE_WORK = """
 import numpy as np
 import dls._jit as j
 from dls import _kernels as K
+from dls.bank import warm_up_kernels
 from broker_node.state import BrokerState
 from dls.space import ContentSpace
-j.warm_up()
+warm_up_kernels()
 names = [n for n in K.__all__ if n != "warm_up"]
 before = {n: set(getattr(K, n).signatures) for n in names}
 space = ContentSpace.from_spec({"attributes": [
