@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup spark-fetch test test-fast lint bench bench-paper chaos demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
+.PHONY: help setup spark-fetch test test-fast test-reference lint bench bench-paper chaos demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
 
 KAFKA_SH := bash docker/kafka/kafka.sh
 
@@ -33,6 +33,9 @@ test: setup ## Run every test
 
 test-fast: setup ## Run the tests without the long property tests
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-reference: setup ## The core's tests on the numpy reference path (DLS_NO_JIT=1: no compiled kernels)
+	DLS_NO_JIT=1 $(PY) -m pytest tests/dls tests/broker_node $(PYTEST_ARGS)
 
 lint: setup ## ruff and mypy on the packages
 	$(VENV)/bin/ruff check .

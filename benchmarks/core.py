@@ -3,7 +3,7 @@
 Run::
 
     .venv/bin/python -m benchmarks.core [--quick] [--out benchmarks/results/core.json]
-        [--sizes 100000,500000] [--dists uniform,zipf] [--no-plot]
+        [--sizes 100000,500000] [--dists uniform,zipf] [--dims 3x32,4x16] [--no-plot]
 
 One broker node ``B`` with two neighbours (``N1``, ``N2``) holds ``n_subs`` subscriptions of
 ``n_clients`` clients; a batch of ``n_events`` events is matched against them. The workload
@@ -434,8 +434,16 @@ def machine_info() -> dict[str, Any]:
         except OSError:
             return ""
 
+    from dls import _jit
+
+    try:
+        from numba import __version__ as numba_version
+    except ImportError:
+        numba_version = None
     return {"cpu_count": os.cpu_count(), "cpu_model": cpu, "python": sys.version.split()[0],
-            "numpy": np.__version__, "platform": platform.platform(),
+            "numpy": np.__version__, "numba": numba_version,
+            "compiled_kernels": _jit.ENABLED, "kernels_off_reason": _jit.REASON,
+            "platform": platform.platform(),
             "code_dir": str(code_dir), "git_commit": git("rev-parse", "HEAD"),
             "git_dirty_core_files": git("status", "--porcelain", "--", "dls",
                                         "broker_node").splitlines()}
@@ -511,12 +519,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sizes", default=None,
                     help="comma-separated subscription counts instead of the preset's")
     ap.add_argument("--dists", default=None, help="comma-separated: uniform,zipf")
+    ap.add_argument("--dims", default=None,
+                    help="comma-separated dxg, e.g. 3x32,4x16, instead of the preset's")
     args = ap.parse_args(argv)
     settings = QUICK if args.quick else FULL
     if args.sizes:
         settings = replace(settings, sizes=tuple(int(x) for x in args.sizes.split(",")))
     if args.dists:
         settings = replace(settings, distributions=tuple(args.dists.split(",")))
+    if args.dims:
+        dims = tuple(tuple(int(x) for x in dg.split("x")) for dg in args.dims.split(","))
+        settings = replace(settings, dims=dims)  # type: ignore[arg-type]
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     records = run(settings)

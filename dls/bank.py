@@ -25,10 +25,12 @@ the design is in docs/architecture.md#the-client-filter-bank.
 
 from __future__ import annotations
 
+import time
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from dls import _jit
 from dls.bitset import WORD_BITS
 from dls.bitset_bank import BitsetBank, check_client
 from dls.cbf import CountingBloomFilter
@@ -46,10 +48,27 @@ __all__ = [
     "ClientFilterBank",
     "DirectLabelBank",
     "WORD_BITS",
+    "warm_up_kernels",
 ]
 
 _COLS_TABLE_MAX_BYTES = 16 * 2**20
 """Largest position table the CBF bank keeps a transposed copy of for matching."""
+
+
+def warm_up_kernels() -> float:
+    """Compile (or load from the disk cache) every kernel, for the types a broker passes.
+
+    A node calls it at start, so that its first batches do not wait for compilation (about
+    5 s with an empty cache, 0.2 s to load a warm one: docs/architecture.md#compiled-kernels).
+    Returns the seconds it took (0.0 on the numpy reference path, ``DLS_NO_JIT=1``).
+    """
+    if not _jit.ENABLED:
+        return 0.0
+    from dls import _kernels
+
+    t0 = time.perf_counter()
+    _kernels.warm_up()
+    return time.perf_counter() - t0
 
 
 @runtime_checkable
@@ -140,6 +159,10 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
                 and table.table.nbytes <= _COLS_TABLE_MAX_BYTES):
             self._cols_table = np.ascontiguousarray(table.table.T)
             self._cols_base = table.base
+        # The table itself, for the compiled updates: a label's rows are its table row.
+        self._pair_table: PositionTable | None = None
+        if isinstance(table, PositionTable) and not self._check_positions:
+            self._pair_table = table
         self._items = np.zeros(0, dtype=np.int64)
         super().__init__(self._m, initial_capacity)
 
@@ -166,6 +189,13 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
 
     def _match_rows(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         return self._positions(labels), None
+
+    def _pair_source(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        table = self._pair_table
+        if table is None:
+            return super()._pair_source(labels)
+        idx = label_rows(labels, table.base, table.n_labels, "the table's")
+        return table.table, idx.view(np.int64)
 
     def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         table = self._cols_table

@@ -4,6 +4,10 @@ A batch of ``E`` events matched against a bank is an ``(E, W)`` ``uint64`` bitse
 of row ``e`` says client ``c`` matches event ``e`` (``W`` words of :data:`WORD_BITS`
 clients). :func:`decode` turns it into CSR: ``offsets`` (int64, length ``E + 1``) and
 ``clients`` (int64, ascending within each event), without any per-event Python work.
+
+:func:`row_counts` and :func:`decode_into` are compiled kernels (:mod:`dls._kernels`: a
+popcount per word; one trailing-zero count per set bit) unless ``DLS_NO_JIT=1``; the
+``*_reference`` functions are the numpy code.
 """
 
 from __future__ import annotations
@@ -14,12 +18,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from dls import _jit
+from dls.exceptions import FilterInputError
+
+if _jit.ENABLED:
+    from dls import _kernels
+
 __all__ = [
     "WORD_BITS",
     "decode",
     "decode_into",
+    "decode_into_reference",
     "round_up",
     "row_counts",
+    "row_counts_reference",
     "row_offsets",
     "shared_pool",
 ]
@@ -41,8 +53,8 @@ _LANES_16 = np.uint64(0x00FF00FF00FF00FF)
 _SUM_LANES = np.uint64(0x0001000100010001)
 
 
-def row_counts(acc: np.ndarray) -> np.ndarray:
-    """Set bits of each row of an (E, W) uint64 bitset, int64.
+def row_counts_reference(acc: np.ndarray) -> np.ndarray:
+    """Set bits of each row of an (E, W) uint64 bitset, int64 (numpy).
 
     ``bitwise_count(acc).sum(axis=1)`` reduces along short rows, one row at a time. When
     ``W`` is a multiple of 8 (up to 1,000 words), the per-word counts (bytes, at most
@@ -67,6 +79,16 @@ def row_counts(acc: np.ndarray) -> np.ndarray:
     return total.astype(np.int64)
 
 
+def _row_counts_compiled(acc: np.ndarray) -> np.ndarray:
+    out = np.empty(acc.shape[0], dtype=np.int64)
+    _kernels.row_counts(acc, out)
+    return out
+
+
+row_counts = _row_counts_compiled if _jit.ENABLED else row_counts_reference
+"""Set bits of each row of an (E, W) uint64 bitset, int64 (compiled unless DLS_NO_JIT=1)."""
+
+
 def row_offsets(acc: np.ndarray) -> np.ndarray:
     """CSR offsets of an (E, W) uint64 bitset: the running sum of its rows' popcounts."""
     offsets = np.zeros(acc.shape[0] + 1, dtype=np.int64)
@@ -74,7 +96,7 @@ def row_offsets(acc: np.ndarray) -> np.ndarray:
     return offsets
 
 
-def decode_into(acc: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
+def decode_into_reference(acc: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
     """Write the set-bit indices of the rows of ``acc`` to ``out[offsets[0]:offsets[-1]]``.
 
     ``offsets`` (length ``E + 1``) are where each row's indices go in ``out`` (row ``e``
@@ -106,6 +128,23 @@ def decode_into(acc: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
             np.bitwise_and(flat, mask, out=out[a:b])
         else:
             np.remainder(flat, width, out=out[a:b])
+
+
+def _decode_into_compiled(acc: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
+    if offsets.shape[0] != acc.shape[0] + 1 or (
+            acc.shape[0] and int(offsets[-1]) > out.shape[0]):
+        raise FilterInputError(f"offsets of {offsets.shape[0]} rows and an output of "
+                               f"{out.shape[0]} do not fit a bitset of {acc.shape[0]} rows",
+                               field="offsets", value=offsets.shape[0])
+    _kernels.decode_into(acc, offsets, out)
+
+
+decode_into = _decode_into_compiled if _jit.ENABLED else decode_into_reference
+"""Set-bit indices of each row of ``acc`` into ``out[offsets[e]:offsets[e + 1]]``.
+
+Compiled unless DLS_NO_JIT=1; see :func:`decode_into_reference`. ``offsets`` must be the
+rows' running popcounts (e.g. :func:`row_offsets`, shifted), which bound the writes.
+"""
 
 
 def decode(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,8 +11,10 @@ whose positions repeat increments that counter several times. A removal is refus
 certain that what is removed was never inserted: some non-saturated counter would have to
 go below zero.
 
-Batched operations aggregate increments per counter with a sort + run-length (or
-``np.bincount`` over a small domain); there is no per-label Python loop.
+Batched operations run compiled kernels (:mod:`dls._kernels`: one pass over the
+positions) unless ``DLS_NO_JIT=1``; the numpy reference aggregates increments per counter
+with a sort + run-length (or ``np.bincount`` over a small domain). Neither has a per-label
+Python loop.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import mmh3
 import numpy as np
 
+from dls import _jit
 from dls.counting import (
     AbsentLabelError,
     CBFParams,
@@ -38,6 +41,9 @@ from dls.counting import (
 )
 from dls.exceptions import FilterParamsError, IncompatibleFiltersError
 from dls.hashing import PositionFn, as_label_array, check_k, check_label, check_m, hash_params_of
+
+if _jit.ENABLED:
+    from dls import _kernels
 
 __all__ = [
     "CBFParams",
@@ -200,7 +206,7 @@ class CountingBloomFilter(CountingParams):
         return self._positions(as_label_array(labels))
 
     # ------------------------------------------------------------------ updates
-    def _apply_add(self, pos: np.ndarray) -> None:
+    def _apply_add_reference(self, pos: np.ndarray) -> None:
         uniq, inc = count_keys(pos, self._m)
         cur = self._counters[uniq].astype(np.int64)
         self._counters[uniq] = np.minimum(cur + inc, self._max)
@@ -215,6 +221,11 @@ class CountingBloomFilter(CountingParams):
     def _commit_remove(self, uniq: np.ndarray, dec: np.ndarray) -> None:
         cur = self._counters[uniq].astype(np.int64)
         self._counters[uniq] = np.where(cur == self._max, cur, cur - dec)
+
+    def _apply_add_compiled(self, pos: np.ndarray) -> None:
+        _kernels.cbf_add(self._counters, pos, self._max)
+
+    _apply_add = _apply_add_compiled if _jit.ENABLED else _apply_add_reference
 
     # Scalar operations (one label) do not go through the numpy batch machinery: they hash
     # with mmh3 and touch the k counters as Python ints (see
@@ -274,7 +285,7 @@ class CountingBloomFilter(CountingParams):
         self._apply_add(self._positions(arr))
         self._n += int(arr.shape[0])
 
-    def remove_many(self, labels: Iterable[int] | np.ndarray) -> None:
+    def _remove_many_reference(self, labels: Iterable[int] | np.ndarray) -> None:
         """Remove every label of ``labels``, all or nothing.
 
         Raises:
@@ -285,6 +296,9 @@ class CountingBloomFilter(CountingParams):
         if arr.size == 0:
             return
         pos = self._positions(arr)
+        self._remove_positions(arr, pos)
+
+    def _remove_positions(self, arr: np.ndarray, pos: np.ndarray) -> None:
         uniq, dec, bad = self._check_remove(pos)
         if bad.any():
             offending = np.isin(pos, uniq[bad]).any(axis=1)
@@ -293,6 +307,19 @@ class CountingBloomFilter(CountingParams):
                                    value=first)
         self._commit_remove(uniq, dec)
         self._n -= int(arr.shape[0])
+
+    def _remove_many_compiled(self, labels: Iterable[int] | np.ndarray) -> None:
+        arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
+        if arr.size == 0:
+            return
+        pos = self._positions(arr)
+        if _kernels.cbf_remove(self._counters, pos, self._max) >= 0:
+            self._remove_positions(arr, pos)  # undone by the kernel: the reference raises
+            return  # pragma: no cover - the reference raised
+        self._n -= int(arr.shape[0])
+
+    remove_many = _remove_many_compiled if _jit.ENABLED else _remove_many_reference
+    remove_many.__doc__ = _remove_many_reference.__doc__
 
     def clear(self) -> None:
         """Remove everything."""
@@ -308,12 +335,23 @@ class CountingBloomFilter(CountingParams):
     def __contains__(self, label: object) -> bool:
         return self.count(label) > 0  # type: ignore[arg-type]
 
-    def count_many(self, labels: Iterable[int] | np.ndarray) -> np.ndarray:
+    def _count_many_reference(self, labels: Iterable[int] | np.ndarray) -> np.ndarray:
         """Minimum counter per label, as a uint8 array."""
         arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
         if arr.size == 0:
             return np.empty(0, dtype=np.uint8)
         return self._counters[self._positions(arr)].min(axis=1)
+
+    def _count_many_compiled(self, labels: Iterable[int] | np.ndarray) -> np.ndarray:
+        arr = as_label_array(labels if isinstance(labels, np.ndarray) else list(labels))
+        if arr.size == 0:
+            return np.empty(0, dtype=np.uint8)
+        out = np.empty(arr.shape[0], dtype=np.uint8)
+        _kernels.cbf_min(self._counters, self._positions(arr), out)
+        return out
+
+    count_many = _count_many_compiled if _jit.ENABLED else _count_many_reference
+    count_many.__doc__ = _count_many_reference.__doc__
 
     def contains_many(self, labels: Iterable[int] | np.ndarray) -> np.ndarray:
         """Membership of each label, as a bool array."""

@@ -22,7 +22,7 @@ from dls.exceptions import (
     FilterParamsError,
     FilterTypeError,
 )
-from dls.hashing import PositionFn, check_k, check_m, check_seed, positions
+from dls.hashing import PositionFn, check_k, check_m, check_seed, hash_params_of, positions
 
 __all__ = [
     "AbsentLabelError",
@@ -135,7 +135,8 @@ class CountingParams:
     hot paths.
     """
 
-    __slots__ = ("_counter_bits", "_k", "_m", "_max", "_position_fn", "_seed")
+    __slots__ = ("_check_positions", "_counter_bits", "_k", "_m", "_max", "_position_fn",
+                 "_seed")
 
     _m: int
     _k: int
@@ -143,6 +144,7 @@ class CountingParams:
     _seed: int
     _max: int
     _position_fn: PositionFn | None
+    _check_positions: bool
 
     def _init_params(
         self, m: Any, k: Any, counter_bits: Any, seed: Any, position_fn: PositionFn | None
@@ -164,6 +166,10 @@ class CountingParams:
                 value=position_fn,
             )
         self._position_fn = position_fn
+        # A position function of dls.hashing with these parameters gives positions in
+        # [0, m); another one's are checked (the compiled kernels index without bounds).
+        self._check_positions = position_fn is not None and hash_params_of(position_fn) != (
+            self._m, self._k, self._seed)
 
     @property
     def m(self) -> int:
@@ -204,7 +210,8 @@ class CountingParams:
         """The int64 ``(n, k)`` counter positions of validated uint64 ``labels``.
 
         Raises:
-            FilterParamsError: If the position function returns another shape.
+            FilterParamsError: If the position function returns another shape, or
+                positions outside ``[0, m)``.
         """
         if self._position_fn is None:
             return positions(labels, self._m, self._k, self._seed)
@@ -215,4 +222,11 @@ class CountingParams:
                 field="position_fn",
                 value=out.shape,
             )
-        return out.astype(np.int64, copy=False)
+        out = out.astype(np.int64, copy=False)
+        if self._check_positions and out.size:
+            low, high = int(out.min()), int(out.max())
+            if low < 0 or high >= self._m:
+                raise FilterParamsError(
+                    f"position_fn returned positions from {low} to {high}, outside "
+                    f"[0, {self._m})", field="position_fn", value=(low, high))
+        return out

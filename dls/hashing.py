@@ -15,7 +15,8 @@ Any other implementation (Spark, JVM, C, ...) must reproduce this formula bit fo
 that filters built in different languages agree.
 
 Everything batched here is vectorised with numpy (uint64 wrap-around arithmetic); there is
-no per-label Python loop.
+no per-label Python loop. :func:`positions` is a compiled kernel (:mod:`dls._kernels`)
+unless ``DLS_NO_JIT=1`` (:mod:`dls._jit`); :func:`positions_reference` is the numpy code.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from typing import Any
 import mmh3
 import numpy as np
 
+from dls import _jit
 from dls.exceptions import DLSError, FilterParamsError, LabelError, LabelTypeError
+
+if _jit.ENABLED:
+    from dls import _kernels
 
 __all__ = [
     "label_rows",
@@ -45,6 +50,7 @@ __all__ = [
     "label_hash128",
     "make_position_fn",
     "positions",
+    "positions_reference",
     "positions_scalar",
 ]
 
@@ -227,8 +233,8 @@ def label_hash128(labels: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return h1, h2
 
 
-def positions(labels: Any, m: int, k: int, seed: int = 0) -> np.ndarray:
-    """Counter positions of each label by Kirsch–Mitzenmacher double hashing.
+def positions_reference(labels: Any, m: int, k: int, seed: int = 0) -> np.ndarray:
+    """Counter positions of each label by Kirsch–Mitzenmacher double hashing (numpy).
 
     ``pos_i = ((h1 % m) + i * (h2 % m)) % m`` for ``i`` in ``0..k-1`` (see module doc).
 
@@ -265,6 +271,24 @@ def positions(labels: Any, m: int, k: int, seed: int = 0) -> np.ndarray:
             np.minimum(cur, cur - mm, out=cur)
             out_u[:, i] = cur
     return out
+
+
+def _positions_compiled(labels: Any, m: int, k: int, seed: int = 0) -> np.ndarray:
+    """:func:`positions_reference` as one compiled loop over the labels."""
+    m = check_m(m)
+    k = check_k(k)
+    arr = as_label_array(labels)
+    seed = check_seed(seed)
+    out = np.empty((arr.shape[0], k), dtype=np.int64)
+    _kernels.positions(arr, m, k, seed, out)
+    return out
+
+
+positions = _positions_compiled if _jit.ENABLED else positions_reference
+"""Counter positions of each label: ``pos_i = ((h1 % m) + i * (h2 % m)) % m``, int64 (n, k).
+
+See :func:`positions_reference` for the arguments; compiled unless ``DLS_NO_JIT=1``.
+"""
 
 
 def positions_scalar(label: int, m: int, k: int, seed: int = 0) -> list[int]:
@@ -436,6 +460,8 @@ def hash_params_of(position_fn: Any) -> tuple[int, int, int] | None:
     A filter may then compute one label's positions with :func:`positions_scalar`
     instead of calling ``position_fn`` on a one-element array.
     """
+    if isinstance(position_fn, PositionTable):
+        return position_fn.m, position_fn.k, position_fn.seed
     owner = getattr(position_fn, "__self__", None)
     if isinstance(owner, PositionTable) and getattr(position_fn, "__func__", None) is \
             PositionTable.lookup:

@@ -1,0 +1,396 @@
+"""numba kernels of the core's hot loops; the numpy code beside each caller is the reference.
+
+Imported only when :data:`dls._jit.ENABLED` (numba imports, ``DLS_NO_JIT`` unset). Every
+kernel here gives exactly what its numpy reference gives (``tests/dls/test_jit_parity.py``):
+
+* :func:`positions`: MurmurHash3 x64_128 of each label's 8 big-endian bytes and the
+  Kirsch–Mitzenmacher positions (:func:`dls.hashing.positions`);
+* :func:`bank_add`, :func:`bank_remove`: a bank's counter updates and the bits that flip,
+  grouped by blocks of rows and applied one after another instead of sorting the batch's
+  increments by counter (:meth:`dls.bitset_bank.BitsetBank._add_pairs`); an update that
+  cannot be made (a counter below zero, an exact count past its type) undoes what was done
+  and reports it, and the caller lets the reference raise;
+* :func:`cbf_add`, :func:`cbf_remove`, :func:`cbf_min`: the same for one filter
+  (:class:`dls.cbf.CountingBloomFilter`);
+* :func:`and_rows`, :func:`row_counts`, :func:`decode_into`: matching's AND of ``k`` bitset
+  rows per event, popcounts, and set bits to client indices (:mod:`dls.bitset`).
+
+Integer typing: numba turns a mix of signed and unsigned 64-bit operands into float64, so
+every hash step uses uint64 constants, and positions are converted explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from dls._jit import njit
+
+__all__ = [
+    "and_rows",
+    "bank_add",
+    "bank_remove",
+    "cbf_add",
+    "cbf_min",
+    "cbf_remove",
+    "decode_into",
+    "positions",
+    "row_counts",
+    "warm_up",
+]
+
+
+# -- LLVM intrinsics --------------------------------------------------------------------
+def _popcount_typer(typingctx: Any, src: Any) -> Any:
+    if not isinstance(src, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.ctpop(args[0])
+
+    return src(src), codegen
+
+
+_popcount: Any = intrinsic(_popcount_typer)
+"""Set bits of an integer (LLVM ctpop)."""
+
+
+def _ctz_typer(typingctx: Any, src: Any) -> Any:
+    if not isinstance(src, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return src(src), codegen
+
+
+_ctz: Any = intrinsic(_ctz_typer)
+"""Trailing zero bits of a non-zero integer (LLVM cttz)."""
+
+
+def _bswap_typer(typingctx: Any, src: Any) -> Any:
+    if not isinstance(src, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bswap(args[0])
+
+    return src(src), codegen
+
+
+_bswap: Any = intrinsic(_bswap_typer)
+"""An integer with its bytes in reverse order (LLVM bswap)."""
+
+
+# -- hashing ----------------------------------------------------------------------------
+_C1 = np.uint64(0x87C37B91114253D5)
+_C2 = np.uint64(0x4CF5AD432745937F)
+_F1 = np.uint64(0xFF51AFD7ED558CCD)
+_F2 = np.uint64(0xC4CEB9FE1A85EC53)
+_LEN = np.uint64(8)
+_S31 = np.uint64(31)
+_S33 = np.uint64(33)
+_ONE = np.uint64(1)
+_SIX = np.uint64(6)
+_LOW6 = np.uint64(63)
+
+
+@njit
+def _fmix64(h: Any) -> Any:
+    h ^= h >> _S33
+    h *= _F1
+    h ^= h >> _S33
+    h *= _F2
+    h ^= h >> _S33
+    return h
+
+
+@njit
+def _murmur(label: Any, seed: Any) -> Any:
+    """(h1, h2) of MurmurHash3 x64_128 of one label's 8 big-endian bytes."""
+    k1 = _bswap(label)  # the tail's little-endian read of the big-endian bytes
+    k1 *= _C1
+    k1 = (k1 << _S31) | (k1 >> _S33)
+    k1 *= _C2
+    h1 = (k1 ^ seed) ^ _LEN
+    h2 = seed ^ _LEN
+    h1 += h2
+    h2 += h1
+    h1 = _fmix64(h1)
+    h2 = _fmix64(h2)
+    h1 += h2
+    h2 += h1
+    return h1, h2
+
+
+@njit
+def positions(labels: Any, m: Any, k: Any, seed: Any, out: Any) -> None:
+    """Kirsch–Mitzenmacher positions of uint64 ``labels`` into int64 ``out`` (n, k)."""
+    mm = np.uint64(m)
+    s = np.uint64(seed)
+    pow2 = (mm & (mm - _ONE)) == 0
+    mask = mm - _ONE
+    for i in range(labels.shape[0]):
+        h1, h2 = _murmur(labels[i], s)
+        if pow2:
+            a = h1 & mask
+            b = h2 & mask
+        else:
+            a = h1 % mm
+            b = h2 % mm
+        out[i, 0] = np.int64(a)
+        cur = a
+        for j in range(1, k):
+            cur += b  # both below m <= 2**63: no overflow
+            if cur >= mm:
+                cur -= mm
+            out[i, j] = np.int64(cur)
+
+
+# -- a bank's counter updates --------------------------------------------------------------
+# A batch's counter updates land on random rows of a (rows, capacity) matrix far larger
+# than the caches. They are first grouped by blocks of rows (a stable counting sort on
+# row >> shift; a block holds about dls.bitset_bank._BLOCK_BYTES of counters), then applied
+# block by block, so that a block's counters and bitset words stay in cache meanwhile. The
+# common path has no data-dependent branch: the bit of a counter that crosses zero is
+# OR-ed (or AND-ed) in whether it changes or not.
+_LOW32 = np.int64(0xFFFFFFFF)
+
+
+@njit
+def _grouped(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
+    """Every update ``(row << 32) | client``, grouped by ``row >> shift`` (stable).
+
+    Pair ``i`` updates rows ``table[idx[i], :]`` of client ``cli[i]``.
+    """
+    n = idx.shape[0]
+    r = table.shape[1]
+    n_blocks = (n_rows >> shift) + 1
+    start = np.zeros(n_blocks + 1, dtype=np.int64)
+    for i in range(n):
+        t = idx[i]
+        for j in range(r):
+            start[(np.int64(table[t, j]) >> shift) + 1] += 1
+    for b in range(n_blocks):
+        start[b + 1] += start[b]
+    out = np.empty(n * r, dtype=np.int64)
+    for i in range(n):
+        t = idx[i]
+        c = cli[i]
+        for j in range(r):
+            row = np.int64(table[t, j])
+            b = row >> shift
+            out[start[b]] = (row << 32) | c
+            start[b] += 1
+    return out
+
+
+@njit
+def bank_add(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturating: Any,
+             top: Any, shift: Any) -> Any:
+    """Increment ``counts[table[idx[i], j], cli[i]]`` for every pair ``i`` and ``j``.
+
+    A counter going 0 -> 1 sets its bit in ``bits``. Saturating counts stop at ``top``;
+    exact counts at ``top`` cannot grow: then everything done is undone and a
+    non-negative number returned (-1 when all went in).
+    """
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        v = counts[p, c]
+        if v >= top:  # rare: no branch to mispredict on the common path
+            if saturating:
+                continue
+            for t2 in range(t):  # exact counts: every increment before happened
+                u = updates[t2]
+                p = u >> 32
+                c = u & _LOW32
+                v = counts[p, c]
+                counts[p, c] = v - 1
+                bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
+            return t
+        counts[p, c] = v + 1
+        bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+    return -1
+
+
+@njit
+def bank_remove(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturating: Any,
+                top: Any, shift: Any) -> Any:
+    """Decrement ``counts[table[idx[i], j], cli[i]]`` for every pair, all or nothing.
+
+    A counter going 1 -> 0 clears its bit; a saturated counter (``top``, saturating counts)
+    stays. A counter that would go below zero makes the kernel undo everything and return
+    a non-negative number (-1 when all went out).
+    """
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        v = counts[p, c]
+        if saturating and v == top:
+            continue
+        if v == 0:
+            for t2 in range(t):  # a saturated counter was skipped and still is
+                u = updates[t2]
+                p = u >> 32
+                c = u & _LOW32
+                v = counts[p, c]
+                if saturating and v == top:
+                    continue
+                counts[p, c] = v + 1
+                bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+            return t
+        counts[p, c] = v - 1
+        bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
+    return -1
+
+
+# -- one counting Bloom filter ----------------------------------------------------------
+@njit
+def cbf_add(counters: Any, pos: Any, top: Any) -> None:
+    """Increment ``counters`` at every position of ``pos`` (n, k), saturating at ``top``."""
+    n, k = pos.shape
+    for i in range(n):
+        for j in range(k):
+            p = pos[i, j]
+            v = counters[p]
+            if v < top:
+                counters[p] = v + 1
+
+
+@njit
+def cbf_remove(counters: Any, pos: Any, top: Any) -> Any:
+    """Decrement ``counters`` at every position of ``pos``, all or nothing.
+
+    Saturated counters stay; the row that would take a counter below zero is returned
+    after everything is undone (-1 when all went out).
+    """
+    n, k = pos.shape
+    for i in range(n):
+        for j in range(k):
+            p = pos[i, j]
+            v = counters[p]
+            if v == top:
+                continue
+            if v == 0:
+                for i2 in range(i + 1):
+                    for j2 in range(k if i2 < i else j):
+                        p2 = pos[i2, j2]
+                        v2 = counters[p2]
+                        if v2 != top:
+                            counters[p2] = v2 + 1
+                return i
+            counters[p] = v - 1
+    return -1
+
+
+@njit
+def cbf_min(counters: Any, pos: Any, out: Any) -> None:
+    """``out[i]`` = the least counter at the positions of row ``i`` of ``pos``."""
+    n, k = pos.shape
+    for i in range(n):
+        low = counters[pos[i, 0]]
+        for j in range(1, k):
+            v = counters[pos[i, j]]
+            if v < low:
+                low = v
+        out[i] = low
+
+
+# -- matching ---------------------------------------------------------------------------
+@njit
+def and_rows(bits: Any, cols: Any, valid: Any, exclude: Any, acc: Any) -> None:
+    """``acc[e]`` = the AND of rows ``cols[:, e]`` of ``bits``, less the excluded client.
+
+    ``valid`` (bool, or empty: all valid) zeroes the events that cannot match; ``exclude``
+    (int64, or empty: none) names a client per event to clear (ignored when negative or
+    beyond the bank).
+    """
+    k, n_events = cols.shape
+    n_words = bits.shape[1]
+    width = n_words * 64
+    check_valid = valid.shape[0] > 0
+    check_exclude = exclude.shape[0] > 0
+    for e in range(n_events):
+        if check_valid and not valid[e]:
+            for w in range(n_words):
+                acc[e, w] = 0
+            continue
+        r = cols[0, e]
+        for w in range(n_words):
+            acc[e, w] = bits[r, w]
+        for j in range(1, k):
+            r = cols[j, e]
+            for w in range(n_words):
+                acc[e, w] &= bits[r, w]
+        if check_exclude:
+            x = exclude[e]
+            if x >= 0 and x < width:
+                acc[e, x >> 6] &= ~(_ONE << (np.uint64(x) & _LOW6))
+
+
+@njit
+def row_counts(acc: Any, out: Any) -> None:
+    """``out[e]`` = set bits of row ``e`` of the uint64 bitset ``acc``."""
+    n_events, n_words = acc.shape
+    for e in range(n_events):
+        total = 0
+        for w in range(n_words):
+            total += _popcount(acc[e, w])
+        out[e] = total
+
+
+@njit
+def decode_into(acc: Any, offsets: Any, out: Any) -> None:
+    """Set-bit indices of row ``e`` of ``acc`` into ``out[offsets[e]:offsets[e + 1]]``."""
+    n_events, n_words = acc.shape
+    for e in range(n_events):
+        at = offsets[e]
+        for w in range(n_words):
+            x = acc[e, w]
+            base = w * 64
+            while x != 0:
+                out[at] = base + np.int64(_ctz(x))
+                at += 1
+                x &= x - _ONE
+
+
+def warm_up() -> None:
+    """Call every kernel once on tiny inputs of the types the core passes.
+
+    A kernel is compiled once per type signature (dtypes, dimensions, layout, and whether
+    an array is read-only), so these are the signatures a broker's banks and filters use.
+    """
+    labels = np.arange(4, dtype=np.uint64)
+    pos = np.empty((4, 3), dtype=np.int64)
+    positions(labels, 64, 3, 0, pos)
+    cli = np.arange(4, dtype=np.int64)
+    bits = np.zeros((64, 1), dtype=np.uint64)
+    table = pos.astype(np.uint32)  # a PositionTable's table: uint32, read-only
+    table.flags.writeable = False
+    for dtype, saturating, top in ((np.uint8, True, 15), (np.uint32, False, 2**32 - 1)):
+        counts = np.zeros((64, 64), dtype=dtype)
+        for rows in (pos, table):
+            bank_add(counts, bits, rows, cli, cli, saturating, top, 3)
+            bank_remove(counts, bits, rows, cli, cli, saturating, top, 3)
+    counters = np.zeros(64, dtype=np.uint8)
+    cbf_add(counters, pos, 15)
+    cbf_min(counters, pos, np.empty(4, dtype=np.uint8))
+    cbf_remove(counters, pos, 15)
+    acc = np.empty((4, 1), dtype=np.uint64)
+    for cols in (np.ascontiguousarray(pos.T), np.ascontiguousarray(table.T)):
+        and_rows(bits, cols, np.ones(4, dtype=np.bool_), cli, acc)
+        and_rows(bits, cols, np.zeros(0, dtype=np.bool_), np.zeros(0, dtype=np.int64), acc)
+    counts_out = np.empty(4, dtype=np.int64)
+    row_counts(acc, counts_out)
+    acc[:] = 0
+    decode_into(acc, np.zeros(5, dtype=np.int64), np.empty(0, dtype=np.int64))

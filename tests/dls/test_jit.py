@@ -1,0 +1,88 @@
+"""The switch between compiled kernels and the numpy reference (dls._jit)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dls import _jit, bank
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = "import dls._jit as j; print(j.ENABLED, repr(j.REASON))"
+
+
+def _probe(value: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "DLS_NO_JIT"}
+    if value is not None:
+        env["DLS_NO_JIT"] = value
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env,  # noqa: S603
+                         capture_output=True, text=True, check=True, timeout=120)
+    return out.stdout.strip()
+
+
+def test_switch_forces_the_reference() -> None:
+    assert _probe("1") == "False 'DLS_NO_JIT is set'"
+
+
+@pytest.mark.parametrize("value", [None, "", "0"])
+def test_compiled_unless_switched_off(value: str | None) -> None:
+    pytest.importorskip("numba")
+    assert _probe(value) == "True ''"
+
+
+def test_njit_is_the_identity_on_the_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_jit, "ENABLED", False)
+
+    def f(x: int) -> int:
+        return x + 1
+
+    assert _jit.njit(f) is f
+    assert bank.warm_up_kernels() == 0.0
+
+
+def test_warm_up_compiles_every_kernel() -> None:
+    if not _jit.ENABLED:
+        pytest.skip(_jit.REASON)
+    assert bank.warm_up_kernels() >= 0.0
+    from dls import _kernels
+
+    compiled = [name for name in _kernels.__all__ if name != "warm_up"]
+    assert all(getattr(_kernels, name).signatures for name in compiled), compiled
+
+
+NODE_WORK = """
+import numpy as np
+import dls._jit as j
+from dls import _kernels as K
+from dls.bank import warm_up_kernels
+from broker_node.state import BrokerState
+from dls.space import ContentSpace
+warm_up_kernels()
+names = [n for n in K.__all__ if n != "warm_up"]
+before = {n: set(getattr(K, n).signatures) for n in names}
+space = ContentSpace.from_spec({"attributes": [
+    {"name": f"a{i}", "type": "numeric", "low": 0, "high": 1, "granules": 32}
+    for i in range(3)]})
+for kw in ({}, {"client_filter": "direct", "routing_filter": "direct"}):
+    st = BrokerState.for_space("B", ["N1"], space, **kw)
+    st.subscribe_many(["c1", "c2"], ["s1", "s2"], np.array([0, 2, 3]),
+                      np.array([1, 2, 5], dtype=np.uint64))
+    st.on_link("N1", "advertise", np.array([5, 9], dtype=np.uint64))
+    st.route(np.array([1, 5, 7], dtype=np.uint64), np.array([0, -1, 1]))
+    st.on_link("N1", "withdraw", np.array([9], dtype=np.uint64))
+    st.unsubscribe_many(["c1"], ["s1"])
+print(sorted(n for n in names if set(getattr(K, n).signatures) - before[n]))
+"""
+
+
+def test_warm_up_covers_what_a_broker_calls() -> None:
+    """A node that warms up compiles nothing more on its first batches."""
+    if not _jit.ENABLED:
+        pytest.skip(_jit.REASON)
+    out = subprocess.run([sys.executable, "-c", NODE_WORK], cwd=ROOT,  # noqa: S603
+                         capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]"
