@@ -63,6 +63,7 @@ from connectors.topics import (
     Topics,
     delivery_partition,
 )
+from dls.bank import warm_up_kernels
 from dls.space import ContentSpace
 
 __all__ = ["ENDS_KEPT", "FOREVER", "WAITING_POLL_S", "NodeService"]
@@ -164,6 +165,10 @@ class NodeService:
         """Create topics, open clients, rebuild the state from the committed offsets."""
         s, t = self.settings, self.topics
         log.info("node %s starting with settings %s", s.node, s.masked())
+        # The core's compiled kernels, before recovery and the first batch need them (about
+        # 5 s with an empty disk cache, a fraction of a second with a warm one).
+        if warm_s := warm_up_kernels():
+            log.info("node %s: compiled kernels ready in %.2f s", s.node, warm_s)
         # Control topics, in and out, keep everything: whoever creates one first (this node,
         # a neighbour, a client, the Spark job) creates it so, and a wrong one is repaired.
         self._topics_with(self.control_topics + [t.link(s.node, n) for n in s.neighbours],
