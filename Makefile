@@ -29,7 +29,7 @@ spark-fetch: setup ## Fetch the Spark connector jars again (force) and list them
 	$(PY) -m spark.jars --force
 
 test: setup ## Run every test
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
 
 test-fast: setup ## Run the tests without the long property tests
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -231,8 +231,8 @@ class RunSettings:
 FULL = RunSettings(n_clients=1_000, n_subs=100_000, n_events=100_000, profile_events=20_000)
 QUICK = RunSettings(n_clients=50, n_subs=2_000, n_events=5_000, profile_events=3_000,
                     warmup_per_topic=5, warmup_rounds=2,
-                    latency_s=3.0, latency_warmup_s=0.5, latency_configs=((1000, 0.01),),
-                    latency_drain_s=10.0, latency_low_rates=(20.0,), paired_rounds=2,
+                    latency_s=1.0, latency_warmup_s=0.25, latency_configs=((1000, 0.01),),
+                    latency_drain_s=5.0, latency_low_rates=(20.0,), paired_rounds=2,
                     load_timeout_s=120.0, phase_timeout_s=120.0)
 
 
