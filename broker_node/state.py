@@ -178,7 +178,7 @@ class BrokerState:
         self._clients: dict[str, int] = {}
         self._client_names: list[str] = []
         self._position_fns: dict[tuple[int, int], PositionFn] = {}
-        self._registry = SubscriptionRegistry()
+        self._registry = SubscriptionRegistry(label_base, label_space_size)
         if cfg.client_filter == "direct":
             if label_base is None or label_space_size is None:
                 raise BrokerError("client_filter 'direct' needs a known label space",
