@@ -9,7 +9,8 @@ kernel here gives exactly what its numpy reference gives (``tests/dls/test_jit_p
   grouped by blocks of rows and applied one after another instead of sorting the batch's
   increments by counter (:meth:`dls.bitset_bank.BitsetBank._add_pairs`); an update that
   cannot be made (a counter below zero, an exact count past its type) undoes what was done
-  and reports it, and the caller lets the reference raise;
+  and reports it, and the caller lets the reference raise; :func:`bank_add_packed` and
+  :func:`bank_remove_packed` do the same on 4-bit counters packed two to a byte;
 * :func:`cbf_add`, :func:`cbf_remove`, :func:`cbf_min`: the same for one filter
   (:class:`dls.cbf.CountingBloomFilter`);
 * :func:`and_rows`, :func:`row_counts`, :func:`decode_into`: matching's AND of ``k`` bitset
@@ -33,7 +34,9 @@ from dls._jit import njit
 __all__ = [
     "and_rows",
     "bank_add",
+    "bank_add_packed",
     "bank_remove",
+    "bank_remove_packed",
     "cbf_add",
     "cbf_min",
     "cbf_remove",
@@ -254,6 +257,65 @@ def bank_remove(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturati
     return -1
 
 
+# Packed 4-bit counters: client c's counter of row p is nibble c & 1 of byte (p, c >> 1).
+_FOUR = np.int64(4)
+_NIBBLE = np.int64(15)
+
+
+@njit
+def bank_add_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturating: Any,
+                    top: Any, shift: Any) -> Any:
+    """:func:`bank_add` on packed 4-bit counters, which saturate at ``top`` (always -1)."""
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        h = c >> 1
+        sh = (c & 1) * _FOUR
+        byte = np.int64(counts[p, h])
+        v = (byte >> sh) & _NIBBLE
+        if v >= top:
+            continue
+        counts[p, h] = byte + (np.int64(1) << sh)
+        bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+    return -1
+
+
+@njit
+def bank_remove_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any,
+                       saturating: Any, top: Any, shift: Any) -> Any:
+    """:func:`bank_remove` on packed 4-bit counters (saturated ones stay), all or nothing."""
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        h = c >> 1
+        sh = (c & 1) * _FOUR
+        byte = np.int64(counts[p, h])
+        v = (byte >> sh) & _NIBBLE
+        if v == top:
+            continue
+        if v == 0:
+            for t2 in range(t):  # a saturated counter was skipped and still is
+                u = updates[t2]
+                p = u >> 32
+                c = u & _LOW32
+                h = c >> 1
+                sh = (c & 1) * _FOUR
+                byte = np.int64(counts[p, h])
+                v = (byte >> sh) & _NIBBLE
+                if v == top:
+                    continue
+                counts[p, h] = byte + (np.int64(1) << sh)
+                bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+            return t
+        counts[p, h] = byte - (np.int64(1) << sh)
+        bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
+    return -1
+
+
 # -- one counting Bloom filter ----------------------------------------------------------
 @njit
 def cbf_add(counters: Any, pos: Any, top: Any) -> None:
@@ -382,6 +444,10 @@ def warm_up() -> None:
         for rows in (pos, table):
             bank_add(counts, bits, rows, cli, cli, saturating, top, 3)
             bank_remove(counts, bits, rows, cli, cli, saturating, top, 3)
+    packed = np.zeros((64, 32), dtype=np.uint8)
+    for rows in (pos, table):
+        bank_add_packed(packed, bits, rows, cli, cli, True, 15, 3)
+        bank_remove_packed(packed, bits, rows, cli, cli, True, 15, 3)
     counters = np.zeros(64, dtype=np.uint8)
     cbf_add(counters, pos, 15)
     cbf_min(counters, pos, np.empty(4, dtype=np.uint8))

@@ -129,8 +129,9 @@ def _same_bank(ref: BitsetBank, jit: BitsetBank) -> None:
     assert np.array_equal(ref._bits, jit._bits)
     if isinstance(ref, BitSlicedCBFBank):
         assert np.array_equal(ref._items, jit._items)  # type: ignore[attr-defined]
-    # the bitset mirrors the counts, bit for bit
-    nz = np.packbits(jit._counts != 0, axis=1, bitorder="little")
+    # the bitset mirrors the counts, bit for bit (4-bit counters unpacked)
+    counts = jit.counters if isinstance(jit, BitSlicedCBFBank) else jit._counts
+    nz = np.packbits(counts != 0, axis=1, bitorder="little")
     assert np.array_equal(nz.view("<u8"), jit._bits)
 
 
