@@ -8,6 +8,7 @@ the broker keeps ``subscription id -> (client, labels)``
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,9 +65,39 @@ class SubscriptionRegistry:
     def __contains__(self, sub_id: str) -> bool:
         return sub_id in self.codes
 
+    def reserve(self, sub_ids: Sequence[str]) -> list[int]:
+        """Give distinct ``sub_ids`` the codes of the next batch, unless one is known.
+
+        Returns the indexes of the ids already registered (usually none: then every id
+        now has its code, row ``i`` for ``sub_ids[i]``, and :meth:`add` with
+        ``reserved=True`` stores the batch). When some are known nothing is kept: the ids
+        are released again and the known ones keep their codes. One C-level pass
+        (``dict.setdefault``) both looks the ids up and registers them.
+        """
+        codes = self.codes
+        before = len(codes)
+        base = self._next << 32
+        got = list(map(codes.setdefault, sub_ids, range(base, base + len(sub_ids))))
+        if len(codes) == before + len(sub_ids):
+            return []
+        known = [i for i, code in enumerate(got) if code != base + i]
+        self.release(sub_ids, known)
+        return known
+
+    def release(self, sub_ids: Sequence[str], known: Sequence[int] = ()) -> None:
+        """Undo :meth:`reserve` of ``sub_ids`` (all but the indexes ``known``)."""
+        skip = set(known)
+        codes = self.codes
+        for i, sid in enumerate(sub_ids):
+            if i not in skip:
+                del codes[sid]
+
     def add(self, sub_ids: Sequence[str], clients: np.ndarray, offsets: np.ndarray,
-            labels: np.ndarray) -> None:
-        """Register new ids; row ``i`` of the CSR batch belongs to ``clients[i]``."""
+            labels: np.ndarray, *, reserved: bool = False) -> None:
+        """Register new ids; row ``i`` of the CSR batch belongs to ``clients[i]``.
+
+        ``reserved``: :meth:`reserve` already gave the ids their codes.
+        """
         b = self._next
         self._next += 1
         stored: np.ndarray = (labels - self._base if self._base else labels).astype(
@@ -75,8 +106,9 @@ class SubscriptionRegistry:
         top = int(clients.max()) if len(clients) else 0
         cli: np.ndarray = clients.astype(_smallest_uint(top))
         self.batches[b] = [offs, stored, cli, len(sub_ids)]
-        base = b << 32
-        self.codes.update(zip(sub_ids, range(base, base + len(sub_ids)), strict=True))
+        if not reserved:
+            base = b << 32
+            self.codes.update(zip(sub_ids, range(base, base + len(sub_ids)), strict=True))
 
     def get(self, sub_id: str) -> tuple[int, np.ndarray]:
         """(client index, labels) of a registered id."""
@@ -137,8 +169,7 @@ class SubscriptionRegistry:
 
     def remove(self, sub_ids: Sequence[str], codes: np.ndarray) -> None:
         """Forget ids (``codes`` are theirs); a batch goes once its last id is gone."""
-        for sid in sub_ids:
-            del self.codes[sid]
+        deque(map(self.codes.__delitem__, sub_ids), maxlen=0)  # a C-level loop
         batch_of, counts = np.unique(codes >> 32, return_counts=True)
         for b, c in zip(batch_of.tolist(), counts.tolist(), strict=True):
             entry = self.batches[b]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Literal
 
 import numpy as np
@@ -330,9 +331,7 @@ class BrokerState:
             dup = first_repeat(sub_ids)
             raise DuplicateSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                              field="id", value=dup)
-        codes = self._registry.codes
-        known = ([] if codes.keys().isdisjoint(sub_ids)
-                 else [i for i, sid in enumerate(sub_ids) if sid in codes])
+        known = self._registry.reserve(sub_ids)  # all new: registered already
         if known:
             keep = np.ones(n, dtype=bool)
             for i in known:
@@ -352,9 +351,14 @@ class BrokerState:
             sub_ids = [sub_ids[i] for i in rows.tolist()]
             clients = [clients[i] for i in rows.tolist()]
             offs, flat = take_rows(offs, flat, rows)
-        cidx = self._client_indexes(clients)
+        try:
+            cidx = self._client_indexes(clients)
+        except BaseException:
+            if not known:
+                self._registry.release(sub_ids)
+            raise
         lens = np.diff(offs)
-        self._registry.add(sub_ids, cidx, offs, flat)
+        self._registry.add(sub_ids, cidx, offs, flat, reserved=not known)
         self._bank.add(np.repeat(cidx, lens), flat)
         return self._aggregation.add(flat, None)
 
@@ -371,19 +375,21 @@ class BrokerState:
                               field="id", value=len(sub_ids))
         if not sub_ids:
             return []
-        found = list(map(self._registry.codes.get, sub_ids))
-        if None in found:
-            i = found.index(None)
+        registered = self._registry.codes
+        try:
+            codes = np.fromiter(map(registered.__getitem__, sub_ids), dtype=np.int64,
+                                count=len(sub_ids))
+        except KeyError:
+            i = next(i for i, sid in enumerate(sub_ids) if sid not in registered)
             raise UnknownSubscriptionError(
                 f"unknown subscription id {sub_ids[i]!r} (client {clients[i]!r})", field="id",
-                value=sub_ids[i])
-        codes = np.array(found, dtype=np.int64)
+                value=sub_ids[i]) from None
         if len(set(sub_ids)) != len(sub_ids):
             dup = first_repeat(sub_ids)
             raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                            field="id", value=dup)
         owners, lens, flat = self._registry.gather(codes)
-        asked = np.fromiter((self._clients.get(c, -1) for c in clients), dtype=np.int64,
+        asked = np.fromiter(map(self._clients.get, clients, repeat(-1)), dtype=np.int64,
                             count=len(clients))
         wrong = np.flatnonzero(asked != owners)
         if wrong.size:
