@@ -249,11 +249,11 @@ class BrokerState:
 
     def _client_indexes(self, clients: Sequence[str]) -> np.ndarray:
         """Bank indexes of many clients, creating the new ones (C-level dict lookups)."""
-        found = list(map(self._clients.get, clients))
-        if None in found:
-            found = [self.client_index(c) if i is None else i
-                     for c, i in zip(clients, found, strict=True)]
-        return np.array(found, dtype=np.int64)
+        try:  # every client known: one C-level pass
+            return np.fromiter(map(self._clients.__getitem__, clients), dtype=np.int64,
+                               count=len(clients))
+        except KeyError:
+            return np.array([self.client_index(c) for c in clients], dtype=np.int64)
 
     def client_name(self, index: int) -> str:
         """Name of the client at a bank index."""
