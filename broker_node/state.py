@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Literal
 
 import numpy as np
@@ -178,7 +179,7 @@ class BrokerState:
         self._clients: dict[str, int] = {}
         self._client_names: list[str] = []
         self._position_fns: dict[tuple[int, int], PositionFn] = {}
-        self._registry = SubscriptionRegistry()
+        self._registry = SubscriptionRegistry(label_base, label_space_size)
         if cfg.client_filter == "direct":
             if label_base is None or label_space_size is None:
                 raise BrokerError("client_filter 'direct' needs a known label space",
@@ -248,11 +249,11 @@ class BrokerState:
 
     def _client_indexes(self, clients: Sequence[str]) -> np.ndarray:
         """Bank indexes of many clients, creating the new ones (C-level dict lookups)."""
-        found = list(map(self._clients.get, clients))
-        if None in found:
-            found = [self.client_index(c) if i is None else i
-                     for c, i in zip(clients, found, strict=True)]
-        return np.array(found, dtype=np.int64)
+        try:  # every client known: one C-level pass
+            return np.fromiter(map(self._clients.__getitem__, clients), dtype=np.int64,
+                               count=len(clients))
+        except KeyError:
+            return np.array([self.client_index(c) for c in clients], dtype=np.int64)
 
     def client_name(self, index: int) -> str:
         """Name of the client at a bank index."""
@@ -330,9 +331,7 @@ class BrokerState:
             dup = first_repeat(sub_ids)
             raise DuplicateSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                              field="id", value=dup)
-        codes = self._registry.codes
-        known = ([] if codes.keys().isdisjoint(sub_ids)
-                 else [i for i, sid in enumerate(sub_ids) if sid in codes])
+        known = self._registry.reserve(sub_ids)  # all new: registered already
         if known:
             keep = np.ones(n, dtype=bool)
             for i in known:
@@ -352,9 +351,14 @@ class BrokerState:
             sub_ids = [sub_ids[i] for i in rows.tolist()]
             clients = [clients[i] for i in rows.tolist()]
             offs, flat = take_rows(offs, flat, rows)
-        cidx = self._client_indexes(clients)
+        try:
+            cidx = self._client_indexes(clients)
+        except BaseException:
+            if not known:
+                self._registry.release(sub_ids)
+            raise
         lens = np.diff(offs)
-        self._registry.add(sub_ids, cidx, offs, flat)
+        self._registry.add(sub_ids, cidx, offs, flat, reserved=not known)
         self._bank.add(np.repeat(cidx, lens), flat)
         return self._aggregation.add(flat, None)
 
@@ -371,19 +375,21 @@ class BrokerState:
                               field="id", value=len(sub_ids))
         if not sub_ids:
             return []
-        found = list(map(self._registry.codes.get, sub_ids))
-        if None in found:
-            i = found.index(None)
+        registered = self._registry.codes
+        try:
+            codes = np.fromiter(map(registered.__getitem__, sub_ids), dtype=np.int64,
+                                count=len(sub_ids))
+        except KeyError:
+            i = next(i for i, sid in enumerate(sub_ids) if sid not in registered)
             raise UnknownSubscriptionError(
                 f"unknown subscription id {sub_ids[i]!r} (client {clients[i]!r})", field="id",
-                value=sub_ids[i])
-        codes = np.array(found, dtype=np.int64)
+                value=sub_ids[i]) from None
         if len(set(sub_ids)) != len(sub_ids):
             dup = first_repeat(sub_ids)
             raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                            field="id", value=dup)
         owners, lens, flat = self._registry.gather(codes)
-        asked = np.fromiter((self._clients.get(c, -1) for c in clients), dtype=np.int64,
+        asked = np.fromiter(map(self._clients.get, clients, repeat(-1)), dtype=np.int64,
                             count=len(clients))
         wrong = np.flatnonzero(asked != owners)
         if wrong.size:

@@ -9,7 +9,8 @@ kernel here gives exactly what its numpy reference gives (``tests/dls/test_jit_p
   grouped by blocks of rows and applied one after another instead of sorting the batch's
   increments by counter (:meth:`dls.bitset_bank.BitsetBank._add_pairs`); an update that
   cannot be made (a counter below zero, an exact count past its type) undoes what was done
-  and reports it, and the caller lets the reference raise;
+  and reports it, and the caller lets the reference raise; :func:`bank_add_packed` and
+  :func:`bank_remove_packed` do the same on 4-bit counters packed two to a byte;
 * :func:`cbf_add`, :func:`cbf_remove`, :func:`cbf_min`: the same for one filter
   (:class:`dls.cbf.CountingBloomFilter`);
 * :func:`and_rows`, :func:`row_counts`, :func:`decode_into`: matching's AND of ``k`` bitset
@@ -33,7 +34,9 @@ from dls._jit import njit
 __all__ = [
     "and_rows",
     "bank_add",
+    "bank_add_packed",
     "bank_remove",
+    "bank_remove_packed",
     "cbf_add",
     "cbf_min",
     "cbf_remove",
@@ -154,9 +157,13 @@ def positions(labels: Any, m: Any, k: Any, seed: Any, out: Any) -> None:
 
 # -- a bank's counter updates --------------------------------------------------------------
 # A batch's counter updates land on random rows of a (rows, capacity) matrix far larger
-# than the caches. They are first grouped by blocks of rows (a stable counting sort on
+# than the caches. They are first grouped by blocks of rows (a counting sort on
 # row >> shift; a block holds about dls.bitset_bank._BLOCK_BYTES of counters), then applied
-# block by block, so that a block's counters and bitset words stay in cache meanwhile. The
+# block by block, so that a block's counters and bitset words stay in cache meanwhile. A
+# large batch against a position table is sorted by label first, and only its (label,
+# hash) entries by block: 7x fewer scattered writes at k = 7 (0.67 -> 0.47 us per
+# subscription at d = 3, g = 32, 50,000-subscription batches). The order inside a block
+# changes no result: increments, saturation and decrements commute. The
 # common path has no data-dependent branch: the bit of a counter that crosses zero is
 # OR-ed (or AND-ed) in whether it changes or not.
 _LOW32 = np.int64(0xFFFFFFFF)
@@ -164,10 +171,68 @@ _LOW32 = np.int64(0xFFFFFFFF)
 
 @njit
 def _grouped(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
-    """Every update ``(row << 32) | client``, grouped by ``row >> shift`` (stable).
+    """Every update ``(row << 32) | client``, grouped by ``row >> shift``.
 
-    Pair ``i`` updates rows ``table[idx[i], :]`` of client ``cli[i]``.
+    Pair ``i`` updates rows ``table[idx[i], :]`` of client ``cli[i]``. A batch with many
+    pairs per table row (a broker's batch against its label -> positions table) is grouped
+    through its labels (:func:`_grouped_by_label`), any other one update by update.
     """
+    if idx.shape[0] >= 2 * table.shape[0]:
+        return _grouped_by_label(table, idx, cli, shift, n_rows)
+    return _grouped_by_update(table, idx, cli, shift, n_rows)
+
+
+@njit
+def _grouped_by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
+    """:func:`_grouped` through the labels: the batch's clients are sorted by label.
+
+    The scatter into blocks then moves one ``(row, label)`` entry per label and hash
+    (at most ``table.size``) instead of one update per pair and hash, and the updates are
+    written out block after block, in order; inside a block they come label by label.
+    """
+    n = idx.shape[0]
+    n_lab, r = table.shape
+    lab_start = np.zeros(n_lab + 1, dtype=np.int64)
+    for i in range(n):
+        lab_start[idx[i] + 1] += 1
+    for t in range(n_lab):
+        lab_start[t + 1] += lab_start[t]
+    fill = lab_start[:-1].copy()
+    clients = np.empty(n, dtype=np.int64)  # the clients of label t: lab_start[t]..[t + 1]
+    for i in range(n):
+        t = idx[i]
+        clients[fill[t]] = cli[i]
+        fill[t] += 1
+    n_blocks = (n_rows >> shift) + 1
+    start = np.zeros(n_blocks + 1, dtype=np.int64)
+    for t in range(n_lab):
+        if lab_start[t + 1] > lab_start[t]:
+            for j in range(r):
+                start[(np.int64(table[t, j]) >> shift) + 1] += 1
+    for b in range(n_blocks):
+        start[b + 1] += start[b]
+    entries = np.empty(start[n_blocks], dtype=np.int64)  # (row << 32) | label, by block
+    for t in range(n_lab):
+        if lab_start[t + 1] > lab_start[t]:
+            for j in range(r):
+                row = np.int64(table[t, j])
+                b = row >> shift
+                entries[start[b]] = (row << 32) | t
+                start[b] += 1
+    out = np.empty(n * r, dtype=np.int64)
+    at = 0
+    for e in range(entries.shape[0]):
+        high = (entries[e] >> 32) << 32
+        t = entries[e] & _LOW32
+        for q in range(lab_start[t], lab_start[t + 1]):
+            out[at] = high | clients[q]
+            at += 1
+    return out
+
+
+@njit
+def _grouped_by_update(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
+    """:func:`_grouped` update by update (a stable counting sort on ``row >> shift``)."""
     n = idx.shape[0]
     r = table.shape[1]
     n_blocks = (n_rows >> shift) + 1
@@ -250,6 +315,65 @@ def bank_remove(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturati
                 bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
             return t
         counts[p, c] = v - 1
+        bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
+    return -1
+
+
+# Packed 4-bit counters: client c's counter of row p is nibble c & 1 of byte (p, c >> 1).
+_FOUR = np.int64(4)
+_NIBBLE = np.int64(15)
+
+
+@njit
+def bank_add_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturating: Any,
+                    top: Any, shift: Any) -> Any:
+    """:func:`bank_add` on packed 4-bit counters, which saturate at ``top`` (always -1)."""
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        h = c >> 1
+        sh = (c & 1) * _FOUR
+        byte = np.int64(counts[p, h])
+        v = (byte >> sh) & _NIBBLE
+        if v >= top:
+            continue
+        counts[p, h] = byte + (np.int64(1) << sh)
+        bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+    return -1
+
+
+@njit
+def bank_remove_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any,
+                       saturating: Any, top: Any, shift: Any) -> Any:
+    """:func:`bank_remove` on packed 4-bit counters (saturated ones stay), all or nothing."""
+    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = updates[t]
+        p = u >> 32
+        c = u & _LOW32
+        h = c >> 1
+        sh = (c & 1) * _FOUR
+        byte = np.int64(counts[p, h])
+        v = (byte >> sh) & _NIBBLE
+        if v == top:
+            continue
+        if v == 0:
+            for t2 in range(t):  # a saturated counter was skipped and still is
+                u = updates[t2]
+                p = u >> 32
+                c = u & _LOW32
+                h = c >> 1
+                sh = (c & 1) * _FOUR
+                byte = np.int64(counts[p, h])
+                v = (byte >> sh) & _NIBBLE
+                if v == top:
+                    continue
+                counts[p, h] = byte + (np.int64(1) << sh)
+                bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+            return t
+        counts[p, h] = byte - (np.int64(1) << sh)
         bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
     return -1
 
@@ -382,6 +506,10 @@ def warm_up() -> None:
         for rows in (pos, table):
             bank_add(counts, bits, rows, cli, cli, saturating, top, 3)
             bank_remove(counts, bits, rows, cli, cli, saturating, top, 3)
+    packed = np.zeros((64, 32), dtype=np.uint8)
+    for rows in (pos, table):
+        bank_add_packed(packed, bits, rows, cli, cli, True, 15, 3)
+        bank_remove_packed(packed, bits, rows, cli, cli, True, 15, 3)
     counters = np.zeros(64, dtype=np.uint8)
     cbf_add(counters, pos, 15)
     cbf_min(counters, pos, np.empty(4, dtype=np.uint8))

@@ -7,7 +7,9 @@ per-client or per-event Python work. Two implementations share the
 
 * :class:`BitSlicedCBFBank`: every client has its own counting Bloom filter with the same
   ``(m, k, seed)``. Counters are a ``uint8`` matrix of shape ``(m, capacity)`` (position
-  major, so the 64 clients of one word are contiguous) and ``bits`` is the bit-sliced
+  major, so the 64 clients of one word are contiguous; 4-bit counters are stored two to a
+  byte, a ``(m, capacity // 2)`` matrix, and :attr:`~BitSlicedCBFBank.counters` unpacks
+  them) and ``bits`` is the bit-sliced
   ``(m, capacity // 64)`` ``uint64`` matrix whose bit ``c`` of row ``p`` says
   ``counter[p, c] > 0``. Matching an event is ``k`` row gathers and ANDs.
 * :class:`DirectLabelBank`: exact, for small label spaces: a ``(labels, capacity)`` count
@@ -59,7 +61,7 @@ def warm_up_kernels() -> float:
     """Compile (or load from the disk cache) every kernel, for the types a broker passes.
 
     A node calls it at start, so that its first batches do not wait for compilation (about
-    5 s with an empty cache, 0.2 s to load a warm one: docs/architecture.md#compiled-kernels).
+    10 s with an empty cache, 0.3 s to load a warm one: docs/architecture.md#compiled-kernels).
     Returns the seconds it took (0.0 on the numpy reference path, ``DLS_NO_JIT=1``).
     """
     if not _jit.ENABLED:
@@ -148,6 +150,7 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         initial_capacity: int = WORD_BITS,
     ) -> None:
         self._init_params(m, k, counter_bits, seed, position_fn)
+        self._packed = self._counter_bits == 4  # two counters a byte
         # A precomputed position table, transposed to (k, labels): matching then gathers
         # each hash's positions as one contiguous vector, without the (E, k) int64 rows
         # and their transpose. Small tables only (_COLS_TABLE_MAX_BYTES).
@@ -169,17 +172,35 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
     # m, k, counter_bits, seed, max_count, params and _positions: see CountingParams.
     @property
     def counters(self) -> np.ndarray:
-        """Read-only view of the ``(m, capacity)`` uint8 counter matrix."""
-        return read_only(self._counts)
+        """Read-only ``(m, capacity)`` uint8 counter matrix (unpacked: a copy for 4 bits)."""
+        if not self._packed:
+            return read_only(self._counts)
+        out = np.empty((self._m, self._cap), dtype=np.uint8)
+        np.bitwise_and(self._counts, 15, out=out[:, 0::2])
+        np.right_shift(self._counts, 4, out=out[:, 1::2])
+        return read_only(out)
 
     @property
     def bits(self) -> np.ndarray:
         """Read-only view of the ``(m, capacity // 64)`` uint64 bit-sliced matrix."""
         return read_only(self._bits)
 
+    def _column(self, client: int) -> np.ndarray:
+        """Client ``client``'s ``m`` counters (uint8; a copy when packed)."""
+        if not self._packed:
+            return self._counts[:, client]
+        return (self._counts[:, client >> 1] >> np.uint8(4 * (client & 1))) & np.uint8(15)
+
     def fill_ratios(self) -> np.ndarray:
         """Share of non-zero counters in each client's filter, by client index (float64)."""
-        return np.count_nonzero(self._counts[:, :self.n_clients], axis=0) / float(self._m)
+        n = self.n_clients
+        if not self._packed:
+            return np.count_nonzero(self._counts[:, :n], axis=0) / float(self._m)
+        half = self._counts[:, :(n + 1) // 2]
+        out = np.empty(2 * half.shape[1], dtype=np.int64)
+        out[0::2] = np.count_nonzero(half & np.uint8(15), axis=0)
+        out[1::2] = np.count_nonzero(half >> np.uint8(4), axis=0)
+        return out[:n] / float(self._m)
 
     def _saturation(self) -> int | None:
         return self._max
@@ -241,7 +262,7 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         if c >= self._cap:
             return False
         pos = self._positions(np.array([value], dtype=np.uint64))[0]
-        return bool(self._counts[pos, c].min() > 0)
+        return bool(self._column(c)[pos].min() > 0)
 
     def memory_bytes(self) -> int:
         """Bytes held by the bank's arrays.
@@ -264,7 +285,7 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
                 position_fn=self._position_fn,
             )
         return CountingBloomFilter.from_counters(
-            self._counts[:, c],
+            self._column(c),
             self._k,
             counter_bits=self._counter_bits,
             seed=self._seed,
@@ -292,12 +313,17 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
                 value=(mine, theirs),
             )
         self._ensure_clients(c + 1)
-        self._counts[:, c] = cbf.counters
+        if self._packed:
+            sh = np.uint8(4 * (c & 1))
+            keep = self._counts[:, c >> 1] & ~(np.uint8(15) << sh)
+            self._counts[:, c >> 1] = keep | (cbf.counters.astype(np.uint8) << sh)
+        else:
+            self._counts[:, c] = cbf.counters
         self._items[c] = cbf.n_items
         rows = np.arange(self._m, dtype=np.int64)
         self._bits[:, c // WORD_BITS] &= ~(np.uint64(1) << np.uint64(c % WORD_BITS))
         self._refresh(rows * self._cap + c, np.zeros(self._m, dtype=np.int64),
-                      self._counts[:, c].astype(np.int64))
+                      self._column(c).astype(np.int64))
 
     def __repr__(self) -> str:
         return (

@@ -11,6 +11,11 @@ Updates and the AND of matching are compiled kernels (:mod:`dls._kernels`) unles
 ``DLS_NO_JIT=1``: an update walks its pairs once, touching each counter and flipping a bit
 when the counter crosses zero; the ``*_reference`` methods are the numpy code, which sorts
 the batch's counter keys and writes each touched counter and bitset word once.
+
+A bank of 4-bit counters keeps two of them in a byte (:attr:`BitsetBank._packed`): client
+``c``'s counter of row ``r`` is the low nibble of byte ``(r, c // 2)`` for an even ``c``,
+the high one for an odd ``c``. That halves the count matrix, the largest part of a
+broker's memory, and the memory an update walks through.
 """
 
 from __future__ import annotations
@@ -118,6 +123,8 @@ class BitsetBank:
     """A (rows, capacity) count matrix and its bit-sliced mirror: updates and matching."""
 
     _count_dtype: np.dtype[Any]
+    _packed = False
+    """Two 4-bit counters per byte (the count matrix is ``(rows, capacity // 2)``)."""
 
     def __init__(self, n_rows: int, capacity: int) -> None:
         self._rows = n_rows
@@ -171,8 +178,9 @@ class BitsetBank:
 
     def _grow_to(self, capacity: int) -> None:
         self._check_capacity(capacity)
-        counts = np.zeros((self._rows, capacity), dtype=self._count_dtype)
-        counts[:, : self._cap] = self._counts
+        cols = capacity // 2 if self._packed else capacity
+        counts = np.zeros((self._rows, cols), dtype=self._count_dtype)
+        counts[:, : self._counts.shape[1]] = self._counts
         bits = np.zeros((self._rows, capacity // WORD_BITS), dtype=np.uint64)
         bits[:, : self._cap // WORD_BITS] = self._bits
         self._counts, self._bits, self._cap = counts, bits, capacity
@@ -193,6 +201,27 @@ class BitsetBank:
         return int(self._counts.nbytes + self._bits.nbytes)
 
     # -- updates --------------------------------------------------------------------
+    def _read_flat(self, keys: np.ndarray) -> np.ndarray:
+        """Counters at flat keys ``row * capacity + client`` (int64)."""
+        flat = self._counts.reshape(-1)
+        if not self._packed:
+            return flat[keys].astype(np.int64)
+        return (flat[keys >> 1].astype(np.int64) >> ((keys & 1) << 2)) & 15
+
+    def _write_flat(self, keys: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
+        """Set the counters at sorted unique flat keys from ``old`` to ``new``."""
+        flat = self._counts.reshape(-1)
+        if not self._packed:
+            flat[keys] = new
+            return
+        # Both nibbles of a byte may change: their shifted differences are summed per
+        # byte (adjacent, the keys being sorted) and each byte written once.
+        byte = keys >> 1
+        delta = (new - old) << ((keys & 1) << 2)
+        starts = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
+        b = byte[starts]
+        flat[b] = (flat[b].astype(np.int64) + np.add.reduceat(delta, starts)).astype(np.uint8)
+
     def _refresh(self, flat_keys: np.ndarray, old_counts: np.ndarray,
                  new_counts: np.ndarray) -> None:
         """Flip the bitset bits of the counters (sorted unique flat indices) that crossed 0.
@@ -225,8 +254,7 @@ class BitsetBank:
         keys = rows * np.int64(self._cap)
         keys += cli[:, None]
         uniq, inc = count_keys(keys.reshape(-1), self._rows * self._cap)
-        flat = self._counts.reshape(-1)
-        old = flat[uniq].astype(np.int64)
+        old = self._read_flat(uniq)
         new = old + inc
         sat = self._saturation()
         if sat is not None:
@@ -237,7 +265,7 @@ class BitsetBank:
                 raise FilterParamsError(
                     f"a count would exceed {limit}", field="labels", value=int(new.max())
                 )
-        flat[uniq] = new
+        self._write_flat(uniq, old, new)
         self._refresh(uniq, old, new)
         return cli
 
@@ -253,8 +281,7 @@ class BitsetBank:
         keys = rows * np.int64(self._cap)
         keys += cli[:, None]
         uniq, dec = count_keys(keys.reshape(-1), self._rows * self._cap)
-        flat = self._counts.reshape(-1)
-        cur = flat[uniq].astype(np.int64)
+        cur = self._read_flat(uniq)
         sat = self._saturation()
         bad = dec > cur
         if sat is not None:
@@ -266,7 +293,7 @@ class BitsetBank:
         new = cur - dec
         if sat is not None:
             new[cur == sat] = sat  # a saturated counter stays saturated
-        flat[uniq] = new
+        self._write_flat(uniq, cur, new)
         self._refresh(uniq, cur, new)
         return cli
 
@@ -277,7 +304,7 @@ class BitsetBank:
         blocks of about :data:`_BLOCK_BYTES` of counters.
         """
         sat = self._saturation()
-        row_bytes = max(1, self._cap * self._count_dtype.itemsize)
+        row_bytes = max(1, self._counts.shape[1] * self._count_dtype.itemsize)
         shift = max(0, (_BLOCK_BYTES // row_bytes).bit_length() - 1)
         if sat is not None:
             return True, sat, shift
@@ -290,8 +317,8 @@ class BitsetBank:
         table, idx = self._pair_source(lab)  # validates labels before anything changes
         self._ensure_clients(int(cli.max()) + 1)
         saturating, top, shift = self._kernel_args()
-        if _kernels.bank_add(self._counts, self._bits, table, idx, cli, saturating, top,
-                             shift) >= 0:
+        add = _kernels.bank_add_packed if self._packed else _kernels.bank_add
+        if add(self._counts, self._bits, table, idx, cli, saturating, top, shift) >= 0:
             return self._add_pairs_reference(clients, labels)  # undone: the reference raises
         return cli
 
@@ -303,8 +330,8 @@ class BitsetBank:
         if int(cli.max()) >= self._cap:
             return self._remove_pairs_reference(clients, labels)  # it names the pair
         saturating, top, shift = self._kernel_args()
-        if _kernels.bank_remove(self._counts, self._bits, table, idx, cli, saturating, top,
-                                shift) >= 0:
+        remove = _kernels.bank_remove_packed if self._packed else _kernels.bank_remove
+        if remove(self._counts, self._bits, table, idx, cli, saturating, top, shift) >= 0:
             return self._remove_pairs_reference(clients, labels)  # undone: the reference raises
         return cli
 

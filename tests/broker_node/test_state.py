@@ -148,6 +148,21 @@ def test_bad_batch_changes_nothing(node):
     assert node.route_one(4) == ([], [])
 
 
+def test_a_batch_with_a_replay_keeps_the_old_subscription_and_adds_the_new_ones(node):
+    node.subscribe("c1", "s1", labels(1, 2))
+    node.subscribe_many(["c2", "c1", "c3"], ["s2", "s1", "s3"], [0, 1, 3, 4],
+                        labels(5, 2, 1, 7))
+    assert len(node) == 3
+    assert node.subscription("s1")[0] == "c1"
+    assert node.subscription("s1")[1].tolist() == labels(1, 2).tolist()
+    assert node.subscription("s2")[0] == "c2" and node.subscription("s3")[0] == "c3"
+    assert node.subscription("s3")[1].tolist() == labels(7).tolist()
+    node.unsubscribe_many(["c1", "c3", "c2"], ["s1", "s3", "s2"])
+    assert len(node) == 0 and node._registry.batches == {}
+    node.subscribe_many(["c1", "c1"], ["s1", "s2"], [0, 1, 2], labels(1, 2))  # ids free again
+    assert len(node) == 2
+
+
 def test_unknown_or_foreign_unsubscription_is_refused_and_changes_nothing(node):
     node.subscribe("c1", "s1", labels(1))
     with pytest.raises(UnknownSubscriptionError, match="'nope'"):

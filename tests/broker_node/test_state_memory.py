@@ -81,8 +81,27 @@ def test_registry_bytes_go_with_the_last_subscription_of_a_batch():
     st = BrokerState.for_space("B", ["A"], SPACE)
     st.subscribe_many(["c1", "c2"], ["s1", "s2"], np.array([0, 2, 3]),
                       np.array([1, 2, 3], dtype=np.uint64) + SPACE.app_prefix)
-    assert st.memory_breakdown()["registry"] == 3 * 8 + 3 * 8 + 2 * 8
+    # int32 offsets, labels as uint16 offsets into the 16,384 labels, uint8 clients
+    compact = 3 * 4 + 3 * 2 + 2 * 1
+    assert st.memory_breakdown()["registry"] == compact
     st.unsubscribe("c1", "s1")
-    assert st.memory_breakdown()["registry"] == 3 * 8 + 3 * 8 + 2 * 8  # s2 still holds it
+    assert st.memory_breakdown()["registry"] == compact  # s2 still holds it
     st.unsubscribe("c2", "s2")
     assert st.memory_breakdown()["registry"] == 0
+
+
+def test_registry_keeps_labels_relative_and_gives_them_back_whole():
+    """Compact storage (uint16 offsets from the space's base) is invisible to readers."""
+    st = BrokerState.for_space("B", ["A"], SPACE)
+    base = SPACE.app_prefix
+    labels = np.array([0, 5, 16383, 7], dtype=np.uint64) + base
+    st.subscribe_many(["c1", "c300"], ["s1", "s2"], np.array([0, 3, 4]), labels)
+    _, stored, clients, _ = next(iter(st._registry.batches.values()))
+    assert stored.dtype == np.uint16 and clients.dtype == np.uint8
+    assert st.subscription("s1")[1].tolist() == sorted(labels[:3].tolist())
+    assert st.subscription("s1")[1].dtype == np.uint64
+    ids, owners, offsets, flat = st._registry.live()
+    assert ids == ["s1", "s2"] and owners.tolist() == [0, 1]
+    assert flat.tolist() == sorted(labels[:3].tolist()) + [labels[3]]
+    st.unsubscribe("c1", "s1")
+    assert st.received_from("A").size == 0 and len(st) == 1

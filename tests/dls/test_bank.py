@@ -185,7 +185,10 @@ def test_bitsliced_growth() -> None:
     assert not bank.contains(5000, 3)
     off, cli = bank.match(np.array([1, 2, 3], dtype=np.uint64))
     assert _csr_to_lists(off, cli) == [[3], [64], [1000]]
-    assert bank.memory_bytes() >= 100 * 1024 + 100 * 16 * 8
+    # 4-bit counters two to a byte, the bitset, the item counts
+    assert bank.memory_bytes() == 100 * 512 + 100 * 16 * 8 + 1024 * 8
+    assert BitSlicedCBFBank(100, 2, counter_bits=8, initial_capacity=1024).memory_bytes() == (
+        100 * 1024 + 100 * 16 * 8 + 1024 * 8)
 
 
 def test_bitsliced_input_errors() -> None:

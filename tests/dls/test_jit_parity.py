@@ -129,8 +129,9 @@ def _same_bank(ref: BitsetBank, jit: BitsetBank) -> None:
     assert np.array_equal(ref._bits, jit._bits)
     if isinstance(ref, BitSlicedCBFBank):
         assert np.array_equal(ref._items, jit._items)  # type: ignore[attr-defined]
-    # the bitset mirrors the counts, bit for bit
-    nz = np.packbits(jit._counts != 0, axis=1, bitorder="little")
+    # the bitset mirrors the counts, bit for bit (4-bit counters unpacked)
+    counts = jit.counters if isinstance(jit, BitSlicedCBFBank) else jit._counts
+    nz = np.packbits(counts != 0, axis=1, bitorder="little")
     assert np.array_equal(nz.view("<u8"), jit._bits)
 
 
@@ -336,3 +337,23 @@ def test_foreign_position_fn_out_of_range_is_refused() -> None:
         bank = bank_cls(10, 2, position_fn=bad)
         with pytest.raises(DLSError, match="outside"):
             bank.add(np.array([0]), np.array([1], dtype=np.uint64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 200), k=st.integers(1, 8), counter_bits=st.sampled_from([4, 8]),
+       seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_cbf_bank_large_batches_grouped_by_label(m: int, k: int, counter_bits: int, seed: int,
+                                                 data: Any) -> None:
+    """Batches with many pairs per table row take the label-sorted grouping: same state."""
+    n_labels = 12
+    fn = PositionTable(n_labels, m, k, seed).lookup
+    banks = [cls(m, k, counter_bits=counter_bits, seed=seed, position_fn=fn)
+             for cls in (RefCBFBank, JitCBFBank)]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    adds = [[(int(c), int(v)) for c, v in zip(rng.integers(0, 130, n),
+                                              rng.integers(0, n_labels, n), strict=True)]
+            for n in rng.integers(30, 200, 4)]
+    ops: list[Any] = [("add", a) for a in adds]
+    ops += [("remove", adds[1]), ("remove", adds[1] + [(129, 0)] * 40), ("remove", adds[0])]
+    ops += [("add", [(5, 3)] * 60), ("remove", [(5, 3)] * 60)]  # saturates 4-bit counters
+    _run(banks[0], banks[1], ops)
