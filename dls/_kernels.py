@@ -22,6 +22,7 @@ every hash step uses uint64 constants, and positions are converted explicitly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from dls._jit import njit
+from dls._murmur import _C1, _C2, _F1, _F2, _LEN, _S31, _S33
 
 __all__ = [
     "and_rows",
@@ -48,56 +50,29 @@ __all__ = [
 
 
 # -- LLVM intrinsics --------------------------------------------------------------------
-def _popcount_typer(typingctx: Any, src: Any) -> Any:
-    if not isinstance(src, types.Integer):
-        return None
+def _unary(emit: Callable[[Any, Any], Any]) -> Any:
+    """A numba intrinsic of one integer argument whose LLVM code is ``emit(builder, x)``."""
+    def typer(typingctx: Any, src: Any) -> Any:
+        if not isinstance(src, types.Integer):
+            return None
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.ctpop(args[0])
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return emit(builder, args[0])
 
-    return src(src), codegen
+        return src(src), codegen
+
+    return intrinsic(typer)
 
 
-_popcount: Any = intrinsic(_popcount_typer)
+_popcount: Any = _unary(lambda b, x: b.ctpop(x))
 """Set bits of an integer (LLVM ctpop)."""
-
-
-def _ctz_typer(typingctx: Any, src: Any) -> Any:
-    if not isinstance(src, types.Integer):
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
-
-    return src(src), codegen
-
-
-_ctz: Any = intrinsic(_ctz_typer)
+_ctz: Any = _unary(lambda b, x: b.cttz(x, ir.Constant(ir.IntType(1), 0)))
 """Trailing zero bits of a non-zero integer (LLVM cttz)."""
-
-
-def _bswap_typer(typingctx: Any, src: Any) -> Any:
-    if not isinstance(src, types.Integer):
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.bswap(args[0])
-
-    return src(src), codegen
-
-
-_bswap: Any = intrinsic(_bswap_typer)
+_bswap: Any = _unary(lambda b, x: b.bswap(x))
 """An integer with its bytes in reverse order (LLVM bswap)."""
 
 
 # -- hashing ----------------------------------------------------------------------------
-_C1 = np.uint64(0x87C37B91114253D5)
-_C2 = np.uint64(0x4CF5AD432745937F)
-_F1 = np.uint64(0xFF51AFD7ED558CCD)
-_F2 = np.uint64(0xC4CEB9FE1A85EC53)
-_LEN = np.uint64(8)
-_S31 = np.uint64(31)
-_S33 = np.uint64(33)
 _ONE = np.uint64(1)
 _SIX = np.uint64(6)
 _LOW6 = np.uint64(63)

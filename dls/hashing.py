@@ -28,6 +28,7 @@ import mmh3
 import numpy as np
 
 from dls import _jit
+from dls._murmur import _C1, _C2, _F1, _F2, _LEN, _S31, _S33
 from dls.exceptions import DLSError, FilterParamsError, LabelError, LabelTypeError
 
 if _jit.ENABLED:
@@ -72,13 +73,6 @@ DEFAULT_TABLE_BUDGET = 256 * 2**20
 PositionFn = Callable[[np.ndarray], np.ndarray]
 """A function mapping a uint64 label array of shape (n,) to int64 positions (n, k)."""
 
-_C1 = np.uint64(0x87C37B91114253D5)
-_C2 = np.uint64(0x4CF5AD432745937F)
-_F1 = np.uint64(0xFF51AFD7ED558CCD)
-_F2 = np.uint64(0xC4CEB9FE1A85EC53)
-_LEN = np.uint64(8)
-_S31 = np.uint64(31)
-_S33 = np.uint64(33)
 
 
 def _is_int(value: Any) -> bool:
