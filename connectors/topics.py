@@ -12,6 +12,10 @@ Every topic name starts with a configurable prefix (default ``dls``)::
                              the network runs with shared delivery (client C reads
                              partition ``delivery_partition(C, N)``)
     dls.deadletter           what could not be used, with the reason
+    dls.node.N.client.C.subscribe | .unsubscribe | .publish
+                             client C's own inputs at node N (per-client inputs, the secure
+                             layout: only C's principal may write them, so the topic names
+                             the client)
     dls.node.N.snapshot      node N's state snapshots (compacted; recovery starts there)
     dls.client.C.subscriptions  client C's live subscriptions (compacted, keyed by id): a
                              restarted client reads them back
@@ -46,6 +50,7 @@ from connectors.exceptions import ConnectorSettingError, SerdeError, TopicNameEr
 __all__ = [
     "NAME_PATTERN",
     "NAME_RE",
+    "CLIENT_INPUT_KINDS",
     "CONTROL_TOPIC_CONFIG",
     "HEADER_ACK",
     "HEADER_LINK_SEQ",
@@ -111,6 +116,9 @@ HEADER_DLQ_REASON = "dls-dlq-reason"
 """Header of a dead letter: why the message was rejected, UTF-8."""
 HEADER_DLQ_SOURCE = "dls-dlq-source"
 """Header of a dead letter: where the message was read, UTF-8 ``"topic[partition]@offset"``."""
+
+CLIENT_INPUT_KINDS = ("subscribe", "unsubscribe", "publish")
+"""The kinds of a client's own input topics (:meth:`Topics.client_input`)."""
 
 MAX_TOPIC_LENGTH = 249
 """Kafka's limit on the length of a topic name."""
@@ -206,6 +214,54 @@ class Topics:
         """Client ``client``'s live subscriptions (compacted, keyed by subscription id)."""
         check_name(client, "client")
         return _fit(f"{self.prefix}.client.{client}.subscriptions", "client", client)
+
+    # -- per-client inputs (the secure layout: the topic names its writer) -------------------
+    def client_input(self, node: str, client: str, kind: str) -> str:
+        """Client ``client``'s own ``kind`` input topic at ``node``.
+
+        ``kind`` is ``subscribe``, ``unsubscribe`` or ``publish``. With per-client inputs
+        (``client_inputs`` on the node and the SDK) a client writes only these topics, and
+        only its principal may (``dlsroute access``): the node takes the client's name from
+        the topic, never from what the client wrote.
+
+        Raises:
+            TopicNameError: A name is invalid, or ``kind`` is not one of the three.
+        """
+        check_name(node, "node")
+        check_name(client, "client")
+        if kind not in CLIENT_INPUT_KINDS:
+            raise TopicNameError(f"kind must be one of {list(CLIENT_INPUT_KINDS)}, got {kind!r}",
+                                 field="kind", value=kind)
+        field, value = ("node", node) if len(node) >= len(client) else ("client", client)
+        return _fit(f"{self.client_input_prefix(node, client)}{kind}", field, value)
+
+    def client_input_prefix(self, node: str, client: str) -> str:
+        """What every input topic of ``client`` at ``node`` starts with (an ACL prefix).
+
+        It ends in a dot, which no name contains: client ``al``'s prefix is no prefix of
+        client ``alice``'s topics.
+        """
+        check_name(node, "node")
+        check_name(client, "client")
+        return f"{self.prefix}.node.{node}.client.{client}."
+
+    def client_inputs_pattern(self, node: str) -> str:
+        """The regular expression (librdkafka's ``^`` form) of every client input of ``node``."""
+        check_name(node, "node")
+        return (f"^{re.escape(self.prefix)}\\.node\\.{node}\\.client\\.{NAME_PATTERN}"
+                f"\\.({'|'.join(CLIENT_INPUT_KINDS)})$")
+
+    def parse_client_input(self, topic: str) -> tuple[str, str, str] | None:
+        """``(node, client, kind)`` of a per-client input topic, ``None`` for any other name."""
+        head = f"{self.prefix}.node."
+        if not isinstance(topic, str) or not topic.startswith(head):
+            return None
+        parts = topic[len(head):].split(".")
+        if (len(parts) != 4 or parts[1] != "client" or parts[3] not in CLIENT_INPUT_KINDS
+                or NAME_RE.fullmatch(parts[0]) is None or NAME_RE.fullmatch(parts[2]) is None
+                or len(topic) > MAX_TOPIC_LENGTH):
+            return None
+        return parts[0], parts[2], parts[3]
 
     def link(self, src: str, dst: str) -> str:
         """Link control node ``src`` sends to its neighbour ``dst`` (kept forever).

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -7,6 +9,7 @@ from hypothesis import strategies as st
 
 from connectors.exceptions import ConnectorError, ConnectorSettingError, SerdeError, TopicNameError
 from connectors.topics import (
+    CLIENT_INPUT_KINDS,
     HEADER_CLIENTS,
     HEADER_DLQ_REASON,
     HEADER_DLQ_SOURCE,
@@ -318,3 +321,45 @@ def test_clients_header_of_nothing() -> None:
     assert decode_clients(None) == frozenset()
     assert decode_clients(b"") == frozenset()
     assert HEADER_CLIENTS == "dls-clients"
+
+
+# -- per-client inputs -----------------------------------------------------------------------
+def test_client_inputs_are_named_by_node_client_and_kind():
+    t = Topics()
+    assert t.client_input("A", "alice", "publish") == "dls.node.A.client.alice.publish"
+    assert t.client_input_prefix("A", "alice") == "dls.node.A.client.alice."
+    for kind in CLIENT_INPUT_KINDS:
+        topic = t.client_input("A", "alice", kind)
+        assert topic.startswith(t.client_input_prefix("A", "alice"))
+        assert t.parse_client_input(topic) == ("A", "alice", kind)
+
+
+def test_a_client_prefix_is_no_prefix_of_another_clients_topics():
+    t = Topics()
+    assert not t.client_input("A", "alice", "publish").startswith(
+        t.client_input_prefix("A", "al"))
+
+
+def test_the_client_inputs_pattern_matches_exactly_one_nodes_client_inputs():
+    t = Topics("my.net")
+    pattern = t.client_inputs_pattern("A")
+    assert pattern.startswith("^")  # librdkafka's mark of a pattern subscription
+    rx = re.compile(pattern)
+    assert rx.match("my.net.node.A.client.bob_2.unsubscribe")
+    for other in ["my.net.node.AB.client.bob.publish", "my.net.node.A.client.b.c.publish",
+                  "my.net.node.A.publish", "my.net.node.A.client.bob.snapshot",
+                  "myXnet.node.A.client.bob.publish"]:
+        assert not rx.match(other), other
+
+
+def test_a_client_input_refuses_a_bad_kind_or_name():
+    t = Topics()
+    with pytest.raises(TopicNameError, match="kind must be one of") as e:
+        t.client_input("A", "alice", "events")
+    assert e.value.field == "kind"
+    with pytest.raises(TopicNameError) as e:
+        t.client_input("A", "al.ice", "publish")
+    assert e.value.field == "client"
+    assert t.parse_client_input("dls.node.A.subscribe") is None
+    assert t.parse_client_input("dls.node.A.client.alice.snapshot") is None
+    assert t.parse_client_input("other.node.A.client.alice.publish") is None
