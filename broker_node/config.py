@@ -153,6 +153,18 @@ class NodeSettings(BaseSettings):
         description="a recovering node that reads nothing from Kafka for this long stops "
                     "with an error (the broker does not answer); a recovery that keeps "
                     "reading is never cut short, however long the history")
+    client_inputs: bool = Field(
+        default=False,
+        description="also read every client's own input topics, <prefix>.node.<node>.client."
+                    "<client>.subscribe|unsubscribe|publish (found by pattern), and take the "
+                    "client of a subscription and the origin of an event from the topic, "
+                    "never from what the client wrote: the secure layout "
+                    "(docs/security.md); the node's shared input topics stay, for the Spark "
+                    "mapping job")
+    client_inputs_refresh_s: float = Field(
+        default=5.0, gt=0, le=3600,
+        description="with client_inputs: how often the node looks for new client input "
+                    "topics (librdkafka's topic.metadata.refresh.interval.ms)")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = Field(
         default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$",

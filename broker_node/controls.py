@@ -133,11 +133,11 @@ class Controls:
         """
         out = Outcome()
         records = [self.inbox.control(m) for m in msgs]
-        sub_topic = self.inbox.subscribe_topic
+        sub_topics = self.inbox.subscribe_topics
         i = 0
         while i < len(msgs):
             j = i
-            while j < len(msgs) and topic_of(msgs[j]) == sub_topic:
+            while j < len(msgs) and topic_of(msgs[j]) in sub_topics:
                 j += 1
             if j - i >= 2 and self._subscribe_run(records[i:j], replay, out):
                 i = j

@@ -273,19 +273,60 @@ class Inbox:
         self.space = ((b"", b"\xff" * 8) if base is None or size is None
                       else (base.to_bytes(8, "big"), (base + size - 1).to_bytes(8, "big")))
         self.routed = routed or RoutedIds()
+        self.topics = topics
         self.publish = topics.node_publish(node)
         self.subscribe_topic = topics.node_subscribe(node)
         self.unsubscribe_topic = topics.node_unsubscribe(node)
+        #: every publish topic read: the node's own, and its clients' own (learned)
+        self.publish_topics: set[str] = {self.publish}
+        #: every subscribe topic read: the node's own, and its clients' own (learned)
+        self.subscribe_topics: set[str] = {self.subscribe_topic}
+        #: a client's own publish topic -> the origin its events get, whatever they carry
+        self.client_origin: dict[str, bytes] = {}
+        #: a client's own subscribe or unsubscribe topic -> (record wanted, the client)
+        self.client_control: dict[str, tuple[str, str]] = {}
+        self._not_client: set[str] = set()  # topics looked at that are no client input here
         #: link control topic -> the neighbour it comes from
         self.link_source = {topics.link(n, node): n for n in state.neighbours}
         #: forwarded-event topic -> the neighbour it comes from
         self.forward_source = {topics.forward(n, node): n for n in state.neighbours}
 
+    def learn(self, topic: str) -> bool:
+        """Note ``topic`` if it is one of this node's clients' own inputs; True if it is.
+
+        A client's own topic names the client (``Topics.client_input``): the node takes
+        the client of a subscription and the origin of an event from it, never from what
+        the client wrote. Learned when the consumer is assigned the topic, before any of
+        its messages is read.
+        """
+        if topic in self.client_control or topic in self.client_origin:
+            return True
+        if topic in self._not_client:
+            return False
+        parsed = self.topics.parse_client_input(topic)
+        if parsed is None or parsed[0] != self.node:
+            self._not_client.add(topic)
+            return False
+        _, client, kind = parsed
+        if kind == "publish":
+            self.client_origin[topic] = f"{self.node}/{client}".encode()
+            self.publish_topics.add(topic)
+        else:
+            self.client_control[topic] = (
+                "LabelSubscription" if kind == "subscribe" else "LabelUnsubscription", client)
+            if kind == "subscribe":
+                self.subscribe_topics.add(topic)
+        return True
+
     def is_event(self, msg: Message) -> bool:
         """An event: published here, or forwarded by a neighbour (and not a heartbeat)."""
         topic = topic_of(msg)
-        return topic == self.publish or (topic in self.forward_source
-                                         and msg.key() != HEARTBEAT_KEY)
+        if topic in self.publish_topics:
+            return True
+        if topic in self.forward_source:
+            return msg.key() != HEARTBEAT_KEY
+        return (topic not in self.client_control and topic not in self._not_client
+                and self.learn(topic) and topic in self.publish_topics)
 
     def events(self, run: list[Message]) -> EventRun:
         """The headers of a run, event by event: dead letters and repeats, in order.
@@ -306,8 +347,11 @@ class Inbox:
         # once per distinct origin of the run: a run comes from few publishers, and the
         # state does not change while a run is routed.
         origins: dict[bytes | None, tuple[str, int, bytes]] = {}
+        forced_of = self.client_origin  # empty unless clients write topics of their own
         for msg in run:
             carried: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
+            if forced_of and (forced := forced_of.get(msg.topic())) is not None:  # type: ignore[arg-type]
+                carried = self._own_origin(msg, carried, forced)
             n = len(carried)  # the Spark job's events carry the publication time too
             if n == 3 or (n == 4 and carried[3][0] == HEADER_PUBLISHED
                           and _published_ok(carried[3][1])):
@@ -349,6 +393,31 @@ class Inbox:
                             else (label, -1, state.neighbour_index(came_from)))
         return out
 
+    def _own_origin(self, msg: Message, carried: list[tuple[str, bytes | None]],
+                    origin: bytes) -> list[tuple[str, bytes | None]]:
+        """The headers of an event read from a client's own topic, its origin that client.
+
+        What the client wrote as origin (or as publication time, which only the mapping
+        job, a trusted gateway, may set) does not count: another origin is replaced and
+        counted, so no client can publish as another (and no repeat of another's event
+        ids can hide that client's events).
+        """
+        if (len(carried) == 3 and carried[1][0] == HEADER_ORIGIN and carried[1][1] == origin
+                and carried[0][0] == HEADER_LABEL and carried[2][0] == HEADER_EVENT_ID):
+            return carried  # the usual, honest case: as it came
+        keep = [h for h in carried if h[0] not in (HEADER_ORIGIN, HEADER_PUBLISHED)]
+        written = [v for k, v in carried if k == HEADER_ORIGIN]
+        if written and written != [origin]:
+            self.metrics.origins_replaced += 1
+            log.warning("node %s: %s names origin %r on the topic of %s: replaced", self.node,
+                        source_of(msg), b"|".join(v or b"" for v in written).decode(
+                            "utf-8", "replace"), origin.decode())
+        # label, origin, id first (the usual order: read by position on every hop)
+        first = [h for h in keep if h[0] == HEADER_LABEL][:1]
+        rest = [h for h in keep if h not in first]
+        ids = [h for h in rest if h[0] == HEADER_EVENT_ID][:1]
+        return [*first, (HEADER_ORIGIN, origin), *ids, *[h for h in rest if h not in ids]]
+
     def _origin(self, raw_origin: bytes | None) -> tuple[str, int, bytes]:
         """(origin, bank index of a local publisher or -1, the prefix of its routed keys)."""
         origin = (raw_origin or b"").decode("utf-8", "replace")
@@ -363,12 +432,19 @@ class Inbox:
         except DLSError as exc:
             return DeadLetter.of(msg, f"undecodable: {exc}", getattr(exc, "field", None))
         topic = topic_of(msg)
+        own = self.client_control.get(topic) or (
+            self.client_control.get(topic) if self.learn(topic) else None)
         want = ("LabelSubscription" if topic == self.subscribe_topic
                 else "LabelUnsubscription" if topic == self.unsubscribe_topic
+                else own[0] if own is not None
                 else "Heartbeat" if topic in self.forward_source
                 else "LinkControl")
         if name != want:
             return DeadLetter.of(msg, f"expected a {want}, got {name}", "schema", name)
+        if own is not None and rec["client"] != own[1]:
+            return DeadLetter.of(msg, f"a {want} on client {own[1]!r}'s own topic names "
+                                 f"client {rec['client']!r}: a client acts only for itself",
+                                 "client", rec["client"])
         if want == "LinkControl":
             if rec["source"] != self.link_source[topic]:
                 return DeadLetter.of(msg, f"a link message on {topic} names source "

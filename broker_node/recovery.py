@@ -566,7 +566,7 @@ class Snapshotter:
             return None
         out = {}
         for c, p in zip(committed, positions, strict=True):
-            have = p.offset if p.offset >= 0 else self.ends[p.topic]
+            have = p.offset if p.offset >= 0 else self.ends.get(p.topic, 0)
             if max(0, c.offset) != have:
                 log.debug("node %s: no snapshot now: %s committed at %d, consumed to %d",
                           self.s.node, c.topic, c.offset, have)

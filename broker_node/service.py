@@ -46,6 +46,7 @@ from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from broker_node.watchdog import Watchdog
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
+    admin,
     close_consumer,
     consume_batch,
     consumer_config,
@@ -112,6 +113,8 @@ class NodeService:
         self._starts: dict[str, int] = {}  # the group's committed offsets, asked once
         #: per input topic checked, (time asked, where it ended then), oldest first
         self._ends_seen: dict[str, deque[tuple[float, int]]] = {}
+        #: per input topic checked, the latest time of a check whose end it is read past
+        self._passed: dict[str, float] = {}
         self._ends: Consumer | None = None  # asks where topics end (see _at_end)
         #: subscriptions to acknowledge: (link control sequence numbers sent by the end of
         #: their batch, by neighbour; client; id; the batch that applied them), oldest first
@@ -174,10 +177,13 @@ class NodeService:
         self._topics_with(self.control_topics + [t.link(s.node, n) for n in s.neighbours],
                           FOREVER, "a control topic")
         # The publish topic refuses events older than publish_delay_s (the order rule).
-        self._topics_with([t.node_publish(s.node)], {
-            "message.timestamp.type": "CreateTime",
-            "message.timestamp.before.max.ms": str(int(s.publish_delay_s * 1000))},
-            "the order rule (publish_delay_s)")
+        self._topics_with([t.node_publish(s.node)], self._publish_config,
+                          "the order rule (publish_delay_s)")
+        if s.client_inputs:  # the clients' own topics found now are recovered too
+            found = self._client_inputs_now() or set()
+            for topic in sorted(found):
+                self._learn(topic, repair=False)
+            self._repair_client_publish(sorted(found & self.inbox.publish_topics))
         ensure_topics(s.bootstrap, [t.deadletter]
                       + [t.forward(s.node, n) for n in s.neighbours]
                       + [t.forward(n, s.node) for n in s.neighbours])
@@ -190,11 +196,13 @@ class NodeService:
                                   value=s.shared_delivery_partitions) from exc
         # Static membership: a restarted node takes its partitions back at once instead of
         # waiting for the dead member's session to time out.
+        refresh = ({"topic.metadata.refresh.interval.ms": int(s.client_inputs_refresh_s * 1000)}
+                   if s.client_inputs else {})
         consumer = Consumer(consumer_config(
             s.bootstrap, s.consumer_group, **{"group.instance.id": f"{s.consumer_group}-0",
                                               "on_commit": self._offsets_committed,
                                               "session.timeout.ms": s.session_timeout_ms},
-            **s.kafka_security()))
+            **refresh, **s.kafka_security()))
         self._consumer = consumer
         # Where a topic ends is asked by a consumer that never fetches: the broker answers
         # the requests of one connection in turn, so behind the node consumer's long-poll
@@ -211,10 +219,80 @@ class NodeService:
             freeze_heap(s.node)
         if s.gc_young_threshold:
             set_young_threshold(f"node {s.node}", s.gc_young_threshold)
-        consumer.subscribe(self.input_topics)
+        pattern = [t.client_inputs_pattern(s.node)] if s.client_inputs else []
+        consumer.subscribe(self.input_topics + pattern, on_assign=self._assigned,
+                           on_revoke=self._revoked)
         if s.metrics_port is not None:
             self._metrics_server = MetricsServer(self.registry, s.metrics_host, s.metrics_port,
                                                  s.node)
+
+    @property
+    def _publish_config(self) -> dict[str, str]:
+        """Settings of a publish topic: it refuses events older than ``publish_delay_s``."""
+        return {"message.timestamp.type": "CreateTime",
+                "message.timestamp.before.max.ms": str(int(self.settings.publish_delay_s
+                                                           * 1000))}
+
+    # -- the clients' own input topics (client_inputs) ---------------------------------------
+    def _client_inputs_now(self) -> set[str] | None:
+        """The input topics of this node's clients the broker has now (None: not known)."""
+        s = self.settings
+        try:
+            meta = (self._ends or admin(s.bootstrap, **s.kafka_security())).list_topics(
+                timeout=5.0)
+        except KafkaException as exc:
+            log.debug("node %s: topics unknown (%s)", s.node, exc)
+            return None
+        return {topic for topic in meta.topics
+                if (p := self.topics.parse_client_input(topic)) is not None and p[0] == s.node}
+
+    def _learn(self, topic: str, *, repair: bool = True) -> None:
+        """Take ``topic`` on if it is a client's own input: read, recovered, snapshotted."""
+        known = topic in self.inbox.client_control or topic in self.inbox.client_origin
+        if known or not self.inbox.learn(topic):
+            return
+        parsed = self.topics.parse_client_input(topic)
+        log.info("node %s reads client %s's own %s topic %s", self.settings.node,
+                 parsed and parsed[1], parsed and parsed[2], topic)
+        if topic in self.inbox.client_control:  # the snapshots cover it from now on
+            self.control_topics.append(topic)
+        elif repair:
+            self._repair_client_publish([topic])
+
+    def _repair_client_publish(self, names: list[str]) -> None:
+        """Give clients' own publish topics the order rule's settings (logged, never fatal).
+
+        Whoever made the topic (``dlsroute access``, the SDK) may not have known
+        ``publish_delay_s``. A topic the broker will not set keeps the node going: only
+        that client's late events are at stake, and the error says which topic.
+        """
+        if not names:
+            return
+        s = self.settings
+        try:
+            enforce_topic_config(s.bootstrap, names, self._publish_config,
+                                 why="the order rule (publish_delay_s)",
+                                 kafka=s.kafka_security())
+        except ConnectorError as exc:
+            log.error("node %s: a client's publish topic keeps other settings: %s", s.node,
+                      exc)
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The consumer was given ``partitions``: learn clients' topics before reading them."""
+        for tp in partitions:
+            self._learn(tp.topic)
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """A rebalance (a client's topic appeared): commit what is done before it goes.
+
+        Between batches: exactly once, everything consumed is committed already; at least
+        once, the acknowledged batches are committed now, so the reassigned partitions
+        resume where the node got to (what was not committed is read again: repeats).
+        """
+        log.info("node %s: rebalance, %d partitions revoked", self.settings.node,
+                 len(partitions))
+        if self.committer is not None and not self.transactional:
+            self.committer.finish()
 
     def _topics_with(self, names: list[str], config: dict[str, str], why: str) -> None:
         """Create ``names`` with ``config``, and set it on those that exist otherwise.
@@ -329,7 +407,9 @@ class NodeService:
         handled as one batch.
         """
         publish = self.inbox.publish
-        if msgs and list(map(Message.topic, msgs)).count(publish) == len(msgs):  # events only
+        if msgs and (list(map(Message.topic, msgs)).count(publish) == len(msgs) or (
+                self.inbox.client_origin
+                and self.inbox.publish_topics.issuperset(map(Message.topic, msgs)))):
             self._route(list(msgs))  # no control message: no new delivery topic after it
             return
         events: list[Message] = []
@@ -434,10 +514,36 @@ class NodeService:
         if not (publish or subscribe):
             return
         self._next_check = now + self.settings.heartbeat_s
-        if publish and (at := self._read_past(consumer, self.inbox.publish, time.time())):
+        clients: set[str] = set()
+        if self.settings.client_inputs:  # every client's topic the broker has, read or not
+            found = self._client_inputs_now()
+            if found is None:
+                return  # not known now: no progress, nothing lost
+            clients = found
+        if publish and (at := self._read_past_all(
+                consumer, [self.inbox.publish,
+                           *sorted(c for c in clients if c.endswith(".publish"))],
+                time.time())):
             self.progress.publish_caught_up(at)
-        if subscribe and (at := self._read_past(consumer, self.inbox.subscribe_topic, now)):
+        if subscribe and (at := self._read_past_all(
+                consumer, [self.inbox.subscribe_topic,
+                           *sorted(c for c in clients if c.endswith(".subscribe"))], now)):
             self.controls.subscribe_caught_up(at)
+
+    def _read_past_all(self, consumer: Consumer, topics: list[str], asked: float
+                       ) -> float | None:
+        """The latest time of a check whose end every one of ``topics`` is read past.
+
+        A topic the node has not read yet (a client's topic not assigned so far) holds it
+        back, as one whose end is not known now.
+        """
+        passed = self._passed
+        for topic in topics:
+            at = self._read_past(consumer, topic, asked)
+            if at is not None:
+                passed[topic] = max(passed.get(topic, at), at)
+        times = [passed.get(topic) for topic in topics]
+        return None if None in times else min(times)  # type: ignore[type-var]
 
     def _read_past(self, consumer: Consumer, topic: str, asked: float) -> float | None:
         """The latest time ``asked`` of a check whose end of ``topic`` is read (None: none).

@@ -106,7 +106,7 @@ class Client:
     def __init__(self, bootstrap: str, node: str, client_id: str,
                  space: ContentSpace | str | Path, *, topic_prefix: str = "dls",
                  group_id: str | None = None, shared_delivery_partitions: int = 0,
-                 **kafka: Any):
+                 client_inputs: bool = False, **kafka: Any):
         """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space.
 
         ``shared_delivery_partitions`` must equal the nodes' setting of that name: 0 reads
@@ -114,6 +114,10 @@ class Client:
         consumer group defaults to ``<topic_prefix>-sdk-<client_id>`` (``dls-sdk-alice``):
         one per client and network, so that the same client name in another network (or
         another test) never joins, and stalls, the same group.
+
+        ``client_inputs`` must equal the node's setting of that name: True writes this
+        client's own input topics (``Topics.client_input``, the secure layout, where only
+        this client's principal may write them), False the node's shared ones.
         """
         if not isinstance(shared_delivery_partitions, int) or shared_delivery_partitions < 0:
             raise ConnectorSettingError(f"shared_delivery_partitions must be an integer >= 0, "
@@ -126,6 +130,7 @@ class Client:
         self.topics = Topics(topic_prefix)
         self.topics.deliver(client_id)  # validates the name
         self.topics.node_subscribe(node)
+        self.client_inputs = bool(client_inputs)
         self._kafka = kafka
         self._group = group_id or f"{topic_prefix}-sdk-{client_id}"
         self._producer = Producer(producer_config(bootstrap, **kafka))
@@ -169,7 +174,7 @@ class Client:
             self.bootstrap, f"{self._group}-ack", self._delivery_partition(), self._kafka)
         try:
             self._store.put(sid, sub.to_json(), self.node, sent=False)
-            self._send(self.topics.node_subscribe(self.node),
+            self._send(self._input(self.node, "subscribe"),
                        encode_label_subscription(self.client_id, sid, labels, str(sub)))
             self.subscriptions[sid] = sub
             self._store.put(sid, sub.to_json(), self.node, sent=True, flush=False)
@@ -198,7 +203,7 @@ class Client:
                                  field="id", value=sub_id)
         self._store.delete(sub_id)
         cancelled_ms = int(time.time() * 1000)  # before the node can see it
-        self._send(self.topics.node_unsubscribe(self.node),
+        self._send(self._input(self.node, "unsubscribe"),
                    encode_label_unsubscription(self.client_id, sub_id))
         sub = self.subscriptions.pop(sub_id, None)
         if sub is not None:
@@ -238,7 +243,7 @@ class Client:
             if resend and not rec.sent:
                 _log.info("client %s: sending subscription %r (%s) to node %s again",
                           self.client_id, rec.sub_id, rec.source, rec.node or self.node)
-                self._send(self.topics.node_subscribe(rec.node or self.node),
+                self._send(self._input(rec.node or self.node, "subscribe"),
                            encode_label_subscription(self.client_id, rec.sub_id, labels,
                                                      str(sub)))
             self.subscriptions[rec.sub_id] = sub
@@ -251,8 +256,12 @@ class Client:
         label = event_label(self.space, attrs)
         eid = event_id or uuid.uuid4().hex
         value = encode_raw_event(self.node, self.client_id, eid, dict(attrs), payload)
+        topic = self._input(self.node, "publish")
+        if self.client_inputs and topic not in self._control_ready:
+            ensure_topics(self.bootstrap, [topic])  # the node gives it its settings
+            self._control_ready.add(topic)
         self._producer.produce(
-            self.topics.node_publish(self.node), value,
+            topic, value,
             headers=[(HEADER_LABEL, encode_label(label)),
                      (HEADER_ORIGIN, f"{self.node}/{self.client_id}".encode()),
                      (HEADER_EVENT_ID, eid.encode())])
@@ -265,6 +274,14 @@ class Client:
         if left:
             raise ConnectorError(f"{left} messages not acknowledged within {timeout} s",
                                  field="flush", value=left)
+
+    def _input(self, node: str, kind: str) -> str:
+        """Where this client writes its ``kind`` (subscribe, unsubscribe, publish) for ``node``."""
+        if self.client_inputs:
+            return self.topics.client_input(node, self.client_id, kind)
+        return (self.topics.node_subscribe(node) if kind == "subscribe"
+                else self.topics.node_unsubscribe(node) if kind == "unsubscribe"
+                else self.topics.node_publish(node))
 
     def _send(self, topic: str, value: bytes) -> None:
         if topic not in self._control_ready:  # before the node does, if it has not run yet
@@ -439,10 +456,12 @@ class Client:
                 hits += tuple(sid for sid, (s, until) in list(self._cancelled.items())
                               if published < until and s.matches(attrs))
         headers = dict(msg.headers() or [])
-        return Delivery(
+        origin = headers.get(HEADER_ORIGIN)  # what the nodes say, not what the value says:
+        return Delivery(                     # with client_inputs the node sets it
             event_id=rec["id"], attrs=attrs, payload=rec.get("payload", b""),
             label=decode_label(headers[HEADER_LABEL]) if HEADER_LABEL in headers else -1,
-            origin=f"{rec['node']}/{rec['client']}",
+            origin=(origin.decode("utf-8", "replace") if isinstance(origin, bytes)
+                    else f"{rec['node']}/{rec['client']}"),
             source=source_of(msg.topic(), msg.partition(), msg.offset()),
             subscriptions=hits)
 

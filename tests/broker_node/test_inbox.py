@@ -220,3 +220,55 @@ def test_a_heartbeat_on_a_forwarded_event_topic_is_read_as_one(inbox: Inbox) -> 
     spoofed = inbox.control(Message(topic=FWD, partition=0, offset=4, key=HEARTBEAT_KEY,
                                     value=encode_heartbeat("C", 1, 1)))
     assert isinstance(spoofed, DeadLetter) and "must come from B" in spoofed.reason
+
+
+# -- clients' own input topics (client_inputs) -------------------------------------------------
+OWN_PUB, OWN_SUB = "dls.node.A.client.bob.publish", "dls.node.A.client.bob.subscribe"
+
+
+def test_a_clients_own_topics_are_learned_by_kind(inbox: Inbox) -> None:
+    assert inbox.learn(OWN_PUB) and inbox.learn(OWN_SUB)
+    assert not inbox.learn("dls.node.B.client.bob.publish")  # another node's client
+    assert not inbox.learn(LINK)
+    assert OWN_PUB in inbox.publish_topics and OWN_SUB in inbox.subscribe_topics
+    assert inbox.is_event(_event("dls.node.A.client.eve.publish", 0, []))  # learned on sight
+    assert not inbox.is_event(_event("dls.node.A.client.eve.unsubscribe", 0, []))
+
+
+def test_an_event_on_a_clients_own_topic_gets_that_clients_origin(
+        inbox: Inbox, space: ContentSpace) -> None:
+    inbox.learn(OWN_PUB)
+    label = event_label(space, {"x": 10})
+    honest = _usual(label, b"A/bob", b"1")
+    forged = _usual(label, b"A/ann", b"2") + [(HEADER_PUBLISHED, (5).to_bytes(8, "big"))]
+    bare = [(HEADER_EVENT_ID, b"3"), ("app", b"v"), (HEADER_LABEL, label.to_bytes(8, "big"))]
+    run = inbox.events([_event(OWN_PUB, 0, honest), _event(OWN_PUB, 1, forged),
+                        _event(OWN_PUB, 2, bare)])
+    assert run.carried[0] is honest  # as it came: nothing to change
+    label8 = label.to_bytes(8, "big")
+    assert run.carried[1] == _usual(label, b"A/bob", b"2")  # no publication time either
+    assert run.carried[2] == _usual(label, b"A/bob", b"3") + [("app", b"v")]
+    assert inbox.metrics.origins_replaced == 1  # a missing origin is no forgery
+    # bob is no local client of the bank yet: keyed by label, as any other publisher
+    assert run.keys == [label8, label8, label8]
+    # ann's own event with the same id is no repeat of bob's
+    again = inbox.events([_event(PUBLISH, 3, _usual(label, b"A/ann", b"2"))])
+    assert len(again.msgs) == 1
+
+
+def test_a_control_message_on_a_clients_own_topic_may_name_only_that_client(
+        inbox: Inbox) -> None:
+    labels = np.array([1 << 40], dtype=np.uint64)
+    own = inbox.control(Message(topic=OWN_SUB, partition=0, offset=0,
+                                value=encode_label_subscription("bob", "s1", labels, None)))
+    assert isinstance(own, Subscribe) and own.client == "bob"
+    other = inbox.control(Message(topic=OWN_SUB, partition=0, offset=1,
+                                  value=encode_label_subscription("ann", "s2", labels, None)))
+    assert isinstance(other, DeadLetter) and (other.field, other.value) == ("client", "ann")
+    assert "a client acts only for itself" in other.reason
+    cancel = inbox.control(Message(topic="dls.node.A.client.bob.unsubscribe", partition=0,
+                                   offset=0, value=encode_label_unsubscription("ann", "s1")))
+    assert isinstance(cancel, DeadLetter) and cancel.field == "client"
+    wrong = inbox.control(Message(topic=OWN_SUB, partition=0, offset=2,
+                                  value=encode_label_unsubscription("bob", "s1")))
+    assert isinstance(wrong, DeadLetter) and wrong.field == "schema"

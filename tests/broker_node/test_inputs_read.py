@@ -119,3 +119,33 @@ def test_a_steady_stream_moves_the_watermark_though_the_end_is_never_reached(
     svc._next_check = 0.0  # noqa: SLF001
     svc._check_inputs_read(NodeConsumer({publish: 250}))  # type: ignore[arg-type]  # noqa: SLF001
     assert svc.progress.publish_passed > passed  # the second one's
+
+
+class Listing(Ends):
+    """The end reader of a node with clients' own topics: it also lists the topics."""
+
+    def list_topics(self, timeout: float = 0) -> Any:
+        return type("Meta", (), {"topics": dict.fromkeys(self.high)})()
+
+
+def test_a_clients_publish_topic_not_read_yet_holds_the_watermark_back(tmp_path: Path) -> None:
+    """A client's topic made a moment ago is not assigned to the node's consumer yet; its
+    events published before a cancellation must still find the cancelled subscription."""
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(SPEC))
+    svc = NodeService(NodeSettings(node="A", neighbours=("B",), space=path,
+                                   client_inputs=True))
+    publish, own = T.node_publish("A"), T.client_input("A", "bob", "publish")
+    other = T.client_input("B", "bob", "publish")  # another node's: not waited for
+    ends = Listing({publish: 5, own: 3, other: 9})
+    svc._ends = ends  # type: ignore[assignment]  # noqa: SLF001
+    svc.progress.local_want = True
+    consumer = NodeConsumer({publish: 5, own: -1001})  # bob's topic: not read, none committed
+    svc._check_inputs_read(consumer)  # type: ignore[arg-type]  # noqa: SLF001
+    assert sorted(ends.asked) == sorted([publish, own])
+    assert svc.progress.publish_passed == 0
+    before = time.time()
+    svc._next_check = 0.0  # noqa: SLF001
+    consumer.positions[own] = 3
+    svc._check_inputs_read(consumer)  # type: ignore[arg-type]  # noqa: SLF001
+    assert svc.progress.publish_passed >= int(before * 1000) - svc.progress.slack_ms
