@@ -39,9 +39,11 @@ class OwnTopicsNet(Net):
 
 
 @pytest.fixture
-def net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
+def net(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path,
+        request: pytest.FixtureRequest) -> Iterator[Net]:
+    delivery = getattr(request, "param", "exactly_once")
     gen = _net(kafka_bootstrap, topic_prefix, tmp_path, (), client_inputs=True,
-               client_inputs_refresh_s=0.5)
+               client_inputs_refresh_s=0.5, delivery=delivery)
     n = next(gen)
     n.__class__ = OwnTopicsNet
     for name in ("A", "B", "C"):
@@ -57,7 +59,9 @@ def _ready(net: Net) -> None:
     wait_for(lambda: len(net.nodes["C"].state.received_from("B")) > 0, what="advertisement")
 
 
+@pytest.mark.parametrize("net", ["exactly_once", "at_least_once"], indirect=True)
 def test_clients_on_their_own_topics_route_and_survive_a_restart(net: Net) -> None:
+    """Each client's topics appear while the nodes run: a rebalance each time."""
     t = Topics(net.prefix)
     alice, carol = net.client("A", "alice"), net.client("C", "carol")
     alice.subscribe("sym = IBM", wait=30)  # topics made after the nodes started: found
