@@ -86,14 +86,18 @@ clean: ## Remove caches (keeps .venv)
 kafka-fetch: ## Fetch the Kafka 4.x jars from Maven Central into .cache/kafka (once)
 	$(KAFKA_SH) fetch
 
-kafka-up: setup ## Start a local single-node Kafka on 127.0.0.1:9092 (KAFKA_PORT)
-	PYTHON=$(PY) $(KAFKA_SH) up
+# SECURE=1: the secure profile (SASL_SSL + SCRAM-SHA-512, ACLs; 127.0.0.1:9392 by default;
+# admin's settings in .cache/kafka/secure/admin.properties; docs/security.md).
+KAFKA_ENV := SECURE=$(or $(SECURE),0)
 
-kafka-down: ## Stop the local Kafka
-	$(KAFKA_SH) down
+kafka-up: setup ## Start a local single-node Kafka on 127.0.0.1:9092 (KAFKA_PORT; SECURE=1: SASL_SSL+ACLs on 9392)
+	$(KAFKA_ENV) PYTHON=$(PY) $(KAFKA_SH) up
 
-kafka-status: ## Is the local Kafka running and answering?
-	$(KAFKA_SH) status
+kafka-down: ## Stop the local Kafka (SECURE=1: the secure one)
+	$(KAFKA_ENV) $(KAFKA_SH) down
 
-kafka-clean: ## Stop the local Kafka and delete its data (jars are kept)
-	$(KAFKA_SH) clean
+kafka-status: ## Is the local Kafka running and answering? (SECURE=1: the secure one)
+	$(KAFKA_ENV) PYTHON=$(PY) $(KAFKA_SH) status
+
+kafka-clean: ## Stop the local Kafka and delete its data (jars are kept; SECURE=1: the secure one)
+	$(KAFKA_ENV) $(KAFKA_SH) clean

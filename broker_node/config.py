@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -170,8 +170,13 @@ class NodeSettings(BaseSettings):
         default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$",
         description="address the metrics page binds to (0.0.0.0: every interface, as in "
                     "the compose deployment)")
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    kafka_config: Path | None = Field(
+        default=None,
+        description="a librdkafka properties file (key=value lines: security.protocol, "
+                    "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...) "
+                    "whose settings every Kafka client of the node gets; `dlsroute access "
+                    "add-node` writes one (docs/security.md)")
+    _kafka: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **values: Any) -> None:
         """Validate ``values`` and the other sources (see the class doc).
@@ -183,6 +188,9 @@ class NodeSettings(BaseSettings):
             super().__init__(**values)
         except ValidationError as exc:
             first = exc.errors()[0]
+            cause = first.get("ctx", {}).get("error")
+            if isinstance(cause, NodeConfigError) and cause.field == "kafka_config":
+                raise cause from exc
             field = ".".join(str(p) for p in first.get("loc", ())) or "config"
             raise NodeConfigError(f"node config: {field}: {first.get('msg')}", field=field,
                                   value=first.get("input")) from exc
@@ -202,6 +210,17 @@ class NodeSettings(BaseSettings):
         """
         return (init_settings, env_settings,
                 TomlConfigSettingsSource(settings_cls, toml_file=_TOML_FILE.get()))
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Read the ``kafka_config`` file once (checked: an error names its line)."""
+        if self.kafka_config is not None:
+            from connectors.kafka_config import KafkaConfigError, load_kafka_config
+
+            try:
+                self._kafka = load_kafka_config(self.kafka_config)
+            except KafkaConfigError as exc:
+                raise NodeConfigError(f"node config: kafka_config: {exc}",
+                                      field="kafka_config", value=str(self.kafka_config)) from exc
 
     @field_validator("node")
     @classmethod
@@ -236,18 +255,18 @@ class NodeSettings(BaseSettings):
         return self.transaction_timeout_ms / 1000.0 + 30.0
 
     def kafka_security(self) -> dict[str, str]:
-        """Security settings for librdkafka, if any."""
-        if self.sasl_username is None or self.sasl_password is None:
-            return {}
-        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
-                "sasl.username": self.sasl_username,
-                "sasl.password": self.sasl_password.get_secret_value()}
+        """The librdkafka settings of ``kafka_config`` (a fresh dict; empty without one).
+
+        Every Kafka client the node opens takes them: producers, consumers, admin clients.
+        """
+        return dict(self._kafka)
 
     def masked(self) -> dict[str, Any]:
-        """The settings for the start-up log line (secrets masked)."""
+        """The settings for the start-up log line, with the Kafka settings' secrets masked."""
+        from connectors.kafka_config import masked
+
         out = self.model_dump(mode="json")
-        if out.get("sasl_password"):
-            out["sasl_password"] = "***"  # noqa: S105 - masking, not a password
+        out["kafka"] = masked(self._kafka)
         return out
 
 

@@ -106,7 +106,8 @@ class Client:
     def __init__(self, bootstrap: str, node: str, client_id: str,
                  space: ContentSpace | str | Path, *, topic_prefix: str = "dls",
                  group_id: str | None = None, shared_delivery_partitions: int = 0,
-                 client_inputs: bool = False, **kafka: Any):
+                 client_inputs: bool = False, kafka_config: str | Path | None = None,
+                 **kafka: Any):
         """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space.
 
         ``shared_delivery_partitions`` must equal the nodes' setting of that name: 0 reads
@@ -118,6 +119,11 @@ class Client:
         ``client_inputs`` must equal the node's setting of that name: True writes this
         client's own input topics (``Topics.client_input``, the secure layout, where only
         this client's principal may write them), False the node's shared ones.
+
+        ``kafka_config``: a librdkafka properties file (``dlsroute access add-client``
+        writes one; :mod:`connectors.kafka_config`), whose settings every Kafka client of
+        this object gets (its producer, consumers and admin clients); ``**kafka``
+        settings override the file's.
         """
         if not isinstance(shared_delivery_partitions, int) or shared_delivery_partitions < 0:
             raise ConnectorSettingError(f"shared_delivery_partitions must be an integer >= 0, "
@@ -131,6 +137,10 @@ class Client:
         self.topics.deliver(client_id)  # validates the name
         self.topics.node_subscribe(node)
         self.client_inputs = bool(client_inputs)
+        if kafka_config is not None:
+            from connectors.kafka_config import load_kafka_config
+
+            kafka = {**load_kafka_config(kafka_config), **kafka}
         self._kafka = kafka
         self._group = group_id or f"{topic_prefix}-sdk-{client_id}"
         self._producer = Producer(producer_config(bootstrap, **kafka))
@@ -258,7 +268,7 @@ class Client:
         value = encode_raw_event(self.node, self.client_id, eid, dict(attrs), payload)
         topic = self._input(self.node, "publish")
         if self.client_inputs and topic not in self._control_ready:
-            ensure_topics(self.bootstrap, [topic])  # the node gives it its settings
+            ensure_topics(self.bootstrap, [topic], kafka=self._kafka)  # the node sets it up
             self._control_ready.add(topic)
         self._producer.produce(
             topic, value,
@@ -285,7 +295,8 @@ class Client:
 
     def _send(self, topic: str, value: bytes) -> None:
         if topic not in self._control_ready:  # before the node does, if it has not run yet
-            ensure_topics(self.bootstrap, [topic], config=CONTROL_TOPIC_CONFIG)
+            ensure_topics(self.bootstrap, [topic], config=CONTROL_TOPIC_CONFIG,
+                          kafka=self._kafka)
             self._control_ready.add(topic)
         self._producer.produce(topic, value)
         self.flush()
@@ -300,14 +311,15 @@ class Client:
     def _find_deliveries(self) -> TopicPartition:
         if self.shared_partitions:
             topic = self.topics.shared_deliver
-            ensure_partitioned_topic(self.bootstrap, topic, self.shared_partitions)
+            ensure_partitioned_topic(self.bootstrap, topic, self.shared_partitions,
+                                     kafka=self._kafka)
             return TopicPartition(topic, delivery_partition(self.client_id,
                                                             self.shared_partitions))
         topic = self.topics.deliver(self.client_id)
-        ensure_topics(self.bootstrap, [topic])
+        ensure_topics(self.bootstrap, [topic], kafka=self._kafka)
         shared = self.topics.shared_deliver
         # All topics: asking for one by name may make the broker auto-create it.
-        if shared in admin(self.bootstrap).list_topics(timeout=10).topics:
+        if shared in admin(self.bootstrap, **self._kafka).list_topics(timeout=10).topics:
             # Reading the wrong place would look like "no events": say so once.
             _log.warning("client %s reads its own delivery topic %s, but %s exists: if node "
                          "%s runs with shared_delivery_partitions = N, pass the same N to "

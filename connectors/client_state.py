@@ -130,7 +130,8 @@ class SubscriptionStore:
 
     def _ensure_topic(self) -> None:
         if not self._ready:
-            ensure_topics(self.bootstrap, [self.topic], config=SUBSCRIPTIONS_TOPIC_CONFIG)
+            ensure_topics(self.bootstrap, [self.topic], config=SUBSCRIPTIONS_TOPIC_CONFIG,
+                          kafka=self._kafka)
             self._ready = True
 
     def put(self, sub_id: str, where: list[Any], node: str, *, sent: bool,

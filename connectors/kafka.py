@@ -201,6 +201,7 @@ def ensure_topics(
     replication: int = 1,
     config: Mapping[str, str | int] | None = None,
     timeout: float = 30.0,
+    kafka: Mapping[str, Any] | None = None,
 ) -> None:
     """Create the topics of ``names`` that do not exist yet and wait until all are usable.
 
@@ -214,6 +215,7 @@ def ensure_topics(
         replication: Replication factor of each created topic.
         config: Topic settings of each created topic, e.g. ``{"retention.ms": -1}``.
         timeout: Seconds for creation plus the wait for the metadata.
+        kafka: Further admin client settings (security: :mod:`connectors.kafka_config`).
 
     Raises:
         ConnectorError: A topic could not be created (invalid name, no permission, ...) or
@@ -230,7 +232,7 @@ def ensure_topics(
                 f"partitions and replication must be >= 1, got {partitions}, {replication}",
                 field=field, value=value)
     deadline = _Deadline(timeout)
-    client = admin(bootstrap)
+    client = admin(bootstrap, **(kafka or {}))
     existing = _topic_names(client, bootstrap, deadline)
     missing = [n for n in wanted if n not in existing]
     if missing:
@@ -319,7 +321,8 @@ def _wait_until_ready(client: AdminClient, bootstrap: str, names: list[str],
 
 
 def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
-                             timeout: float = 30.0) -> None:
+                             timeout: float = 30.0,
+                             kafka: Mapping[str, Any] | None = None) -> None:
     """Create ``name`` with ``partitions`` partitions if absent; check the count if present.
 
     For topics whose readers and writers pick partitions by a hash of a name (the shared
@@ -330,9 +333,10 @@ def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
         ConnectorError: The topic exists with another partition count (``field`` is
             ``"partitions"``, ``value`` the count found), or could not be created.
     """
-    ensure_topics(bootstrap, [name], partitions=partitions, timeout=timeout)
+    ensure_topics(bootstrap, [name], partitions=partitions, timeout=timeout, kafka=kafka)
     try:
-        meta = admin(bootstrap).list_topics(name, timeout=timeout).topics.get(name)
+        client = admin(bootstrap, **(kafka or {}))
+        meta = client.list_topics(name, timeout=timeout).topics.get(name)
     except KafkaException as exc:
         raise ConnectorError(f"cannot read topic metadata from {bootstrap}: {exc}") from exc
     found = len(meta.partitions) if meta is not None else 0
@@ -411,12 +415,14 @@ def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 6
                      _LEADER_NOT_READY, timeout, retry_s)
 
 
-def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> None:
+def wait_for_broker(bootstrap: str, timeout: float = 30.0,
+                    kafka: Mapping[str, Any] | None = None) -> None:
     """Return once a broker of ``bootstrap`` answers a metadata request.
 
     Args:
         bootstrap: Bootstrap servers.
         timeout: Seconds to keep trying.
+        kafka: Further admin client settings (security).
 
     Raises:
         ConnectorError: No broker answered within ``timeout``; the message names the
@@ -425,7 +431,7 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     # Connection failures are expected while waiting: keep librdkafka's log quiet (level 2
     # drops its "Connect ... failed" errors); the last error goes into the exception.
-    client = admin(bootstrap, log_level=2)
+    client = admin(bootstrap, **{**(kafka or {}), "log_level": 2})
     last: object = "no answer"
     while True:
         left = deadline - time.monotonic()

@@ -44,7 +44,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     summary = replay_files(args.bootstrap, args.space, args.topology, args.ops, args.out,
                            topic_prefix=args.topic_prefix, mode=args.mode,
                            attach=args.attach, groups=groups,
-                           shared_delivery_partitions=args.shared_delivery_partitions)
+                           shared_delivery_partitions=args.shared_delivery_partitions,
+                           kafka_config=args.kafka_config)
     print(json.dumps({k: v for k, v in summary.items() if k != "rejected"}
                      | {"rejected": len(summary["rejected"])}))
     return 0
@@ -72,12 +73,15 @@ def _cmd_labels(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.kafka_config and not args.bootstrap:
+        raise OptionError("--kafka-config goes with --bootstrap (the Kafka it is for)",
+                          field="kafka_config", value=args.kafka_config)
     if args.kafka or args.bootstrap:
         from dlsroute.demo_kafka import run_kafka_demo
 
         return run_kafka_demo(seconds=20.0 if args.seconds is None else args.seconds,
                               seed=args.seed, port=args.port, bootstrap=args.bootstrap,
-                              rate=args.rate)
+                              rate=args.rate, kafka_config=args.kafka_config)
     from dlsroute.demo import run_demo
 
     return run_demo(seconds=5.0 if args.seconds is None else args.seconds, seed=args.seed)
@@ -94,7 +98,8 @@ def _cmd_node(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings(args.config, metrics_port=args.metrics_port,
-                             metrics_host=args.metrics_host, bootstrap=args.bootstrap)
+                             metrics_host=args.metrics_host, bootstrap=args.bootstrap,
+                             kafka_config=args.kafka_config)
     service = NodeService(settings, hard_watchdog=True)  # one node in this process
     stops = 0
 
@@ -121,7 +126,8 @@ def _sdk_client(args: argparse.Namespace) -> Any:
 
     return Client(args.bootstrap, args.node, args.client, args.space,
                   topic_prefix=args.topic_prefix,
-                  shared_delivery_partitions=args.shared_delivery_partitions)
+                  shared_delivery_partitions=args.shared_delivery_partitions,
+                  kafka_config=args.kafka_config)
 
 
 def _cmd_subscribe(args: argparse.Namespace) -> int:
@@ -173,6 +179,15 @@ def _add_sdk_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--topic-prefix", default="dls")
     s.add_argument("--shared-delivery-partitions", type=int, default=0, metavar="N",
                    help="the nodes' shared_delivery_partitions (0: one topic per client)")
+    add_kafka_config_arg(s)
+
+
+def add_kafka_config_arg(s: argparse.ArgumentParser, extra: str = "") -> None:
+    """The ``--kafka-config FILE`` option of every command that talks to Kafka."""
+    s.add_argument("--kafka-config", default=None, metavar="FILE",
+                   help="librdkafka settings (key=value lines: security.protocol, "
+                        "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location; "
+                        "`dlsroute access` writes them)" + extra)
 
 
 def _read_event_sample(path: str, names: Sequence[str]) -> dict[str, list[float]]:
@@ -290,6 +305,7 @@ def _add_replay(sub: Any) -> None:
                    help="with --attach: a node's consumer group if not <prefix>-node-<node>")
     s.add_argument("--shared-delivery-partitions", type=int, default=0, metavar="N",
                    help="the nodes' shared_delivery_partitions (0: one topic per client)")
+    add_kafka_config_arg(s)
     s.set_defaults(func=_cmd_replay)
 
 
@@ -327,6 +343,7 @@ def _add_node(sub: Any) -> None:
                    help="address the metrics page binds to (default: the config's, "
                         "127.0.0.1 unless set; 0.0.0.0 for every interface)")
     s.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
+    add_kafka_config_arg(s, "; overrides the config's kafka_config")
     s.set_defaults(func=_cmd_node)
 
 
@@ -375,6 +392,7 @@ def _add_demo(sub: Any) -> None:
                    help="use this Kafka instead (implies --kafka; starts and stops nothing)")
     s.add_argument("--rate", type=float, default=300.0,
                    help="quotes per second with --kafka (default 300)")
+    add_kafka_config_arg(s, "; with --bootstrap")
     s.set_defaults(func=_cmd_demo)
 
 

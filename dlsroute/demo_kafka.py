@@ -37,6 +37,7 @@ from confluent_kafka import Producer
 from broker_node.overlay import Overlay, Topology
 from connectors.client import Client, Delivery
 from connectors.kafka import admin, ensure_topics, producer_config, wait_for_broker
+from connectors.kafka_config import load_kafka_config
 from connectors.local_kafka import (
     LocalKafkaError,
     ensure_local_kafka,
@@ -143,8 +144,10 @@ class _Demo:
     """One run: nodes, clients, the quote stream, the summary."""
 
     def __init__(self, bootstrap: str, prefix: str, space_path: Path, seconds: float,
-                 seed: int, rate: float, out: TextIO):
+                 seed: int, rate: float, out: TextIO, kafka_config: Path | None = None):
         self.bootstrap, self.prefix, self.space_path = bootstrap, prefix, space_path
+        self.kafka_config = kafka_config
+        self.kafka: dict[str, Any] = load_kafka_config(kafka_config)
         self.seconds, self.rate, self.out = seconds, rate, out
         self.rng = random.Random(seed)  # noqa: S311 - a demo workload, not cryptography
         self.space = ContentSpace.from_spec(DEMO_SPACE)
@@ -169,7 +172,7 @@ class _Demo:
     def client(self, node: str, name: str) -> Client:
         """An SDK client of this run (own topic prefix and consumer group)."""
         return Client(self.bootstrap, node, name, self.space, topic_prefix=self.prefix,
-                      group_id=f"{self.prefix}-{name}")
+                      group_id=f"{self.prefix}-{name}", **self.kafka)
 
     def net(self) -> LocalNetwork:
         """The running nodes (started by :meth:`setup`)."""
@@ -238,9 +241,9 @@ class _Demo:
         print(f"  nodes A - B - C on threads, topics {self.prefix}.*; content space "
               f"{' x '.join(f'{a.name}[{a.n_cells}]' for a in space.attributes)} "
               f"= {space.n_cells} cells, {space.total_bits}-bit labels", file=self.out)
-        _warm_up(self.bootstrap, self.prefix)
+        _warm_up(self.bootstrap, self.prefix, kafka=self.kafka)
         self.nodes = LocalNetwork(self.bootstrap, self.prefix, self.space_path, space,
-                                  self.topology)
+                                  self.topology, kafka_config=self.kafka_config)
         sent: list[concurrent.futures.Future[Any]] = []
         for i, (node, name, where) in enumerate(SUBSCRIPTIONS):
             r = _Receiver(self.client(node, name))
@@ -401,7 +404,7 @@ class _Demo:
             p.close()
         if self.nodes is not None:
             self.nodes.stop()
-        _delete_topics(self.bootstrap, self.prefix)
+        _delete_topics(self.bootstrap, self.prefix, self.kafka)
         # librdkafka handles go when their Python objects do: drop them all now, so that
         # none is left to complain once the broker stops.
         self.receivers.clear()
@@ -410,7 +413,8 @@ class _Demo:
         gc.collect()
 
 
-def _warm_up(bootstrap: str, prefix: str, timeout: float = 60.0) -> None:
+def _warm_up(bootstrap: str, prefix: str, timeout: float = 60.0,
+             kafka: dict[str, str] | None = None) -> None:
     """Wait until the broker hands out producer ids, idempotent and transactional.
 
     A broker that has just started answers "coordinator load in progress" for a while;
@@ -418,18 +422,19 @@ def _warm_up(bootstrap: str, prefix: str, timeout: float = 60.0) -> None:
     that wait here instead.
     """
     topic = f"{prefix}.warmup"
-    ensure_topics(bootstrap, [topic])
-    idempotent = Producer(producer_config(bootstrap, log_level=2))
+    kafka = kafka or {}
+    ensure_topics(bootstrap, [topic], kafka=kafka)
+    idempotent = Producer(producer_config(bootstrap, log_level=2, **kafka))
     idempotent.produce(topic, b"")
     idempotent.flush(timeout)
     transactional = Producer(producer_config(bootstrap, transactional_id=f"{prefix}-warmup",
-                                             log_level=2))
+                                             log_level=2, **kafka))
     transactional.init_transactions(timeout)
 
 
-def _delete_topics(bootstrap: str, prefix: str) -> None:
+def _delete_topics(bootstrap: str, prefix: str, kafka: dict[str, str] | None = None) -> None:
     """Delete this run's topics (best effort)."""
-    client = admin(bootstrap, log_level=4)
+    client = admin(bootstrap, **{**(kafka or {}), "log_level": 4})
     try:
         names = [t for t in client.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
         if names:
@@ -441,7 +446,7 @@ def _delete_topics(bootstrap: str, prefix: str) -> None:
 
 def run_kafka_demo(seconds: float = 20.0, seed: int = 7, port: int = 9092,
                    out: TextIO | None = None, *, bootstrap: str | None = None,
-                   rate: float = 300.0) -> int:
+                   rate: float = 300.0, kafka_config: str | Path | None = None) -> int:
     """Run the demo on Kafka for about ``seconds`` of streaming.
 
     Args:
@@ -452,6 +457,9 @@ def run_kafka_demo(seconds: float = 20.0, seed: int = 7, port: int = 9092,
         out: Where to print (default ``sys.stdout``).
         bootstrap: Use this Kafka instead (nothing is started or stopped).
         rate: Quotes per second, over the three publishers.
+        kafka_config: With ``bootstrap``: a librdkafka properties file whose settings
+            every Kafka client of the demo gets (nodes, clients, admin), e.g. the secure
+            profile's ``.cache/kafka/secure/admin.properties``.
 
     Returns:
         0 when every client kept exactly what the brute-force matcher expected; 1 if not
@@ -475,7 +483,7 @@ def run_kafka_demo(seconds: float = 20.0, seed: int = 7, port: int = 9092,
         else:
             print(f"dlsroute demo on Kafka: using the Kafka at {bootstrap}", file=out,
                   flush=True)
-            wait_for_broker(bootstrap, timeout=30)
+            wait_for_broker(bootstrap, timeout=30, kafka=load_kafka_config(kafka_config))
     except LocalKafkaError as exc:
         print(f"dlsroute demo: cannot start a local Kafka: {exc}", file=sys.stderr)
         return 2
@@ -489,7 +497,8 @@ def run_kafka_demo(seconds: float = 20.0, seed: int = 7, port: int = 9092,
         with tempfile.TemporaryDirectory(prefix="dlsroute-demo-") as tmp:
             space_path = Path(tmp) / "space.json"
             space_path.write_text(json.dumps(DEMO_SPACE))
-            code = _Demo(bootstrap, prefix, space_path, seconds, seed, rate, out).run()
+            code = _Demo(bootstrap, prefix, space_path, seconds, seed, rate, out,
+                         None if kafka_config is None else Path(kafka_config)).run()
     finally:
         if started:
             print(f"  stopping the local Kafka on 127.0.0.1:{port}", file=out, flush=True)

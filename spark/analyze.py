@@ -114,12 +114,15 @@ def _is_parquet(path: str) -> bool:
     return p.is_dir() and any(p.glob("*.parquet"))
 
 
-def read_raw(spark: SparkSession, source: str, *, bootstrap: str | None = None) -> DataFrame:
+def read_raw(spark: SparkSession, source: str, *, bootstrap: str | None = None,
+             kafka_options: dict[str, str] | None = None) -> DataFrame:
     """Raw records of ``source`` as a one-column (``value``, binary) DataFrame.
 
     ``source`` is ``kafka:TOPIC`` (read from the earliest to the latest offset; needs
     ``bootstrap``), a Parquet file or directory (each row becomes its JSON object), or a
-    text file or directory of JSON lines (blank lines skipped).
+    text file or directory of JSON lines (blank lines skipped). ``kafka_options``: more
+    ``kafka.*`` options of the Kafka source (security:
+    :func:`connectors.kafka_config.spark_options`).
 
     Raises:
         AnalyzeError: A Kafka source without ``bootstrap``, or a path that does not exist.
@@ -136,7 +139,8 @@ def read_raw(spark: SparkSession, source: str, *, bootstrap: str | None = None) 
                                value=bootstrap)
         return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                 .option("subscribe", topic).option("startingOffsets", "earliest")
-                .option("endingOffsets", "latest").load().select("value"))
+                .option("endingOffsets", "latest").options(**(kafka_options or {}))
+                .load().select("value"))
     if not Path(source).exists():
         raise AnalyzeError(f"no such file or directory: {source}", field="source", value=source)
     if _is_parquet(source):

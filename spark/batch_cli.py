@@ -37,15 +37,19 @@ def _cmd_workload(args: argparse.Namespace) -> int:
         raise WorkloadError("give exactly one of --out (files) and --bootstrap (Kafka)",
                             field="out", value=args.out)
     topics = Topics(args.topic_prefix)  # checked before Spark starts
+    from connectors.kafka_config import load_kafka_config, spark_options
     from spark.session import spark_session
 
+    kafka = load_kafka_config(args.kafka_config)
+    spark_options(kafka)  # a setting the Java client cannot take fails before Spark starts
     spark = spark_session("dlsroute-workload", master=args.master,
                           kafka=args.bootstrap is not None)
     w = generate(spark, spec)
     if args.out is not None:
         meta = write_files(w, args.out, args.format)
     else:
-        meta = write_kafka(w, args.bootstrap, topics, partitions=args.topic_partitions)
+        meta = write_kafka(w, args.bootstrap, topics, partitions=args.topic_partitions,
+                           kafka=kafka)
         if args.space_out:
             from spark.workload import space_spec
 
@@ -64,13 +68,17 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     sizes = parse_filter_sizes(args.filter_sizes or "")
     kafka = any(s is not None and s.startswith("kafka:")
                 for s in (args.subscriptions, args.events))
+    from connectors.kafka_config import load_kafka_config, spark_options
     from spark.session import spark_session
 
+    java = spark_options(load_kafka_config(args.kafka_config))
+    if java:  # a group of our prefix, so that an ACL can grant it
+        java["groupIdPrefix"] = f"{args.topic_prefix}-spark-analyze"
     spark = spark_session("dlsroute-analyze", master=args.master, kafka=kafka)
-    subs = read_raw(spark, args.subscriptions, bootstrap=args.bootstrap)
+    subs = read_raw(spark, args.subscriptions, bootstrap=args.bootstrap, kafka_options=java)
     if args.sample is not None:
         subs = subs.sample(fraction=args.sample, seed=0)
-    events = (read_raw(spark, args.events, bootstrap=args.bootstrap)
+    events = (read_raw(spark, args.events, bootstrap=args.bootstrap, kafka_options=java)
               if args.events is not None else None)
     result = analyze(spark, space, subs, events, filter_sizes=sizes,
                      max_events=args.max_events)
@@ -97,6 +105,13 @@ def _fraction(text: str) -> float:
         raise SparkArgumentError(f"--sample must be in (0, 1], got {text}", field="--sample",
                                  value=text)
     return v
+
+
+def _kafka_config_arg(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--kafka-config", default=None, metavar="FILE",
+                   help="librdkafka settings of the Kafka (key=value lines: "
+                        "security.protocol, sasl.mechanism, sasl.username, sasl.password, "
+                        "ssl.ca.location), translated for Spark's Java client")
 
 
 def register(sub: Any) -> None:
@@ -133,6 +148,7 @@ def register(sub: Any) -> None:
     s.add_argument("--space-out", default=None,
                    help="with --bootstrap: also write the space spec to this file")
     s.add_argument("--master", default="local[2]")
+    _kafka_config_arg(s)
     s.set_defaults(func=_cmd_workload)
 
     s = sub.add_parser(
@@ -155,4 +171,8 @@ def register(sub: Any) -> None:
     s.add_argument("--out", default=None, help="write the result as JSON here")
     s.add_argument("--plot", default=None, help="write a PNG plot here")
     s.add_argument("--master", default="local[2]")
+    s.add_argument("--topic-prefix", default="dls",
+                   help="with --kafka-config: the network's prefix (the Spark group "
+                        "<prefix>-spark-analyze-*)")
+    _kafka_config_arg(s)
     s.set_defaults(func=_cmd_analyze)

@@ -28,17 +28,21 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
 
+    from connectors.kafka_config import load_kafka_config, spark_options
     from spark.session import spark_session
     from spark.stream import input_rows, prepare_topics, start_query
 
-    prepare_topics(args.bootstrap, topics, nodes)
+    kafka = load_kafka_config(args.kafka_config)
+    java = spark_options(kafka)  # fails before Spark starts on a setting Java lacks
+    prepare_topics(args.bootstrap, topics, nodes, kafka=kafka)
     spark = spark_session("dlsroute-spark-map", master=args.master)
     started = time.monotonic()
     query = start_query(spark, space, args.bootstrap, topics=topics,
                         checkpoint=args.checkpoint, once=args.once,
                         trigger_seconds=args.trigger_seconds,
                         starting_offsets=args.starting_offsets,
-                        max_offsets_per_trigger=args.max_offsets, query_name="dls-spark-map")
+                        max_offsets_per_trigger=args.max_offsets, query_name="dls-spark-map",
+                        kafka_options=java)
 
     stopping = threading.Event()
 
@@ -95,4 +99,9 @@ def register(sub: Any) -> None:
                    help="where a run without a checkpoint starts (default earliest)")
     s.add_argument("--max-offsets", type=int, default=None,
                    help="at most this many raw records per micro-batch")
+    s.add_argument("--kafka-config", default=None, metavar="FILE",
+                   help="librdkafka settings of the Kafka (key=value lines: "
+                        "security.protocol, sasl.mechanism, sasl.username, sasl.password, "
+                        "ssl.ca.location; `dlsroute access add-mapper` writes them), "
+                        "translated for Spark's Java client")
     s.set_defaults(func=_cmd_spark_map)

@@ -40,22 +40,24 @@ __all__ = ["input_rows", "map_raw", "prepare_topics", "start_query"]
 log = logging.getLogger(__name__)
 
 
-def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = ()) -> None:
+def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = (),
+                   kafka: Mapping[str, str] | None = None) -> None:
     """Create the raw topics, the dead-letter topic and the given nodes' input topics.
 
     A node's subscribe and unsubscribe topics get the settings of
     :data:`connectors.topics.CONTROL_TOPIC_CONFIG` (unlimited retention), as the node itself
     creates them; otherwise the first record the job writes for a node that has not started
-    yet would create them with the broker's default retention.
+    yet would create them with the broker's default retention. ``kafka``: librdkafka
+    settings of the admin client (security).
     """
     ensure_topics(bootstrap, [topics.raw_subscriptions, topics.raw_unsubscriptions,
-                              topics.raw_events, topics.deadletter])
+                              topics.raw_events, topics.deadletter], kafka=kafka)
     nodes = list(nodes)
     if nodes:
         ensure_topics(bootstrap, [t for n in nodes for t in (topics.node_subscribe(n),
                                                              topics.node_unsubscribe(n))],
-                      config=CONTROL_TOPIC_CONFIG)
-        ensure_topics(bootstrap, [topics.node_publish(n) for n in nodes])
+                      config=CONTROL_TOPIC_CONFIG, kafka=kafka)
+        ensure_topics(bootstrap, [topics.node_publish(n) for n in nodes], kafka=kafka)
 
 
 def map_raw(space: ContentSpace, sources: Mapping[str, DataFrame], topics: Topics) -> DataFrame:
@@ -108,7 +110,10 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
                   .option("kafka.bootstrap.servers", bootstrap)
                   .option("subscribe", topic)
                   .option("startingOffsets", starting_offsets)
-                  .option("includeHeaders", "true"))
+                  .option("includeHeaders", "true")
+                  # A group of the network's prefix, so that an ACL can grant it
+                  # (`dlsroute access add-mapper`).
+                  .option("groupIdPrefix", f"{topics.prefix}-spark-map"))
         if max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
         for k, v in extra.items():

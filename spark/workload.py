@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -357,13 +358,17 @@ def kafka_frame(w: SparkWorkload, kind: str) -> DataFrame:
 
 
 def write_kafka(w: SparkWorkload, bootstrap: str, topics: Topics, *, partitions: int = 2,
-                kinds: tuple[str, ...] = _KINDS) -> dict[str, Any]:
+                kinds: tuple[str, ...] = _KINDS,
+                kafka: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Append the raw records to the raw topics (created if missing) as JSON values.
 
     The Spark session must have the Kafka connector (``spark.session.spark_session``).
+    ``kafka``: librdkafka settings (security) for the topics' creation; the Spark writer
+    gets them translated (:func:`connectors.kafka_config.spark_options`).
     Returns the parameters, the topic of each kind and the row counts.
     """
     from connectors.kafka import ensure_topics
+    from connectors.kafka_config import spark_options
 
     for k in kinds:
         if k not in _KINDS:
@@ -371,11 +376,13 @@ def write_kafka(w: SparkWorkload, bootstrap: str, topics: Topics, *, partitions:
                                 value=k)
     names = {"subscriptions": topics.raw_subscriptions,
              "unsubscriptions": topics.raw_unsubscriptions, "events": topics.raw_events}
-    ensure_topics(bootstrap, [names[k] for k in kinds], partitions=partitions)
+    ensure_topics(bootstrap, [names[k] for k in kinds], partitions=partitions, kafka=kafka)
+    java = spark_options(kafka or {})
     for k in kinds:
         (kafka_frame(w, k).write.format("kafka")
          .option("kafka.bootstrap.servers", bootstrap)
          .option("topic", names[k])
+         .options(**java)
          .save())
     counts = _counts(w)
     return {"params": w.spec.as_dict(), "topics": {k: names[k] for k in kinds},

@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from broker_node.overlay import Overlay, Topology
 from connectors.client import Client
@@ -46,28 +46,36 @@ def replay_files(bootstrap: str, space_path: str | Path, topology_path: str | Pa
                  ops_path: str | Path, out_path: str | Path, *, topic_prefix: str = "dls",
                  settle_timeout_s: float = 60.0, drain_idle_s: float = 0.5,
                  attach: bool = False, groups: dict[str, str] | None = None,
-                 shared_delivery_partitions: int = 0, **config: Any) -> dict[str, Any]:
+                 shared_delivery_partitions: int = 0,
+                 kafka_config: str | Path | None = None, **config: Any) -> dict[str, Any]:
     """Play a trace through real nodes on Kafka; write simulate's output format.
 
     With ``attach`` the nodes must already run under ``topic_prefix`` (their consumer
     groups ``<prefix>-node-<node>`` unless ``groups`` says otherwise); ``config`` then only
     shapes the reference overlay. ``shared_delivery_partitions`` is the nodes' setting of
     that name (the nodes started here get it; attached ones must have it already).
+    ``kafka_config``: a librdkafka properties file whose settings every Kafka client of the
+    replay gets (its SDK clients and watchers, and the nodes it starts).
     """
+    from connectors.kafka_config import load_kafka_config
+
+    kafka: dict[str, Any] = load_kafka_config(kafka_config)
+    if kafka_config is not None:
+        config = {**config, "kafka_config": Path(kafka_config)}
     space = ContentSpace.from_json(space_path)
     topology = Topology.from_spec(json.loads(Path(topology_path).read_text()))
     overlay = Overlay(space, topology, **{k: v for k, v in config.items()
                                           if k in _OVERLAY_SETTINGS})
     nodes: _Nodes
     if attach:
-        nodes = AttachedNetwork(bootstrap, topic_prefix, topology, groups)
+        nodes = AttachedNetwork(bootstrap, topic_prefix, topology, groups, **kafka)
         nodes.wait_ready(settle_timeout_s)
     else:
         nodes = LocalNetwork(bootstrap, topic_prefix, Path(space_path), space, topology,
                              shared_delivery_partitions=shared_delivery_partitions, **config)
     run = _Replay(bootstrap, space, nodes, overlay, topic_prefix=topic_prefix,
                   shared_delivery_partitions=shared_delivery_partitions,
-                  settle_timeout_s=settle_timeout_s)
+                  settle_timeout_s=settle_timeout_s, kafka=kafka)
     try:
         with open(ops_path) as src:
             run.play(read_ops(src))
@@ -82,10 +90,11 @@ class _Replay:
 
     def __init__(self, bootstrap: str, space: ContentSpace, nodes: _Nodes, overlay: Overlay,
                  *, topic_prefix: str, shared_delivery_partitions: int,
-                 settle_timeout_s: float):
+                 settle_timeout_s: float, kafka: dict[str, str] | None = None):
         self.bootstrap, self.space, self.nodes, self.overlay = bootstrap, space, nodes, overlay
         self.prefix, self.shared = topic_prefix, shared_delivery_partitions
         self.settle_timeout_s = settle_timeout_s
+        self.kafka = kafka or {}
         self.clients: dict[tuple[str, str], Client] = {}
         self.publishes: list[str] = []
         self.rejected: list[dict[str, Any]] = []
@@ -100,7 +109,8 @@ class _Replay:
             self.clients[key] = Client(self.bootstrap, node, cid, self.space,
                                        topic_prefix=self.prefix,
                                        group_id=f"{self.prefix}-replay-{node}-{cid}",
-                                       shared_delivery_partitions=self.shared)
+                                       shared_delivery_partitions=self.shared,
+                                       **cast(dict[str, Any], self.kafka))
         return self.clients[key]
 
     def play(self, ops: Iterable[tuple[int, Any, str | None]]) -> None:

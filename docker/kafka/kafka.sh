@@ -7,10 +7,25 @@
 #   bash docker/kafka/kafka.sh down     # SIGTERM, SIGKILL after $KAFKA_STOP_TIMEOUT s; fine if not running
 #   bash docker/kafka/kafka.sh status   # exit 0 when running and answering, 3 otherwise
 #   bash docker/kafka/kafka.sh clean    # down, then delete this broker's data (next `up` reformats)
+#   SECURE=1 bash docker/kafka/kafka.sh up   # the secure profile (below), default port 9392
 #
 # Environment:
 #   DLS_CACHE              cache root (default: <repo>/.cache); Kafka lives in $DLS_CACHE/kafka
-#   KAFKA_PORT             client listener, PLAINTEXT://127.0.0.1:$KAFKA_PORT (default 9092)
+#   KAFKA_PORT             client listener, PLAINTEXT://127.0.0.1:$KAFKA_PORT (default 9092;
+#                          with SECURE=1 SASL_SSL://127.0.0.1:$KAFKA_PORT, default 9392)
+#   SECURE                 1: the secure profile. One SASL_SSL listener (SCRAM-SHA-512) for
+#                          clients; the controller listener is SASL_SSL with PLAIN for `admin`
+#                          only; no listener takes anonymous connections. KRaft's
+#                          StandardAuthorizer with allow.everyone.if.no.acl.found=false and
+#                          super.users=User:admin; no topic auto-creation. A CA and a broker
+#                          certificate (openssl; for 127.0.0.1 and localhost) and admin's
+#                          random password are made once in $DLS_CACHE/kafka/secure/ (ca.pem,
+#                          broker.pem, admin.password), where admin's client settings are
+#                          written on every `up` (admin.properties: librdkafka names, mode
+#                          0600). Data in $DLS_CACHE/kafka/secure-broker-$KAFKA_PORT, apart
+#                          from a plaintext broker's.
+#   KAFKA_REAUTH_MS        secure: clients re-authenticate this often (default 60000), so the
+#                          open sessions of a deleted user end within it
 #   KAFKA_CONTROLLER_PORT  controller listener (default KAFKA_PORT+1, i.e. 9093)
 #   KAFKA_UP_TIMEOUT       seconds `up` waits for the broker (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds `down` waits after SIGTERM before SIGKILL (default 20)
@@ -39,7 +54,13 @@ LIBS="$CACHE/kafka-libs"
 POM="$HERE/pom.xml"
 LOG4J2_CONFIG="$HERE/log4j2.properties"
 
-KAFKA_PORT="${KAFKA_PORT:-9092}"
+SECURE="${SECURE:-0}"
+if [[ "$SECURE" != 1 && "$SECURE" != 0 ]]; then
+    echo "[kafka.sh] SECURE must be 1 or 0, got '$SECURE'" >&2
+    exit 2
+fi
+if [[ "$SECURE" == 1 ]]; then KAFKA_PORT="${KAFKA_PORT:-9392}"; else KAFKA_PORT="${KAFKA_PORT:-9092}"; fi
+KAFKA_REAUTH_MS="${KAFKA_REAUTH_MS:-60000}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}"
 KAFKA_UP_TIMEOUT="${KAFKA_UP_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
@@ -51,7 +72,8 @@ if [[ -z "${JAVA:-}" ]]; then
 fi
 PY="${PYTHON:-$REPO/.venv/bin/python}"
 
-NODE_DIR="$CACHE/broker-$KAFKA_PORT"
+SECURE_DIR="$CACHE/secure"
+if [[ "$SECURE" == 1 ]]; then NODE_DIR="$CACHE/secure-broker-$KAFKA_PORT"; else NODE_DIR="$CACHE/broker-$KAFKA_PORT"; fi
 DATA_DIR="$NODE_DIR/data"
 PROPS="$NODE_DIR/server.properties"
 PID_FILE="$NODE_DIR/kafka.pid"
@@ -131,13 +153,22 @@ admin_ok() {
         port_open
         return
     fi
-    "$PY" - "127.0.0.1:$KAFKA_PORT" "$1" <<'PY' 2>/dev/null
+    local props=""
+    [[ "$SECURE" == 1 ]] && props="$SECURE_DIR/admin.properties"
+    "$PY" - "127.0.0.1:$KAFKA_PORT" "$1" "$props" <<'PY' 2>/dev/null
 import sys
 
 from confluent_kafka.admin import AdminClient
 
-bootstrap, timeout = sys.argv[1], float(sys.argv[2])
-admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+bootstrap, timeout, props = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+conf = {"bootstrap.servers": bootstrap, "log_level": 0}
+if props:  # the secure profile: admin's librdkafka settings (key=value lines)
+    with open(props, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.strip().partition("=")
+                conf[key.strip()] = value.strip()
+admin = AdminClient(conf)
 md = admin.list_topics(timeout=timeout)
 sys.exit(0 if md.brokers else 1)
 PY
@@ -145,6 +176,10 @@ PY
 
 write_props() {
     mkdir -p "$NODE_DIR" "$DATA_DIR"
+    if [[ "$SECURE" == 1 ]]; then
+        write_secure_props
+        return
+    fi
     cat >"$PROPS" <<EOF
 # Written by docker/kafka/kafka.sh on every \`up\` -- edits are lost.
 process.roles=broker,controller
@@ -170,25 +205,138 @@ num.io.threads=4
 EOF
 }
 
+# ---------------------------------------------------------------- the secure profile
+# A CA, a broker certificate for 127.0.0.1/localhost signed by it, and admin's password,
+# made once in $SECURE_DIR (shared by every secure port), and admin.properties.
+make_secrets() {
+    command -v openssl >/dev/null || die "openssl not found; the secure profile makes its certificates with it"
+    mkdir -p "$SECURE_DIR"
+    chmod 700 "$SECURE_DIR"
+    if command -v flock >/dev/null; then
+        exec 7>"$SECURE_DIR/.lock"
+        flock 7
+    fi
+    local old_umask
+    old_umask="$(umask)"
+    umask 077
+    if [[ ! -s "$SECURE_DIR/ca.pem" || ! -s "$SECURE_DIR/ca.key" ]]; then
+        log "making a CA in $SECURE_DIR"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=dlsroute local CA" \
+            -keyout "$SECURE_DIR/ca.key" -out "$SECURE_DIR/ca.pem" >/dev/null 2>&1 \
+            || die "openssl could not make the CA"
+        rm -f "$SECURE_DIR/broker.pem"
+    fi
+    if [[ ! -s "$SECURE_DIR/broker.pem" ]]; then
+        log "making the broker certificate (127.0.0.1, localhost)"
+        local tmp="$SECURE_DIR/tmp.$$"
+        mkdir -p "$tmp"
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n' >"$tmp/ext"
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+            -keyout "$tmp/key.pem" -out "$tmp/broker.csr" >/dev/null 2>&1 \
+            && openssl x509 -req -in "$tmp/broker.csr" -CA "$SECURE_DIR/ca.pem" \
+                -CAkey "$SECURE_DIR/ca.key" -CAcreateserial -days 3650 -extfile "$tmp/ext" \
+                -out "$tmp/cert.pem" >/dev/null 2>&1 \
+            && openssl pkcs8 -topk8 -nocrypt -in "$tmp/key.pem" -out "$tmp/key8.pem" \
+            || { rm -rf "$tmp"; die "openssl could not make the broker certificate"; }
+        # Kafka's PEM key store: the PKCS#8 key, then the certificate chain.
+        cat "$tmp/key8.pem" "$tmp/cert.pem" "$SECURE_DIR/ca.pem" >"$SECURE_DIR/broker.pem.tmp"
+        mv "$SECURE_DIR/broker.pem.tmp" "$SECURE_DIR/broker.pem"
+        rm -rf "$tmp"
+    fi
+    if [[ ! -s "$SECURE_DIR/admin.password" ]]; then
+        # Letters and digits only: the password goes into JAAS lines and a properties file.
+        openssl rand -base64 64 | tr -dc 'A-Za-z0-9' | head -c 32 >"$SECURE_DIR/admin.password.tmp"
+        mv "$SECURE_DIR/admin.password.tmp" "$SECURE_DIR/admin.password"
+    fi
+    cat >"$SECURE_DIR/admin.properties.tmp" <<EOF
+# The super user of the local secure Kafka on 127.0.0.1:$KAFKA_PORT (docker/kafka/kafka.sh;
+# librdkafka names). dlsroute --kafka-config and dlsroute access --admin-config take it.
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.username=admin
+sasl.password=$(cat "$SECURE_DIR/admin.password")
+ssl.ca.location=$SECURE_DIR/ca.pem
+EOF
+    mv "$SECURE_DIR/admin.properties.tmp" "$SECURE_DIR/admin.properties"
+    umask "$old_umask"
+    if command -v flock >/dev/null; then exec 7>&-; fi
+    return 0
+}
+
+write_secure_props() {
+    local pw
+    pw="$(cat "$SECURE_DIR/admin.password")"
+    (
+        umask 077
+        cat >"$PROPS" <<EOF
+# Written by docker/kafka/kafka.sh (SECURE=1) on every \`up\` -- edits are lost.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=SASL_SSL
+listener.security.protocol.map=CONTROLLER:SASL_SSL,SASL_SSL:SASL_SSL
+# Clients and the broker itself: SCRAM-SHA-512 over TLS (SCRAM cannot serve the controller
+# listener); the controller: PLAIN over TLS, admin only.
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$pw";
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$pw" user_admin="$pw";
+ssl.keystore.type=PEM
+ssl.keystore.location=$SECURE_DIR/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$SECURE_DIR/ca.pem
+ssl.client.auth=none
+connections.max.reauth.ms=$KAFKA_REAUTH_MS
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin
+log.dirs=$DATA_DIR
+num.partitions=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+EOF
+    )
+}
+
 format_once() {
     if [[ ! -s "$CLUSTER_ID_FILE" ]]; then
         kafka_java kafka.tools.StorageTool random-uuid >"$CLUSTER_ID_FILE.tmp"
         mv "$CLUSTER_ID_FILE.tmp" "$CLUSTER_ID_FILE"
     fi
     # The single-voter quorum records the controller endpoint at format time.
+    # Secure: admin's SCRAM credential is part of the formatted metadata, so a new password
+    # (secure/ deleted) needs a fresh format too.
+    local stamp="$KAFKA_CONTROLLER_PORT" scram=()
+    if [[ "$SECURE" == 1 ]]; then
+        stamp="$stamp $(sha256sum "$SECURE_DIR/admin.password" | cut -d' ' -f1)"
+        scram=(--add-scram "SCRAM-SHA-512=[name=admin,password=$(cat "$SECURE_DIR/admin.password")]")
+    fi
     if [[ -f "$DATA_DIR/meta.properties" ]]; then
-        if [[ "$(cat "$FORMAT_STAMP" 2>/dev/null || true)" == "$KAFKA_CONTROLLER_PORT" ]]; then
+        if [[ "$(cat "$FORMAT_STAMP" 2>/dev/null || true)" == "$stamp" ]]; then
             return 0
         fi
-        log "controller port changed; wiping $DATA_DIR and reformatting"
+        log "controller port or admin password changed; wiping $DATA_DIR and reformatting"
         rm -rf "$DATA_DIR"
         mkdir -p "$DATA_DIR"
     fi
     log "formatting $DATA_DIR (cluster id $(cat "$CLUSTER_ID_FILE"))"
     kafka_java kafka.tools.StorageTool format --standalone \
-        -t "$(cat "$CLUSTER_ID_FILE")" -c "$PROPS" >>"$STDOUT_LOG" 2>&1 \
+        -t "$(cat "$CLUSTER_ID_FILE")" -c "$PROPS" "${scram[@]}" >>"$STDOUT_LOG" 2>&1 \
         || { tail -n 20 "$STDOUT_LOG" >&2; die "storage format failed"; }
-    echo "$KAFKA_CONTROLLER_PORT" >"$FORMAT_STAMP"
+    echo "$stamp" >"$FORMAT_STAMP"
 }
 
 # Wait until the broker answers; $1 = pid to watch (empty: don't watch).
@@ -249,6 +397,7 @@ cmd_up() {
     local t0=$SECONDS
     cmd_fetch
     command -v "$JAVA" >/dev/null || die "java ($JAVA) not found; Kafka 4.x needs Java 17+"
+    if [[ "$SECURE" == 1 ]]; then make_secrets; fi
     write_props
     format_once
 

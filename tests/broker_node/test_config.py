@@ -23,13 +23,29 @@ def test_file_then_environment_then_overrides(tmp_path, monkeypatch):
     assert s.consumer_group == "dls-node-B"
 
 
-def test_secrets_are_masked(tmp_path):
-    p = write(tmp_path, 'node = "A"\nspace = "s.json"\nsasl_username = "u"\n'
-                        'sasl_password = "hunter2"\n')
+def test_kafka_config_file_and_masked_secrets(tmp_path):
+    (tmp_path / "k.properties").write_text(
+        "# node A\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.username=node.A\nsasl.password=hunter2\n")
+    p = write(tmp_path, f'node = "A"\nspace = "s.json"\n'
+                        f'kafka_config = "{tmp_path / "k.properties"}"\n')
     s = load_settings(p)
-    assert s.masked()["sasl_password"] == "***"
-    assert "hunter2" not in repr(s)
+    assert s.masked()["kafka"]["sasl.password"] == "***"
+    assert s.masked()["kafka"]["sasl.username"] == "node.A"
+    assert "hunter2" not in repr(s) and "hunter2" not in str(s.masked())
     assert s.kafka_security()["sasl.password"] == "hunter2"
+    assert s.kafka_security()["security.protocol"] == "SASL_PLAINTEXT"
+    assert load_settings(write(tmp_path, 'node = "A"\nspace = "s.json"\n')).kafka_security() == {}
+
+
+def test_kafka_config_errors_name_the_file_and_line(tmp_path):
+    (tmp_path / "bad.properties").write_text("security.protocol=SASL_SSL\nfoo.bar=1\n")
+    with pytest.raises(NodeConfigError) as bad:
+        NodeSettings(node="A", space="s.json", kafka_config=tmp_path / "bad.properties")
+    assert bad.value.field == "kafka_config"
+    assert "bad.properties:2" in str(bad.value) and "foo.bar" in str(bad.value)
+    with pytest.raises(NodeConfigError, match="missing.properties"):
+        NodeSettings(node="A", space="s.json", kafka_config=tmp_path / "missing.properties")
 
 
 @pytest.mark.parametrize("text, fragment", [
