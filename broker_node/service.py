@@ -186,11 +186,13 @@ class NodeService:
             self._repair_client_publish(sorted(found & self.inbox.publish_topics))
         ensure_topics(s.bootstrap, [t.deadletter]
                       + [t.forward(s.node, n) for n in s.neighbours]
-                      + [t.forward(n, s.node) for n in s.neighbours])
+                      + [t.forward(n, s.node) for n in s.neighbours],
+                      kafka=s.kafka_security())
         if s.shared_delivery_partitions:
             try:
                 ensure_partitioned_topic(s.bootstrap, t.shared_deliver,
-                                         s.shared_delivery_partitions)
+                                         s.shared_delivery_partitions,
+                                         kafka=s.kafka_security())
             except ConnectorError as exc:
                 raise BrokerError(f"node {s.node}: {exc}", field="shared_delivery_partitions",
                                   value=s.shared_delivery_partitions) from exc
@@ -302,7 +304,7 @@ class NodeService:
                 topic and the setting.
         """
         s = self.settings
-        ensure_topics(s.bootstrap, names, config=config)
+        ensure_topics(s.bootstrap, names, config=config, kafka=s.kafka_security())
         try:
             enforce_topic_config(s.bootstrap, names, config, why=why, kafka=s.kafka_security())
         except ConnectorError as exc:
@@ -635,6 +637,7 @@ class NodeService:
     def _create_new_topics(self) -> None:
         """Create the delivery topics of clients first seen in this batch, in one call."""
         if self._new_topics:
-            ensure_topics(self.settings.bootstrap, sorted(self._new_topics))
+            ensure_topics(self.settings.bootstrap, sorted(self._new_topics),
+                          kafka=self.settings.kafka_security())
             self._delivery_topics |= self._new_topics
             self._new_topics.clear()
