@@ -127,7 +127,7 @@ def _sdk_client(args: argparse.Namespace) -> Any:
     return Client(args.bootstrap, args.node, args.client, args.space,
                   topic_prefix=args.topic_prefix,
                   shared_delivery_partitions=args.shared_delivery_partitions,
-                  kafka_config=args.kafka_config)
+                  client_inputs=args.client_inputs, kafka_config=args.kafka_config)
 
 
 def _cmd_subscribe(args: argparse.Namespace) -> int:
@@ -179,6 +179,9 @@ def _add_sdk_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--topic-prefix", default="dls")
     s.add_argument("--shared-delivery-partitions", type=int, default=0, metavar="N",
                    help="the nodes' shared_delivery_partitions (0: one topic per client)")
+    s.add_argument("--client-inputs", action="store_true",
+                   help="write the client's own input topics (the node's client_inputs: the "
+                        "secure layout)")
     add_kafka_config_arg(s)
 
 

@@ -68,3 +68,21 @@ def test_node_metrics_host_comes_from_the_option_then_the_environment(monkeypatc
     assert load_settings(config, metrics_host=args.metrics_host).metrics_host == every
     monkeypatch.delenv("DLS_NODE_METRICS_HOST")
     assert load_settings(config, metrics_host=None).metrics_host == "127.0.0.1"
+
+
+def test_sdk_commands_write_the_clients_own_topics_with_client_inputs(tmp_path):
+    from dlsroute.cli import _sdk_client, build_parser
+
+    spec = tmp_path / "space.json"
+    spec.write_text(json.dumps({"attributes": [
+        {"name": "x", "type": "numeric", "low": 0, "high": 10, "granules": 4}]}))
+    base = ["--space", str(spec), "--node", "A", "--client", "alice",
+            "--bootstrap", "127.0.0.1:1"]
+    for argv, topic in [(base, "dls.node.A.publish"),
+                        (base + ["--client-inputs"], "dls.node.A.client.alice.publish")]:
+        args = build_parser().parse_args(["publish", *argv])
+        client = _sdk_client(args)
+        try:
+            assert client._input("A", "publish") == topic
+        finally:
+            client._producer.purge()
