@@ -128,7 +128,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -470,17 +470,17 @@ def passthrough(bootstrap: str, source: str, group: str, n: int | None, batch: i
                 poll_s: float, *, transactional: bool, out_topic: str | None = None,
                 plan: Sequence[Sequence[str]] | None = None, timeout: float = 300.0,
                 stop: threading.Event | None = None,
-                samples: list[tuple[float, int, int]] | None = None
-                ) -> list[tuple[float, int, int]]:
+                samples: list[tuple[float, int, int]] | None = None,
+                kafka: Mapping[str, Any] | None = None) -> list[tuple[float, int, int]]:
     """Consume ``n`` messages of ``source`` (or until ``stop``) and forward them.
 
     Forward to ``out_topic``, or, with ``plan``, to ``plan[i]`` for the event whose
     ``dls-event-id`` is ``e<i>``. Returns cumulative samples ``(perf_counter, messages in,
     messages out)``, one after each committed batch (appended to ``samples`` if given).
     """
-    consumer = Consumer(consumer_config(bootstrap, group))
+    consumer = Consumer(consumer_config(bootstrap, group, **(kafka or {})))
     producer = Producer(producer_config(
-        bootstrap, transactional_id=f"{group}-tx" if transactional else None))
+        bootstrap, transactional_id=f"{group}-tx" if transactional else None, **(kafka or {})))
     if transactional:
         producer.init_transactions()
     consumer.subscribe([source])
