@@ -62,6 +62,7 @@ __all__ = [
     "HEADER_LABEL",
     "HEADER_ORIGIN",
     "HEADER_PUBLISHED",
+    "MAX_SHARDS",
     "MAX_TOPIC_LENGTH",
     "HeaderValue",
     "Headers",
@@ -120,6 +121,9 @@ HEADER_DLQ_SOURCE = "dls-dlq-source"
 CLIENT_INPUT_KINDS = ("subscribe", "unsubscribe", "publish")
 """The kinds of a client's own input topics (:meth:`Topics.client_input`)."""
 
+MAX_SHARDS = 1024
+"""The most label shards a network may have (``NodeSettings.shards``)."""
+
 MAX_TOPIC_LENGTH = 249
 """Kafka's limit on the length of a topic name."""
 
@@ -156,17 +160,38 @@ def _fit(topic: str, field: str, value: str) -> str:
 
 @dataclass(frozen=True)
 class Topics:
-    """The topic names of one dlsroute installation, all under ``prefix``."""
+    """The topic names of one dlsroute installation, all under ``prefix``.
+
+    ``shard``: the names of one label shard of a sharded network (``shards`` > 1 on the
+    nodes): the nodes' own topics (subscribe, unsubscribe, publish, snapshot, link,
+    forward, clients' own inputs) get a part ``s<shard>``; what clients read and the
+    fixed topics (deliveries, dead letters, raw topics, a client's subscriptions) are the
+    network's, shared by its shards. ``None``: the unsharded names.
+    """
 
     prefix: str = "dls"
+    shard: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix, str) or _PREFIX_RE.fullmatch(self.prefix) is None:
             raise TopicNameError(
                 f"topic prefix must be a non-empty string of letters, digits, '.', '_' and "
                 f"'-', got {self.prefix!r}", field="prefix", value=self.prefix)
+        if self.shard is not None and (type(self.shard) is not int
+                                       or not 0 <= self.shard < MAX_SHARDS):
+            raise TopicNameError(f"shard must be None or an integer in [0, {MAX_SHARDS}), got "
+                                 f"{self.shard!r}", field="shard", value=self.shard)
         # The longest fixed name; per-node and per-client names are checked when made.
         _fit(self.raw_unsubscriptions, "prefix", self.prefix)
+
+    @property
+    def _s(self) -> str:
+        """The shard part of a node topic's name (empty when unsharded)."""
+        return "" if self.shard is None else f".s{self.shard}"
+
+    def of_shard(self, shard: int | None) -> Topics:
+        """The names of ``shard`` of the same network (None: unsharded)."""
+        return Topics(self.prefix, shard)
 
     # -- fixed topics ---------------------------------------------------------------------
     @property
@@ -193,22 +218,22 @@ class Topics:
     def node_subscribe(self, node: str) -> str:
         """Label-set subscriptions for ``node``."""
         check_name(node, "node")
-        return _fit(f"{self.prefix}.node.{node}.subscribe", "node", node)
+        return _fit(f"{self.prefix}.node.{node}{self._s}.subscribe", "node", node)
 
     def node_unsubscribe(self, node: str) -> str:
         """Label-set unsubscriptions for ``node``."""
         check_name(node, "node")
-        return _fit(f"{self.prefix}.node.{node}.unsubscribe", "node", node)
+        return _fit(f"{self.prefix}.node.{node}{self._s}.unsubscribe", "node", node)
 
     def node_publish(self, node: str) -> str:
         """Events published by the clients of ``node`` (label and origin in headers)."""
         check_name(node, "node")
-        return _fit(f"{self.prefix}.node.{node}.publish", "node", node)
+        return _fit(f"{self.prefix}.node.{node}{self._s}.publish", "node", node)
 
     def node_snapshot(self, node: str) -> str:
         """Snapshots of ``node``'s state (compacted): where its recovery starts."""
         check_name(node, "node")
-        return _fit(f"{self.prefix}.node.{node}.snapshot", "node", node)
+        return _fit(f"{self.prefix}.node.{node}{self._s}.snapshot", "node", node)
 
     def client_subscriptions(self, client: str) -> str:
         """Client ``client``'s live subscriptions (compacted, keyed by subscription id)."""
@@ -233,13 +258,14 @@ class Topics:
             raise TopicNameError(f"kind must be one of {list(CLIENT_INPUT_KINDS)}, got {kind!r}",
                                  field="kind", value=kind)
         field, value = ("node", node) if len(node) >= len(client) else ("client", client)
-        return _fit(f"{self.client_input_prefix(node, client)}{kind}", field, value)
+        return _fit(f"{self.client_input_prefix(node, client)}{self._s[1:]}{'.' * bool(self._s)}"
+                    f"{kind}", field, value)
 
     def client_input_prefix(self, node: str, client: str) -> str:
         """What every input topic of ``client`` at ``node`` starts with (an ACL prefix).
 
         It ends in a dot, which no name contains: client ``al``'s prefix is no prefix of
-        client ``alice``'s topics.
+        client ``alice``'s topics. The same for every shard.
         """
         check_name(node, "node")
         check_name(client, "client")
@@ -249,7 +275,7 @@ class Topics:
         """The regular expression (librdkafka's ``^`` form) of every client input of ``node``."""
         check_name(node, "node")
         return (f"^{re.escape(self.prefix)}\\.node\\.{node}\\.client\\.{NAME_PATTERN}"
-                f"\\.({'|'.join(CLIENT_INPUT_KINDS)})$")
+                f"{re.escape(self._s)}\\.({'|'.join(CLIENT_INPUT_KINDS)})$")
 
     def parse_client_input(self, topic: str) -> tuple[str, str, str] | None:
         """``(node, client, kind)`` of a per-client input topic, ``None`` for any other name."""
@@ -257,6 +283,10 @@ class Topics:
         if not isinstance(topic, str) or not topic.startswith(head):
             return None
         parts = topic[len(head):].split(".")
+        if self.shard is not None:
+            if len(parts) != 5 or parts[3] != f"s{self.shard}":
+                return None
+            del parts[3]
         if (len(parts) != 4 or parts[1] != "client" or parts[3] not in CLIENT_INPUT_KINDS
                 or NAME_RE.fullmatch(parts[0]) is None or NAME_RE.fullmatch(parts[2]) is None
                 or len(topic) > MAX_TOPIC_LENGTH):
@@ -286,7 +316,7 @@ class Topics:
             raise TopicNameError(f"a link joins two different nodes, got {src!r} twice",
                                  field="dst", value=dst)
         field, value = ("src", src) if len(src) >= len(dst) else ("dst", dst)
-        return _fit(f"{self.prefix}.{kind}.{src}.{dst}", field, value)
+        return _fit(f"{self.prefix}.{kind}.{src}.{dst}{self._s}", field, value)
 
     def deliver(self, client: str) -> str:
         """What client ``client`` receives (one topic per client)."""
@@ -317,6 +347,10 @@ class Topics:
         if not isinstance(topic, str) or not topic.startswith(head):
             return None
         parts = topic[len(head):].split(".")
+        if self.shard is not None:
+            if len(parts) != 3 or parts[2] != f"s{self.shard}":
+                return None
+            del parts[2]
         if len(parts) != 2:
             return None
         src, dst = parts
