@@ -10,13 +10,14 @@ Run (both local brokers up: ``make kafka-up`` and ``make kafka-up SECURE=1``)::
 Each round, on each profile in turn (the order alternates, so that drift of the shared
 machine hits both alike), under a fresh topic prefix:
 
-1. ``--subscriptions`` subscriptions of as many clients (a random box each) are produced to node A's subscribe topic; node A (no
-   neighbours, exactly once, one partition per topic, default settings) starts and applies
-   them (each matches about 1% of the events: with 1,000 of them an event goes to about ten
-   clients). Then ``--events`` events (d = 3 uniform attributes, 32 cells each) are produced to
-   its publish topic, as ``Client.publish`` writes them, in two halves: both systems read
-   the first (a warm-up: the first transactions to hundreds of fresh delivery partitions
-   stall), then the second, which is measured.
+1. ``--subscriptions`` subscriptions of as many clients (a random box each) are produced
+   to node A's subscribe topic; node A (no neighbours, exactly once, one partition per
+   topic, default settings) starts and applies them (each matches about 1% of the events:
+   with 1,000 of them an event goes to about ten clients). Then ``--events`` events (d = 3
+   uniform attributes, 32 cells each) are produced to its publish topic, as
+   ``Client.publish`` writes them, in two halves: both systems read the first (a warm-up:
+   the first transactions to hundreds of fresh delivery partitions stall), then the
+   second, which is measured.
 2. ``passthrough``: a consumer (read_committed) and a transactional producer forward every
    event to one topic, per batch in one transaction: the loop of the node without DLS.
 3. ``dls``: the node routes every event.

@@ -32,7 +32,7 @@ from pydantic_settings import (
 )
 
 from broker_node.exceptions import BrokerError
-from connectors.topics import NAME_PATTERN, NAME_RE
+from connectors.topics import MAX_SHARDS, NAME_PATTERN, NAME_RE, Topics
 
 __all__ = ["NodeConfigError", "NodeSettings", "load_settings"]
 
@@ -62,6 +62,16 @@ class NodeSettings(BaseSettings):
     topic_prefix: str = "dls"
     group_id: str | None = Field(default=None,
                                  description="default <topic_prefix>-node-<node>")
+    shards: int = Field(
+        default=1, ge=1, le=MAX_SHARDS,
+        description="label shards of the network (the same on every node and client): "
+                    "each shard is routed on topics of its own by one engine at a time; "
+                    "the processes that run this node's config share its shards as a "
+                    "consumer group (docs/scaling.md). 1: unsharded, one process")
+    shard: int | None = Field(
+        default=None, ge=0, lt=MAX_SHARDS,
+        description="the one shard an engine serves (set by the process for each shard "
+                    "it is given; not a setting of a config file)")
     mode: Literal["exact", "paper"] = "exact"
     client_filter: Literal["cbf", "direct"] = "cbf"
     routing_filter: Literal["cbf", "direct"] = "cbf"
@@ -242,10 +252,29 @@ class NodeSettings(BaseSettings):
                                   value=list(v))
         return v
 
+    @field_validator("shard")
+    @classmethod
+    def _shard_in_range(cls, v: int | None, info: Any) -> int | None:
+        shards = info.data.get("shards", 1)
+        if v is not None and not v < shards:
+            raise NodeConfigError(f"shard must be below shards ({shards}), got {v}",
+                                  field="shard", value=v)
+        return v
+
     @property
     def consumer_group(self) -> str:
-        """The consumer group (and transactional id stem) of this node."""
-        return self.group_id or f"{self.topic_prefix}-node-{self.node}"
+        """The consumer group (and transactional id stem) of this node, or of its shard."""
+        base = self.group_id or f"{self.topic_prefix}-node-{self.node}"
+        return base if self.shard is None else f"{base}-s{self.shard}"
+
+    @property
+    def replica_group(self) -> str:
+        """The consumer group in which this node's processes share its shards."""
+        return f"{self.group_id or f'{self.topic_prefix}-node-{self.node}'}-replicas"
+
+    def topics(self) -> Topics:
+        """The names of this node's topics (of its shard, if it serves one)."""
+        return Topics(self.topic_prefix, self.shard)
 
     @property
     def watchdog_bound_s(self) -> float:

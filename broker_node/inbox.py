@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 from confluent_kafka import Message
 
 from broker_node.metrics import Metrics
@@ -37,6 +38,7 @@ from connectors.topics import (
     decode_label,
 )
 from dls.exceptions import DLSError
+from dls.shards import label_shard, label_shards
 
 __all__ = [
     "ROUTED_MEMORY",
@@ -61,6 +63,8 @@ log = logging.getLogger("dlsroute.node")
 
 #: How many routed events (at least) the node remembers to drop repeats.
 ROUTED_MEMORY = 100_000
+#: How many labels' shards the inbox remembers (a sharded network) before it starts over.
+SHARD_MEMORY = 1_000_000
 
 #: What routing an event depends on: (label, bank index of its publisher if a local
 #: client or -1, index of the neighbour it came from or -1). The usual case, a label from
@@ -263,9 +267,17 @@ class Inbox:
     """Reads the node's input messages into events, control records and dead letters."""
 
     def __init__(self, node: str, topics: Topics, state: BrokerState, metrics: Metrics,
-                 routed: RoutedIds | None = None) -> None:
-        """The inbox of ``node``; its neighbours are the state's."""
+                 routed: RoutedIds | None = None, *, shards: int = 1) -> None:
+        """The inbox of ``node``; its neighbours are the state's.
+
+        ``shards`` > 1: the node serves shard ``topics.shard`` of a sharded network, and a
+        label of another shard (in an event or a subscription) is a dead letter: its
+        writer sent it to the wrong shard, where it would be lost unseen.
+        """
         self.node, self.state, self.metrics = node, state, metrics
+        self.shards = shards if topics.shard is not None else 1
+        self.shard = topics.shard or 0
+        self._shard_of: dict[bytes, bool] = {}  # label header -> in this shard
         self.deliver_topic = topics.deliver  # refuses a client name no topic can carry
         base, size = state.label_base, state.label_space_size
         #: The first and last label of the space as label headers (8 bytes big-endian
@@ -373,6 +385,9 @@ class Inbox:
             known = origins.get(raw_origin)
             if known is None:
                 known = origins[raw_origin] = self._origin(raw_origin)
+            if self.shards > 1 and not self._in_shard(label8):
+                out.dead.append(self._wrong_shard(msg, label8))
+                continue
             origin, local, id_prefix = known
             came_from = link_source.get(msg.topic()) if link_source else None  # type: ignore[arg-type]
             if eid is not None:
@@ -392,6 +407,22 @@ class Inbox:
                 keys.append((label, local, -1) if came_from is None
                             else (label, -1, state.neighbour_index(came_from)))
         return out
+
+    def _in_shard(self, label8: bytes) -> bool:
+        """True if the label (a header's 8 bytes) is of this node's shard."""
+        ok = self._shard_of.get(label8)
+        if ok is None:
+            if len(self._shard_of) > SHARD_MEMORY:
+                self._shard_of.clear()
+            ok = self._shard_of[label8] = (
+                label_shard(int.from_bytes(label8, "big"), self.shards) == self.shard)
+        return ok
+
+    def _wrong_shard(self, msg: Message, label8: bytes) -> DeadLetter:
+        label = int.from_bytes(label8, "big")
+        return DeadLetter.of(msg, f"label {label:#x} is of shard {label_shard(label, self.shards)}"
+                             f" of {self.shards}, not of this node's shard {self.shard}: its "
+                             f"writer sent it to the wrong shard", HEADER_LABEL, label8.hex())
 
     def _own_origin(self, msg: Message, carried: list[tuple[str, bytes | None]],
                     origin: bytes) -> list[tuple[str, bytes | None]]:
@@ -455,6 +486,11 @@ class Inbox:
             except DLSError as exc:
                 return DeadLetter.of(msg, str(exc), exc.field, exc.value)
         if want == "LabelSubscription":
+            if self.shards > 1:
+                labels = np.frombuffer(rec["labels"], dtype=">u8")
+                wrong = labels[label_shards(labels, self.shards) != self.shard]
+                if wrong.size:
+                    return self._wrong_shard(msg, int(wrong[0]).to_bytes(8, "big"))
             return Subscribe(msg, rec["client"], rec["id"], rec["labels"])
         if want == "LabelUnsubscription":
             return Unsubscribe(msg, rec["client"], rec["id"])

@@ -61,7 +61,7 @@ from connectors.kafka import (
     watermark_offsets,
 )
 from connectors.topic_settings import enforce_topic_config
-from connectors.topics import Topics, headers_dict, source_of
+from connectors.topics import headers_dict, source_of
 
 __all__ = [
     "CHUNK_BYTES",
@@ -314,7 +314,7 @@ def recover(s: NodeSettings, consumer: Consumer, topics: list[str], state: Broke
     start = dict.fromkeys(topics, 0)
     manifest, used = None, False
     if snapshots_enabled(s):
-        topic = Topics(s.topic_prefix).node_snapshot(s.node)
+        topic = s.topics().node_snapshot(s.node)
         _ensure_snapshot_topic(s, topic)
         manifest, data, why = read_snapshot(s, topic)
         if data is not None:
@@ -405,7 +405,7 @@ class SnapshotStore:
     def __init__(self, s: NodeSettings, latest: dict[str, Any] | None) -> None:
         """A store for the node of ``s``; ``latest`` is the manifest recovery found."""
         self.s = s
-        self.topic = Topics(s.topic_prefix).node_snapshot(s.node)
+        self.topic = s.topics().node_snapshot(s.node)
         self.latest = latest
         self.write: _Write | None = None
         self.failed = False  # the last write failed

@@ -60,8 +60,8 @@ from connectors.topics import (
     HEADER_ACK,
     HEADER_CLIENTS,
     HEADER_LINK_SEQ,
+    HEADER_SHARD,
     HEARTBEAT_KEY,
-    Topics,
     delivery_partition,
 )
 from dls.bank import warm_up_kernels
@@ -95,7 +95,11 @@ class NodeService:
         """
         s = settings
         self.space = space or ContentSpace.from_json(s.space)
-        self.topics = t = Topics(s.topic_prefix)
+        if s.shards > 1 and s.shard is None:
+            raise BrokerError(f"node {s.node}: a network of {s.shards} shards is served shard "
+                              f"by shard: say which (broker_node.replicas runs them)",
+                              field="shard", value=None)
+        self.topics = t = s.topics()
         self.state = BrokerState.for_space(
             s.node, list(s.neighbours), self.space, mode=s.mode,
             client_filter=s.client_filter, routing_filter=s.routing_filter)
@@ -104,7 +108,7 @@ class NodeService:
         self._routed = RoutedIds()
         #: routed_key(origin, event id) of the events routed in committed batches
         self.routed = self._routed.recent
-        self.inbox = Inbox(s.node, t, self.state, self.metrics, self._routed)
+        self.inbox = Inbox(s.node, t, self.state, self.metrics, self._routed, shards=s.shards)
         self.progress = Progress(s.neighbours, publish_delay_s=s.publish_delay_s,
                                  clock_skew_s=s.clock_skew_s)
         self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress,
@@ -482,14 +486,16 @@ class NodeService:
         """Acknowledge applied subscriptions where their clients read their deliveries."""
         assert self.committer is not None  # noqa: S101
         n = self.settings.shared_delivery_partitions
+        shard = ([] if self.settings.shard is None
+                 else [(HEADER_SHARD, str(self.settings.shard).encode())])
         for client, sid in acks:
             if n:
                 self.committer.produce(self.topics.shared_deliver, None, [
-                    (HEADER_ACK, sid.encode()), (HEADER_CLIENTS, client.encode())],
+                    (HEADER_ACK, sid.encode()), (HEADER_CLIENTS, client.encode()), *shard],
                     delivery_partition(client, n))
             else:
                 self.committer.produce(self.topics.deliver(client), None,
-                                       [(HEADER_ACK, sid.encode())])
+                                       [(HEADER_ACK, sid.encode()), *shard])
 
     def _send_links(self, links: list[LinkMessage]) -> None:
         assert self.committer is not None  # noqa: S101

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.client_state import AckWaiter, StoredSubscription, SubscriptionStore, ack_of
@@ -74,6 +75,7 @@ from connectors.topics import (
 from dls.exceptions import DLSError
 from dls.mapping import event_label
 from dls.predicates import Subscription
+from dls.shards import check_shards, label_shard, label_shards
 from dls.space import ContentSpace
 
 _log = logging.getLogger("dlsroute.client")
@@ -106,8 +108,8 @@ class Client:
     def __init__(self, bootstrap: str, node: str, client_id: str,
                  space: ContentSpace | str | Path, *, topic_prefix: str = "dls",
                  group_id: str | None = None, shared_delivery_partitions: int = 0,
-                 client_inputs: bool = False, kafka_config: str | Path | None = None,
-                 **kafka: Any):
+                 client_inputs: bool = False, shards: int = 1,
+                 kafka_config: str | Path | None = None, **kafka: Any):
         """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space.
 
         ``shared_delivery_partitions`` must equal the nodes' setting of that name: 0 reads
@@ -119,6 +121,10 @@ class Client:
         ``client_inputs`` must equal the node's setting of that name: True writes this
         client's own input topics (``Topics.client_input``, the secure layout, where only
         this client's principal may write them), False the node's shared ones.
+
+        ``shards`` must equal the nodes' setting of that name: a subscription goes to each
+        label shard in a part of its own (its labels of that shard), and is acknowledged
+        once every such shard has applied its part; an event goes to its label's shard.
 
         ``kafka_config``: a librdkafka properties file (``dlsroute access add-client``
         writes one; :mod:`connectors.kafka_config`), whose settings every Kafka client of
@@ -137,6 +143,10 @@ class Client:
         self.topics.deliver(client_id)  # validates the name
         self.topics.node_subscribe(node)
         self.client_inputs = bool(client_inputs)
+        try:
+            self.shards = check_shards(shards)
+        except DLSError as exc:
+            raise ConnectorSettingError(str(exc), field="shards", value=shards) from None
         if kafka_config is not None:
             from connectors.kafka_config import load_kafka_config
 
@@ -178,18 +188,20 @@ class Client:
             raise ConnectorSettingError(f"wait must be a number of seconds > 0 or None, got "
                                         f"{wait!r}", field="wait", value=wait)
         sub = Subscription(self.space, where)
-        labels = sub.labels()
+        parts = self._parts(sub.labels())
         sid = sub_id or f"{self.client_id}-{uuid.uuid4().hex[:12]}"
         waiter = None if wait is None else AckWaiter(
             self.bootstrap, f"{self._group}-ack", self._delivery_partition(), self._kafka)
         try:
             self._store.put(sid, sub.to_json(), self.node, sent=False)
-            self._send(self._input(self.node, "subscribe"),
-                       encode_label_subscription(self.client_id, sid, labels, str(sub)))
+            for shard, labels in parts.items():
+                self._send(self._input(self.node, "subscribe", shard),
+                           encode_label_subscription(self.client_id, sid, labels, str(sub)))
             self.subscriptions[sid] = sub
             self._store.put(sid, sub.to_json(), self.node, sent=True, flush=False)
             if waiter is not None and wait is not None \
-                    and not waiter.wait(sid, wait, self._acked_for_me):
+                    and not waiter.wait(sid, wait, self._acked_for_me,
+                                        shards=set(parts) if self.shards > 1 else None):
                 raise ConnectorError(
                     f"subscription {sid!r} of client {self.client_id!r}: node {self.node!r} "
                     f"did not acknowledge it within {wait} s (it is sent and kept; a node "
@@ -213,8 +225,12 @@ class Client:
                                  field="id", value=sub_id)
         self._store.delete(sub_id)
         cancelled_ms = int(time.time() * 1000)  # before the node can see it
-        self._send(self._input(self.node, "unsubscribe"),
-                   encode_label_unsubscription(self.client_id, sub_id))
+        known = self.subscriptions.get(sub_id)
+        shards = (list(self._parts(known.labels())) if known is not None
+                  else list(range(self.shards)))  # unknown here: every shard checks it
+        for shard in shards:
+            self._send(self._input(self.node, "unsubscribe", shard),
+                       encode_label_unsubscription(self.client_id, sub_id))
         sub = self.subscriptions.pop(sub_id, None)
         if sub is not None:
             self._cancelled[sub_id] = (sub, cancelled_ms)
@@ -253,9 +269,10 @@ class Client:
             if resend and not rec.sent:
                 _log.info("client %s: sending subscription %r (%s) to node %s again",
                           self.client_id, rec.sub_id, rec.source, rec.node or self.node)
-                self._send(self._input(rec.node or self.node, "subscribe"),
-                           encode_label_subscription(self.client_id, rec.sub_id, labels,
-                                                     str(sub)))
+                for shard, part in self._parts(labels).items():
+                    self._send(self._input(rec.node or self.node, "subscribe", shard),
+                               encode_label_subscription(self.client_id, rec.sub_id, part,
+                                                         str(sub)))
             self.subscriptions[rec.sub_id] = sub
             changed = True
         return changed
@@ -266,7 +283,7 @@ class Client:
         label = event_label(self.space, attrs)
         eid = event_id or uuid.uuid4().hex
         value = encode_raw_event(self.node, self.client_id, eid, dict(attrs), payload)
-        topic = self._input(self.node, "publish")
+        topic = self._input(self.node, "publish", label_shard(label, self.shards))
         if self.client_inputs and topic not in self._control_ready:
             ensure_topics(self.bootstrap, [topic], kafka=self._kafka)  # the node sets it up
             self._control_ready.add(topic)
@@ -285,13 +302,24 @@ class Client:
             raise ConnectorError(f"{left} messages not acknowledged within {timeout} s",
                                  field="flush", value=left)
 
-    def _input(self, node: str, kind: str) -> str:
-        """Where this client writes its ``kind`` (subscribe, unsubscribe, publish) for ``node``."""
+    def _input(self, node: str, kind: str, shard: int = 0) -> str:
+        """Where this client writes its ``kind`` (subscribe, unsubscribe, publish).
+
+        For ``node``, and of label shard ``shard`` in a sharded network.
+        """
+        t = self.topics if self.shards == 1 else self.topics.of_shard(shard)
         if self.client_inputs:
-            return self.topics.client_input(node, self.client_id, kind)
-        return (self.topics.node_subscribe(node) if kind == "subscribe"
-                else self.topics.node_unsubscribe(node) if kind == "unsubscribe"
-                else self.topics.node_publish(node))
+            return t.client_input(node, self.client_id, kind)
+        return (t.node_subscribe(node) if kind == "subscribe"
+                else t.node_unsubscribe(node) if kind == "unsubscribe"
+                else t.node_publish(node))
+
+    def _parts(self, labels: np.ndarray) -> dict[int, np.ndarray]:
+        """A subscription's labels by shard (the shards it has labels of, in order)."""
+        if self.shards == 1:
+            return {0: labels}
+        of = label_shards(labels, self.shards)
+        return {int(k): labels[of == k] for k in np.unique(of)}
 
     def _send(self, topic: str, value: bytes) -> None:
         if topic not in self._control_ready:  # before the node does, if it has not run yet

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ from connectors.kafka import (
     ensure_topics,
     watermark_offsets,
 )
-from connectors.topics import HEADER_ACK, source_of
+from connectors.topics import HEADER_ACK, HEADER_SHARD, source_of
 
 __all__ = [
     "AckWaiter",
@@ -100,6 +100,17 @@ def decode_stored(key: bytes | None, value: bytes | None, source: str = "") -> S
                          field="where", value=obj)
     return StoredSubscription(sid, obj["where"], str(obj.get("node", "")),
                               bool(obj.get("sent", True)), source)
+
+
+def shard_of_ack(msg: Any) -> int | None:
+    """The shard whose engine sent an acknowledgement (None: an unsharded node's)."""
+    for key, value in msg.headers() or ():
+        if key == HEADER_SHARD:
+            try:
+                return int(bytes(value or b""))
+            except ValueError:
+                return None
+    return None
 
 
 def ack_of(msg: Any) -> str | None:
@@ -235,18 +246,25 @@ class AckWaiter:
             self._reader.close()
             raise
 
-    def wait(self, sub_id: str, timeout: float, mine: Callable[[Any], bool]) -> bool:
+    def wait(self, sub_id: str, timeout: float, mine: Callable[[Any], bool], *,
+             shards: Collection[int] | None = None) -> bool:
         """True once an acknowledgement of ``sub_id`` that ``mine`` accepts is read.
 
-        False when ``timeout`` seconds pass without one.
+        ``shards``: in a sharded network, once one from each of these shards is read.
+        False when ``timeout`` seconds pass before.
         """
         reader = self._reader
         reader.assign([TopicPartition(self.where.topic, self.where.partition, self.start)])
         deadline = time.monotonic() + timeout
+        left_shards = None if shards is None else set(shards)
         while (left := deadline - time.monotonic()) > 0:
             for msg in consume_batch(reader, 500, min(left, 0.2)):
                 if ack_of(msg) == sub_id and mine(msg):
-                    return True
+                    if left_shards is None:
+                        return True
+                    left_shards.discard(shard_of_ack(msg))
+                    if not left_shards:
+                        return True
         return False
 
     def close(self) -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "HEADER_LABEL",
     "HEADER_ORIGIN",
     "HEADER_PUBLISHED",
+    "HEADER_SHARD",
     "MAX_SHARDS",
     "MAX_TOPIC_LENGTH",
     "HeaderValue",
@@ -113,6 +114,9 @@ HEARTBEAT_KEY = b"dls-heartbeat"
 HEADER_ACK = "dls-ack"
 """Header of an acknowledgement on a delivery topic: the subscription id its node applied
 (UTF-8); such a message has no value and is no event."""
+HEADER_SHARD = "dls-shard"
+"""Header of an acknowledgement from the engine of one label shard: its number, UTF-8
+decimal (a client of a sharded network waits for each shard its subscription went to)."""
 HEADER_DLQ_REASON = "dls-dlq-reason"
 """Header of a dead letter: why the message was rejected, UTF-8."""
 HEADER_DLQ_SOURCE = "dls-dlq-source"
