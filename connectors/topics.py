@@ -239,6 +239,14 @@ class Topics:
         check_name(node, "node")
         return _fit(f"{self.prefix}.node.{node}{self._s}.snapshot", "node", node)
 
+    def node_shards(self, node: str) -> str:
+        """One partition per label shard of ``node``, never written.
+
+        The processes running the node share its shards as a consumer group of this topic.
+        """
+        check_name(node, "node")
+        return _fit(f"{self.prefix}.node.{node}.shards", "node", node)
+
     def client_subscriptions(self, client: str) -> str:
         """Client ``client``'s live subscriptions (compacted, keyed by subscription id)."""
         check_name(client, "client")

@@ -93,6 +93,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
     import signal
 
     from broker_node.config import load_settings
+    from broker_node.replicas import ReplicaSet
     from broker_node.service import NodeService
 
     logging.basicConfig(level=logging.INFO,
@@ -100,7 +101,9 @@ def _cmd_node(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, metrics_port=args.metrics_port,
                              metrics_host=args.metrics_host, bootstrap=args.bootstrap,
                              kafka_config=args.kafka_config)
-    service = NodeService(settings, hard_watchdog=True)  # one node in this process
+    # A sharded node: this process routes the shards its replica group gives it.
+    service: Any = (ReplicaSet(settings) if settings.shards > 1
+                    else NodeService(settings, hard_watchdog=True))  # one node in this process
     stops = 0
 
     def on_signal(signum: int, _frame: object) -> None:
