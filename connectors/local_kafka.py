@@ -25,6 +25,7 @@ __all__ = [
     "docker_engine_available",
     "ensure_local_kafka",
     "port_answers",
+    "secure_admin_properties",
     "stop_local_kafka",
 ]
 
@@ -41,8 +42,8 @@ def port_answers(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def _run_script(command: str, port: int, timeout: float) -> None:
-    """Run ``kafka.sh <command>`` for the broker on ``port``.
+def _run_script(command: str, port: int, timeout: float, secure: bool = False) -> None:
+    """Run ``kafka.sh <command>`` for the broker on ``port`` (``secure``: ``SECURE=1``).
 
     Raises:
         LocalKafkaError: The script is missing, took longer than ``timeout`` or failed (the
@@ -57,6 +58,7 @@ def _run_script(command: str, port: int, timeout: float) -> None:
         raise LocalKafkaError(f"{KAFKA_SCRIPT} is missing")
     env = dict(os.environ)
     env["KAFKA_PORT"] = str(port)
+    env["SECURE"] = "1" if secure else "0"
     # The readiness check in kafka.sh uses confluent-kafka; this interpreter has it.
     env.setdefault("PYTHON", sys.executable)
     try:
@@ -84,7 +86,8 @@ def _check_port(port: int) -> None:
                                     value=port)
 
 
-def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0) -> str:
+def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0,
+                       secure: bool = False) -> str:
     """Start the local Kafka broker on ``127.0.0.1:port`` unless it already runs.
 
     Idempotent: returns at once when the broker already answers. The first call may take a
@@ -94,6 +97,8 @@ def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0) -> str:
     Args:
         port: The client (PLAINTEXT) port on loopback.
         timeout: Seconds to allow for fetch plus start-up.
+        secure: The secure profile (SASL_SSL, SCRAM, ACLs): admin's client settings are
+            then in :func:`secure_admin_properties`.
 
     Returns:
         The bootstrap servers string, ``"127.0.0.1:<port>"``.
@@ -102,22 +107,30 @@ def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0) -> str:
         LocalKafkaError: The broker did not come up; the message holds the log tail.
         ConnectorSettingError: ``port`` is out of range (a ``ValueError`` too).
     """
-    _run_script("up", port, timeout)
+    _run_script("up", port, timeout, secure)
     return f"127.0.0.1:{port}"
 
 
-def stop_local_kafka(port: int = 9092, *, timeout: float = 60.0) -> None:
+def stop_local_kafka(port: int = 9092, *, timeout: float = 60.0,
+                     secure: bool = False) -> None:
     """Stop the local Kafka broker on ``port``; a no-op when it is not running.
 
     Args:
         port: The client port the broker was started with.
         timeout: Seconds to allow for the shutdown.
+        secure: The secure profile's broker (``SECURE=1``).
 
     Raises:
         LocalKafkaError: ``kafka.sh down`` failed.
         ConnectorSettingError: ``port`` is out of range (a ``ValueError`` too).
     """
-    _run_script("down", port, timeout)
+    _run_script("down", port, timeout, secure)
+
+
+def secure_admin_properties() -> Path:
+    """Where ``kafka.sh`` (``SECURE=1``) writes the super user's client settings."""
+    cache = Path(os.environ.get("DLS_CACHE") or KAFKA_SCRIPT.parent.parent.parent / ".cache")
+    return cache / "kafka" / "secure" / "admin.properties"
 
 
 def docker_engine_available(timeout: float = 3.0) -> bool:

@@ -273,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_node(sub)
     _add_sdk_commands(sub)
     _add_demo(sub)
+    from dlsroute import access
+
+    access.register(sub)
     # The Spark jobs keep their own subcommands next to their code.
     from spark import batch_cli, map_cli
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DOCS = (README, ROOT / "docs" / "architecture.md", ROOT / "benchmarks" / "README.md")
+DOCS = (README, ROOT / "docs" / "architecture.md", ROOT / "benchmarks" / "README.md",
+        ROOT / "docs" / "security.md")
 PRODUCT = ("dls", "connectors", "broker_node", "spark", "dlsroute", "benchmarks")
 
 

@@ -1,0 +1,40 @@
+"""The secure local Kafka (``SECURE=1 docker/kafka/kafka.sh up``) for the security tests.
+
+``secure_kafka`` starts it once per session on ``127.0.0.1:$DLS_TEST_SECURE_KAFKA_PORT``
+(default 19392, beside the plaintext test broker's 19092) unless it already answers, and
+stops it at the end if this session started it. It yields the bootstrap servers and the
+super user's settings file. It needs Java 17+ and openssl (no Docker: testcontainers has
+no SCRAM/ACL profile here).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.local_kafka import (
+    ensure_local_kafka,
+    port_answers,
+    secure_admin_properties,
+    stop_local_kafka,
+)
+
+DEFAULT_TEST_SECURE_KAFKA_PORT = 19392
+
+
+@pytest.fixture(scope="session")
+def secure_kafka() -> Iterator[tuple[str, Path]]:
+    """``(bootstrap, admin.properties)`` of the secure local Kafka, for the whole session."""
+    port = int(os.environ.get("DLS_TEST_SECURE_KAFKA_PORT", DEFAULT_TEST_SECURE_KAFKA_PORT))
+    started_here = not port_answers(port)
+    bootstrap = ensure_local_kafka(port, secure=True)
+    try:
+        yield bootstrap, secure_admin_properties()
+    finally:
+        if started_here and "PYTEST_XDIST_WORKER" not in os.environ:
+            gc.collect()  # clients of the tests go while the broker still answers
+            stop_local_kafka(port, secure=True)
