@@ -10,16 +10,16 @@ CBF client bank sized for the mean distinct labels per client of that size at 1 
 ERTs m = 2**20, k = 7), inserts the first ``n`` subscriptions of the workload in batches
 of 50,000 and reports what it holds, divided by ``n``:
 
-* the arrays of :meth:`broker_node.state.BrokerState.memory_breakdown`: ``client_bank``
+* the parts of :meth:`broker_node.state.BrokerState.memory_breakdown`: ``client_bank``
   (counters, bitset, per-client item counts, the transposed position table),
   ``routing_filters`` (the ERTs), ``label_counts`` (exact count tables),
-  ``position_tables`` (label -> positions), ``registry`` (the registry's arrays);
-* ``registry_index``: the Python objects of the registry's id index
-  (:meth:`broker_node.registry.SubscriptionRegistry.index_bytes`: the dict or hash table
-  and the id strings it keeps alive), which ``memory_breakdown`` leaves out;
-* ``arrays``: the sum of the array parts (what ``BrokerState.memory_bytes`` and the
-  paper benchmark's ``bytes_per_subscription`` count); ``everything``: arrays plus the
-  id index.
+  ``position_tables`` (label -> positions), ``registry`` (the registry's label arrays),
+  ``registry_index`` (its id index: the ids' bytes, their offsets and the hash table of
+  :class:`dls.ids.HashIdIndex`; on the reference path, ``DLS_NO_JIT=1``, a dict counted
+  with its keys);
+* ``arrays``: every part but the id index; ``everything``: all of them, what
+  ``BrokerState.memory_bytes`` and the paper benchmark's ``bytes_per_subscription``
+  count.
 
 The id strings are the benchmark's (``s<number>``, 2 to 8 characters).
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,17 +50,6 @@ from dls.space import ContentSpace
 DEFAULT_SIZES = (100_000, 500_000, 1_000_000, 5_000_000)
 BATCH = 50_000
 N_CLIENTS = 1_000
-
-
-def index_bytes(state: BrokerState) -> int:
-    """Bytes of the Python objects behind the registry's id index."""
-    reg = state._registry  # noqa: SLF001 - a measuring aid
-    fn = getattr(reg, "index_bytes", None)
-    if fn is not None:
-        return int(fn())
-    codes: dict[str, int] = reg.codes
-    return (sys.getsizeof(codes) + sum(map(sys.getsizeof, codes))
-            + sum(map(sys.getsizeof, codes.values())))
 
 
 def measure(dist: str, d: int, g: int, sizes: Sequence[int]) -> list[dict[str, Any]]:
@@ -92,8 +80,8 @@ def measure(dist: str, d: int, g: int, sizes: Sequence[int]) -> list[dict[str, A
                                  labels[offsets[a]:offsets[b]])
         t_ins = time.perf_counter() - t0
         parts = {k: v / n for k, v in state.memory_breakdown().items()}
+        idx = parts.pop("registry_index", 0.0)
         arrays = sum(parts.values())
-        idx = index_bytes(state) / n
         rec = {"distribution": dist, "d": d, "g": g, "n_subs": n, "n_clients": N_CLIENTS,
                "labels_per_subscription": int(offsets[n]) / n,
                "client_m": state.config.client_m, "client_k": state.config.client_k,

@@ -8,11 +8,13 @@ the broker keeps ``subscription id -> (client, labels)``
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from broker_node.exceptions import DuplicateSubscriptionError
+from dls.ids import IdIndex, make_id_index
 
 __all__ = ["SubscriptionRegistry", "first_repeat", "sorted_unique_rows", "take_rows"]
 
@@ -25,27 +27,60 @@ def _smallest_uint(top: int) -> type:
     return np.uint64
 
 
+_M32 = 0xFFFFFFFF
+_COMPACT_MIN = 1 << 16  # dead seqs below this never trigger a compaction
+
+
+class _Codes(Mapping[str, int]):
+    """The registered ids as a read-only mapping ``id -> code`` (iterates in seq order)."""
+
+    def __init__(self, registry: SubscriptionRegistry) -> None:
+        self._r = registry
+
+    def __getitem__(self, sub_id: str) -> int:
+        code = self._r.code(sub_id)
+        if code < 0:
+            raise KeyError(sub_id)
+        return code
+
+    def __contains__(self, sub_id: object) -> bool:
+        return isinstance(sub_id, str) and self._r.code(sub_id) >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        idx = self._r.index
+        return iter(idx.ids_of(idx.live()))
+
+    def __len__(self) -> int:
+        return len(self._r.index)
+
+
 class SubscriptionRegistry:
     """Exact ``subscription id -> (client, labels)``, stored in CSR batches.
 
-    One dict entry per subscription maps the id to ``batch << 32 | row``; the labels stay in
-    numpy arrays of the batch they arrived in, so bulk inserts and deletes need no
-    per-subscription Python objects.
+    Every registered id has a *seq* (consecutive in a batch, rising with time) and a code
+    whose low 32 bits are that seq: the id index (:mod:`dls.ids`: a compact hash table
+    of the ids' bytes with the compiled kernels, a dict on the reference path) maps ids to
+    codes, and a batch, keyed by its first seq, holds the labels of its rows, so bulk
+    inserts and deletes need no per-subscription Python objects.
 
     A batch is stored compact: with a known label space ``base..base+size-1`` its labels
     are kept as ``label - base`` in the narrowest unsigned type that holds ``size - 1``
     (uint16 for the 32,768 labels of d = 3, g = 32), its offsets as int32 (int64 past
     2**31 labels) and its clients in the narrowest unsigned type that holds the batch's
     largest client index. :meth:`get`, :meth:`gather` and :meth:`live` give uint64 labels
-    and int64 clients, as before.
+    and int64 clients, as before. A batch goes with its last live row; when more seqs are
+    dead than live (and at least 65,536), the live rows are copied into one batch and
+    renumbered from 0 (:meth:`_compact`).
     """
 
     def __init__(self, label_base: int | None = None,
                  label_space_size: int | None = None) -> None:
         """An empty registry (labels relative to ``label_base`` when the space is known)."""
-        self.codes: dict[str, int] = {}
-        self.batches: dict[int, list[Any]] = {}  # batch -> [offsets, labels, clients, live]
-        self._next = 0
+        self.index: IdIndex = make_id_index()
+        self.batches: dict[int, list[Any]] = {}  # first seq -> [offsets, labels, clients, live]
+        self._starts = np.zeros(0, dtype=np.int64)  # the batches' first seqs, sorted
+        self._next = 0  # the next free seq
+        self._reserved = 0  # the first seq of the last reserved batch
         self._base = np.uint64(0)
         self._label_dtype: type = np.uint64
         if label_base is not None and label_space_size is not None:
@@ -59,97 +94,128 @@ class SubscriptionRegistry:
             out += self._base
         return out
 
+    @property
+    def codes(self) -> Mapping[str, int]:
+        """The registered ids, as a mapping to their codes."""
+        return _Codes(self)
+
     def __len__(self) -> int:
-        return len(self.codes)
+        return len(self.index)
 
     def __contains__(self, sub_id: str) -> bool:
-        return sub_id in self.codes
+        return self.code(sub_id) >= 0
+
+    def code(self, sub_id: str) -> int:
+        """The code of an id (-1: not registered)."""
+        codes, _ = self.index.codes([sub_id])
+        return int(codes[0])
+
+    def lookup(self, sub_ids: Sequence[str]) -> tuple[np.ndarray, int]:
+        """(code per id, -1 when unknown; the first index repeating a known id, or -1)."""
+        return self.index.codes(sub_ids)
 
     def reserve(self, sub_ids: Sequence[str]) -> list[int]:
-        """Give distinct ``sub_ids`` the codes of the next batch, unless one is known.
+        """Give ``sub_ids`` the seqs of the next batch, unless one is known.
 
         Returns the indexes of the ids already registered (usually none: then every id
-        now has its code, row ``i`` for ``sub_ids[i]``, and :meth:`add` with
-        ``reserved=True`` stores the batch). When some are known nothing is kept: the ids
-        are released again and the known ones keep their codes. One C-level pass
-        (``dict.setdefault``) both looks the ids up and registers them.
+        now has its seq, and :meth:`add` with ``reserved=True`` stores the batch). When
+        some are known nothing is kept. An id repeated in the batch raises
+        :class:`DuplicateSubscriptionError` (nothing kept).
         """
-        codes = self.codes
-        before = len(codes)
-        base = self._next << 32
-        got = list(map(codes.setdefault, sub_ids, range(base, base + len(sub_ids))))
-        if len(codes) == before + len(sub_ids):
+        first = self._next
+        flags = self.index.reserve(sub_ids, first)
+        if flags is None:
+            self._reserved = first
+            self._next = first + len(sub_ids)
             return []
-        known = [i for i, code in enumerate(got) if code != base + i]
-        self.release(sub_ids, known)
-        return known
+        if (flags == 2).any() or len(set(sub_ids)) != len(sub_ids):
+            dup = first_repeat(sub_ids)
+            raise DuplicateSubscriptionError(f"subscription id {dup!r} repeats in one batch",
+                                             field="id", value=dup)
+        return np.flatnonzero(flags == 1).tolist()
 
     def release(self, sub_ids: Sequence[str], known: Sequence[int] = ()) -> None:
         """Undo :meth:`reserve` of ``sub_ids`` (all but the indexes ``known``)."""
         skip = set(known)
-        codes = self.codes
-        for i, sid in enumerate(sub_ids):
-            if i not in skip:
-                del codes[sid]
+        ids = [sid for i, sid in enumerate(sub_ids) if i not in skip]
+        codes, _ = self.index.codes(ids)
+        self.index.discard(ids, codes)
 
     def add(self, sub_ids: Sequence[str], clients: np.ndarray, offsets: np.ndarray,
             labels: np.ndarray, *, reserved: bool = False) -> None:
         """Register new ids; row ``i`` of the CSR batch belongs to ``clients[i]``.
 
-        ``reserved``: :meth:`reserve` already gave the ids their codes.
+        ``reserved``: :meth:`reserve` already gave the ids their seqs.
         """
-        b = self._next
-        self._next += 1
+        if reserved:
+            start = self._reserved
+        else:
+            start = self._next
+            if self.index.reserve(sub_ids, start) is not None:
+                raise DuplicateSubscriptionError("add: an id is registered or repeats",
+                                                 field="id", value=len(sub_ids))
+            self._next = start + len(sub_ids)
+        self._store(start, clients, offsets, labels)
+
+    def _store(self, start: int, clients: np.ndarray, offsets: np.ndarray,
+               labels: np.ndarray) -> None:
         stored: np.ndarray = (labels - self._base if self._base else labels).astype(
             self._label_dtype)
         offs = offsets.astype(np.int32 if len(labels) < 2**31 else np.int64)
         top = int(clients.max()) if len(clients) else 0
         cli: np.ndarray = clients.astype(_smallest_uint(top))
-        self.batches[b] = [offs, stored, cli, len(sub_ids)]
-        if not reserved:
-            base = b << 32
-            self.codes.update(zip(sub_ids, range(base, base + len(sub_ids)), strict=True))
+        self.batches[start] = [offs, stored, cli, len(clients)]
+        self._starts = np.array(sorted(self.batches), dtype=np.int64)
 
     def get(self, sub_id: str) -> tuple[int, np.ndarray]:
         """(client index, labels) of a registered id."""
-        code = self.codes[sub_id]
-        offsets, labels, clients, _ = self.batches[code >> 32]
-        row = code & 0xFFFFFFFF
+        code = self.code(sub_id)
+        if code < 0:
+            raise KeyError(sub_id)
+        seq = code & _M32
+        start = int(self._starts[np.searchsorted(self._starts, seq, side="right") - 1])
+        offsets, labels, clients, _ = self.batches[start]
+        row = seq - start
         return int(clients[row]), self._labels_out(labels[offsets[row]:offsets[row + 1]])
+
+    def _groups(self, seqs: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """(first seq of a batch, the positions of ``seqs`` in it), batch by batch."""
+        where = np.searchsorted(self._starts, seqs, side="right") - 1
+        if len(seqs) and where[0] == where[-1] and (where == where[0]).all():
+            yield int(self._starts[where[0]]), np.arange(len(seqs))
+            return
+        order = np.argsort(where, kind="stable")
+        bounds = np.flatnonzero(np.diff(where[order])) + 1
+        for group in np.split(order, bounds):
+            if group.size:
+                yield int(self._starts[where[group[0]]]), group
 
     def gather(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(client per sub, label count per sub, labels concatenated) for codes."""
-        batch_of = codes >> 32
-        rows = codes & 0xFFFFFFFF
-        owners = np.empty(len(codes), dtype=np.int64)
-        lens = np.empty(len(codes), dtype=np.int64)
-        starts = np.empty(len(codes), dtype=np.int64)
-        order = np.argsort(batch_of, kind="stable")
-        bounds = np.flatnonzero(np.diff(batch_of[order])) + 1
-        for group in np.split(order, bounds):
-            if group.size == 0:
-                continue
-            offsets, labels, clients, _ = self.batches[int(batch_of[group[0]])]
-            r = rows[group]
+        seqs = np.asarray(codes, dtype=np.int64) & _M32
+        n = len(seqs)
+        owners = np.empty(n, dtype=np.int64)
+        lens = np.empty(n, dtype=np.int64)
+        starts = np.empty(n, dtype=np.int64)
+        groups = list(self._groups(seqs))
+        for start, group in groups:
+            offsets, _, clients, _ = self.batches[start]
+            r = seqs[group] - start
             owners[group] = clients[r]
             starts[group] = offsets[r]
-            lens[group] = offsets[r + 1] - offsets[r]
-        # Gather in the caller's order, batch by batch.
+            lens[group] = offsets[r + 1] - starts[group]
         out = np.empty(int(lens.sum()), dtype=np.uint64)
-        out_off = np.zeros(len(codes) + 1, dtype=np.int64)
+        out_off = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lens, out=out_off[1:])
-        for group in np.split(order, bounds):
-            if group.size == 0:
-                continue
-            labels = self.batches[int(batch_of[group[0]])][1]
+        for start, group in groups:  # gather in the caller's order, batch by batch
+            labels = self.batches[start][1]
             g_lens = lens[group]
             total = int(g_lens.sum())
             if total == 0:
                 continue
-            src = np.repeat(starts[group] - np.cumsum(g_lens) + g_lens, g_lens) + np.arange(
-                total)
-            dst = np.repeat(out_off[group] - np.cumsum(g_lens) + g_lens, g_lens) + np.arange(
-                total)
+            shift = np.cumsum(g_lens) - g_lens
+            src = np.repeat(starts[group] - shift, g_lens) + np.arange(total)
+            dst = np.repeat(out_off[group] - shift, g_lens) + np.arange(total)
             out[dst] = labels[src]
         if self._base:
             out += self._base
@@ -160,29 +226,50 @@ class SubscriptionRegistry:
 
         In registration order (oldest first); what a snapshot of the node saves.
         """
-        ids = list(self.codes)
-        codes = np.fromiter(self.codes.values(), dtype=np.int64, count=len(ids))
-        owners, lens, flat = self.gather(codes)
+        seqs = self.index.live()
+        ids = self.index.ids_of(seqs)
+        owners, lens, flat = self.gather(seqs)
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
         return ids, owners, offsets, flat
 
     def remove(self, sub_ids: Sequence[str], codes: np.ndarray) -> None:
         """Forget ids (``codes`` are theirs); a batch goes once its last id is gone."""
-        deque(map(self.codes.__delitem__, sub_ids), maxlen=0)  # a C-level loop
-        batch_of, counts = np.unique(codes >> 32, return_counts=True)
-        for b, c in zip(batch_of.tolist(), counts.tolist(), strict=True):
-            entry = self.batches[b]
-            entry[3] -= c
+        self.index.discard(sub_ids, codes)
+        seqs = np.asarray(codes, dtype=np.int64) & _M32
+        for start, group in self._groups(seqs):
+            entry = self.batches[start]
+            entry[3] -= len(group)
             if entry[3] == 0:
-                del self.batches[b]
+                del self.batches[start]
+        self._starts = np.array(sorted(self.batches), dtype=np.int64)
+        dead = self._next - len(self.index)
+        if dead >= _COMPACT_MIN and dead > len(self.index):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Copy the live rows into one batch and renumber them 0, 1, 2, ... (oldest first)."""
+        seqs = self.index.live()
+        owners, lens, flat = self.gather(seqs)
+        self.index.renumber(seqs)
+        self.batches.clear()
+        self._starts = np.zeros(0, dtype=np.int64)
+        self._next = len(seqs)
+        if len(seqs):
+            offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+            np.cumsum(lens, out=offsets[1:])
+            self._store(0, owners, offsets, flat)
 
     def memory_bytes(self) -> int:
-        """Bytes of the batches' arrays (offsets, labels, clients); the dict not counted."""
+        """Bytes of the batches' arrays (offsets, labels, clients); the id index apart."""
         total = 0
         for offsets, labels, clients, _ in self.batches.values():
             total += int(offsets.nbytes + labels.nbytes + np.asarray(clients).nbytes)
         return total
+
+    def index_bytes(self) -> int:
+        """Bytes of the id index (:meth:`dls.ids.IdIndex.nbytes`)."""
+        return self.index.nbytes()
 
 
 def first_repeat(items: Sequence[str]) -> str:

@@ -327,10 +327,6 @@ class BrokerState:
             sid = sub_ids[int(np.flatnonzero(lens == 0)[0])]
             raise BrokerError(f"subscription {sid!r} has no labels", field="labels", value=sid)
         offs, flat = sorted_unique_rows(offs, flat)
-        if len(set(sub_ids)) != n:
-            dup = first_repeat(sub_ids)
-            raise DuplicateSubscriptionError(f"subscription id {dup!r} repeats in one batch",
-                                             field="id", value=dup)
         known = self._registry.reserve(sub_ids)  # all new: registered already
         if known:
             keep = np.ones(n, dtype=bool)
@@ -375,16 +371,14 @@ class BrokerState:
                               field="id", value=len(sub_ids))
         if not sub_ids:
             return []
-        registered = self._registry.codes
-        try:
-            codes = np.fromiter(map(registered.__getitem__, sub_ids), dtype=np.int64,
-                                count=len(sub_ids))
-        except KeyError:
-            i = next(i for i, sid in enumerate(sub_ids) if sid not in registered)
+        codes, repeat_at = self._registry.lookup(sub_ids)
+        unknown = np.flatnonzero(codes < 0)
+        if unknown.size:
+            i = int(unknown[0])
             raise UnknownSubscriptionError(
                 f"unknown subscription id {sub_ids[i]!r} (client {clients[i]!r})", field="id",
-                value=sub_ids[i]) from None
-        if len(set(sub_ids)) != len(sub_ids):
+                value=sub_ids[i])
+        if repeat_at >= 0:
             dup = first_repeat(sub_ids)
             raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                            field="id", value=dup)
@@ -554,8 +548,9 @@ class BrokerState:
         ``client_bank``: the client filter bank; ``routing_filters``: the ERTs' counters;
         ``paper_filters``: the SFFs' counters (paper mode, else 0); ``label_counts``: the
         exact count tables (the total and one per neighbour); ``position_tables``: the
-        precomputed label -> positions tables; ``registry``: the registry's CSR arrays.
-        Python objects (dicts, the registry's id map) are not counted.
+        precomputed label -> positions tables; ``registry``: the registry's CSR arrays;
+        ``registry_index``: its id index (a byte arena and hash table; on the reference
+        path a dict, counted with its keys). Other Python objects are not counted.
         """
         return {
             "client_bank": self._bank.memory_bytes(),
@@ -565,10 +560,11 @@ class BrokerState:
             + sum(t.memory_bytes() for t in self._recv.values()),
             "position_tables": sum(_table_bytes(fn) for fn in self._position_fns.values()),
             "registry": self._registry.memory_bytes(),
+            "registry_index": self._registry.index_bytes(),
         }
 
     def memory_bytes(self) -> int:
-        """Bytes held in the broker's arrays: the sum of :meth:`memory_breakdown`."""
+        """Bytes the broker keeps: the sum of :meth:`memory_breakdown`."""
         return sum(self.memory_breakdown().values())
 
 

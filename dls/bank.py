@@ -66,10 +66,11 @@ def warm_up_kernels() -> float:
     """
     if not _jit.ENABLED:
         return 0.0
-    from dls import _kernels
+    from dls import _idkernels, _kernels
 
     t0 = time.perf_counter()
     _kernels.warm_up()
+    _idkernels.warm_up()
     return time.perf_counter() - t0
 
 

@@ -31,7 +31,7 @@ def parts_by_hand(st: BrokerState) -> int:
             total += int(table.nbytes)
     for offsets, labels, clients, _ in st._registry.batches.values():
         total += int(offsets.nbytes + labels.nbytes + np.asarray(clients).nbytes)
-    return total
+    return total + st._registry.index_bytes()
 
 
 def churn(st: BrokerState, rng: np.random.Generator, base: int, size: int) -> None:
@@ -105,3 +105,33 @@ def test_registry_keeps_labels_relative_and_gives_them_back_whole():
     assert flat.tolist() == sorted(labels[:3].tolist()) + [labels[3]]
     st.unsubscribe("c1", "s1")
     assert st.received_from("A").size == 0 and len(st) == 1
+
+
+def test_registry_compacts_when_most_seqs_are_dead(monkeypatch):
+    """Live rows are copied into one batch, renumbered, and every answer stays."""
+    import broker_node.registry as registry_mod
+
+    monkeypatch.setattr(registry_mod, "_COMPACT_MIN", 8)
+    st = BrokerState.for_space("B", ["A"], SPACE)
+    base = SPACE.app_prefix
+    rng = np.random.default_rng(5)
+    want = {}
+    for b in range(5):
+        ids = [f"s{b}-{i}" for i in range(10)]
+        flat = (base + rng.integers(0, 100, 20)).astype(np.uint64)
+        st.subscribe_many([f"c{i % 3}" for i in range(10)], ids, np.arange(0, 21, 2), flat)
+        want.update({sid: st.subscription(sid) for sid in ids})
+    gone = [sid for sid in want if not sid.endswith(("-3", "-7"))]
+    st.unsubscribe_many([want[sid][0] for sid in gone], gone)
+    for sid in gone:
+        del want[sid]
+    reg = st._registry
+    assert len(reg.batches) == 1 and reg._next == len(want) == 10
+    ids, owners, offsets, flat = reg.live()
+    assert ids == list(want)  # registration order kept
+    for sid in ids:
+        client, labels = st.subscription(sid)
+        assert client == want[sid][0] and labels.tolist() == want[sid][1].tolist()
+    st.subscribe_many(["c0"], ["s9-0"], np.array([0, 1]), np.array([base], dtype=np.uint64))
+    st.unsubscribe_many([want[sid][0] for sid in ids], ids)
+    assert len(st) == 1 and st.subscription("s9-0")[0] == "c0"

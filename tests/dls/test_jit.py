@@ -48,22 +48,23 @@ def test_warm_up_compiles_every_kernel() -> None:
     if not _jit.ENABLED:
         pytest.skip(_jit.REASON)
     assert bank.warm_up_kernels() >= 0.0
-    from dls import _kernels
+    from dls import _idkernels, _kernels
 
-    compiled = [name for name in _kernels.__all__ if name != "warm_up"]
-    assert all(getattr(_kernels, name).signatures for name in compiled), compiled
+    for mod in (_kernels, _idkernels):
+        compiled = [name for name in mod.__all__ if name != "warm_up"]
+        assert all(getattr(mod, name).signatures for name in compiled), compiled
 
 
 NODE_WORK = """
 import numpy as np
 import dls._jit as j
-from dls import _kernels as K
+from dls import _idkernels as I, _kernels as K
 from dls.bank import warm_up_kernels
 from broker_node.state import BrokerState
 from dls.space import ContentSpace
 warm_up_kernels()
-names = [n for n in K.__all__ if n != "warm_up"]
-before = {n: set(getattr(K, n).signatures) for n in names}
+names = [(m, n) for m in (K, I) for n in m.__all__ if n != "warm_up"]
+before = {n: set(getattr(m, n).signatures) for m, n in names}
 space = ContentSpace.from_spec({"attributes": [
     {"name": f"a{i}", "type": "numeric", "low": 0, "high": 1, "granules": 32}
     for i in range(3)]})
@@ -75,7 +76,7 @@ for kw in ({}, {"client_filter": "direct", "routing_filter": "direct"}):
     st.route(np.array([1, 5, 7], dtype=np.uint64), np.array([0, -1, 1]))
     st.on_link("N1", "withdraw", np.array([9], dtype=np.uint64))
     st.unsubscribe_many(["c1"], ["s1"])
-print(sorted(n for n in names if set(getattr(K, n).signatures) - before[n]))
+print(sorted(n for m, n in names if set(getattr(m, n).signatures) - before[n]))
 """
 
 

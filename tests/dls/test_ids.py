@@ -1,0 +1,129 @@
+"""The id indexes (dls.ids): the compiled hash table answers as the dict reference does.
+
+Random programs of reserves (new ids, known ones, repeats), look-ups, discards and
+renumberings run on a :class:`HashIdIndex` and a :class:`DictIdIndex` side by side; every
+answer (flags, seqs of the codes, repeats, live seqs, ids) must be the same. Ids include
+the empty string, NUL, non-ASCII and lone surrogates. A table whose tags have no bits makes
+every probe compare bytes: a hash collision must never confuse two ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dls import _jit
+from dls.ids import DictIdIndex, HashIdIndex, make_id_index
+
+compiled = pytest.mark.skipif(not _jit.ENABLED, reason=_jit.REASON or "numba absent")
+
+ALPHABET = st.sampled_from(["a", "b", "s", "0", "1", "\0", "é", "\ud800", "\U0001f600"])
+IDS = st.text(ALPHABET, max_size=12)
+M32 = 0xFFFFFFFF
+
+
+def _run(index: Any, program: list[tuple[str, Any]]) -> list[Any]:
+    """Apply a program; every answer, in order (codes as their seqs)."""
+    out: list[Any] = []
+    nxt = 0
+    for op, arg in program:
+        if op == "reserve":
+            flags = index.reserve(arg, nxt)
+            out.append(None if flags is None else flags.tolist())
+            if flags is None:
+                nxt += len(arg)
+        elif op == "codes":
+            codes, rep = index.codes(arg)
+            out.append(([int(c) & M32 if c >= 0 else -1 for c in codes], rep))
+        elif op == "discard":
+            live = set(index.ids_of(index.live()))
+            ids = list(dict.fromkeys(s for s in arg if s in live))
+            codes, _ = index.codes(ids)
+            index.discard(ids, codes)
+            out.append(len(index))
+        elif op == "renumber":
+            seqs = index.live()
+            index.renumber(seqs)
+            nxt = len(seqs)
+            out.append(nxt)
+        out.append((index.live().tolist(), index.ids_of(index.live()), len(index)))
+    return out
+
+
+def _programs() -> st.SearchStrategy[list[tuple[str, Any]]]:
+    batch = st.lists(IDS, max_size=12)
+    step = st.one_of(st.tuples(st.just("reserve"), batch), st.tuples(st.just("codes"), batch),
+                     st.tuples(st.just("discard"), batch), st.tuples(st.just("renumber"),
+                                                                      st.none()))
+    return st.lists(step, max_size=25)
+
+
+@compiled
+@settings(max_examples=300, deadline=None)
+@given(program=_programs())
+def test_hash_index_answers_as_the_dict(program: list[tuple[str, Any]]) -> None:
+    assert _run(HashIdIndex(), program) == _run(DictIdIndex(), program)
+
+
+@compiled
+@settings(max_examples=100, deadline=None)
+@given(program=_programs())
+def test_colliding_tags_never_confuse_two_ids(program: list[tuple[str, Any]]) -> None:
+    index = HashIdIndex()
+    index._bits = 32  # uint32 entries, no tag bits: every probe compares bytes
+    assert _run(index, program) == _run(DictIdIndex(), program)
+
+
+@compiled
+def test_growth_rebuilds_and_compaction_keep_every_id() -> None:
+    index, ref = HashIdIndex(), DictIdIndex()
+    nxt = 0
+    for b in range(30):
+        ids = [f"id-{b}-{i}" for i in range(1000)]
+        for ix in (index, ref):
+            assert ix.reserve(ids, nxt) is None
+        nxt += len(ids)
+        gone = ids[::3]
+        for ix in (index, ref):
+            codes, rep = ix.codes(gone)
+            assert rep == -1 and (codes >= 0).all()
+            ix.discard(gone, codes)
+    assert index.live().tolist() == ref.live().tolist()
+    assert index.ids_of(index.live()) == ref.ids_of(ref.live())
+    for ix in (index, ref):
+        ix.renumber(ix.live())
+    assert index.live().tolist() == list(range(len(ref)))
+    assert index.ids_of(index.live()) == ref.ids_of(ref.live())
+    codes, _ = index.codes(["id-3-1", "id-3-0", "nope"])
+    assert [int(c) & M32 if c >= 0 else -1 for c in codes] == [
+        ref.map["id-3-1"], -1, -1]
+
+
+@compiled
+def test_compact_memory() -> None:
+    """At most 4 bytes of offset, the id's bytes and 4 / 0.55 bytes of table per id."""
+    index = HashIdIndex()
+    ids = [f"s{i}" for i in range(200_000)]
+    for a in range(0, len(ids), 50_000):
+        assert index.reserve(ids[a:a + 50_000], a) is None
+    id_bytes = sum(map(len, ids))
+    assert index.nbytes() <= 1.25 * (4 * len(ids) + id_bytes) + 4 / 0.55 * len(ids) + 4096
+
+
+def test_make_id_index_follows_the_switch() -> None:
+    assert isinstance(make_id_index(), HashIdIndex if _jit.ENABLED else DictIdIndex)
+
+
+def test_dict_index_flags_known_and_repeated_ids() -> None:
+    index = DictIdIndex()
+    assert index.reserve(["a", "b"], 0) is None
+    flags = index.reserve(["c", "a", "c", "d"], 2)
+    assert flags is not None and flags.tolist() == [0, 1, 2, 0]
+    assert len(index) == 2
+    codes, rep = index.codes(["b", "x", "b"])
+    assert codes.tolist() == [1, -1, 1] and rep == 2
+    assert np.array_equal(index.live(), [0, 1])
