@@ -24,9 +24,11 @@ machine hits both alike), under a fresh topic prefix:
 
 Both read the same events with the same batch size. ``throughput`` is events/s over the
 window of :func:`benchmarks.kafka.window`; the records also hold the median over batches.
-On the secure profile every Kafka client of both systems connects with ``--secure-config``
-(SASL_SSL, SCRAM-SHA-512) and the node with ``--node-config`` if given (a node principal
-made by ``dlsroute access add-node``; default: the same file as the others). The ratio
+On the secure profile every Kafka client connects over SASL_SSL with SCRAM-SHA-512: the
+passthrough and the workload's writers with ``--secure-config`` (a super user), the node
+under a principal of its own with exactly a node's ACLs, made for the round by
+:func:`dlsroute.access.add_principal` and removed after (``--node-config FILE`` uses that
+file instead). The ratio
 ``secure / plaintext`` of each system's median throughput over the rounds is the cost of
 TLS and SASL; ``dls / passthrough`` on each profile says whether the node keeps its share.
 
@@ -61,6 +63,7 @@ from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, Topi
 from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
+from dlsroute import access
 
 __all__ = ["main", "run_round"]
 
@@ -119,6 +122,12 @@ def run_round(profile: str, bootstrap: str, kafka: Mapping[str, str], node_confi
         log.info("%-9s %-12s %9.0f events/s (median batch %.0f)", profile, system, win.rate,
                  win.median_rate)
 
+    principal = None
+    if node_config is None and kafka:  # the node under a principal of its own, as deployed
+        principal = f"node.A-{prefix}"
+        node_config = access.add_principal(bootstrap, dict(kafka), principal,
+                                           access.node_grants(t, "A"),
+                                           out_dir=space_path.parent)
     settings = NodeSettings(node="A", space=space_path, bootstrap=bootstrap,
                             topic_prefix=prefix, batch_size=batch_size,
                             kafka_config=node_config, snapshot_every_messages=0)
@@ -143,6 +152,8 @@ def run_round(profile: str, bootstrap: str, kafka: Mapping[str, str], node_confi
                 record("dls", window(samples, m))
     finally:
         service.close()
+        if principal is not None:
+            access.remove_principal(bootstrap, dict(kafka), principal)
     _delete(bootstrap, kafka, prefix)
     return records
 
@@ -196,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="librdkafka settings for the secure broker (its admin's, or any "
                          "principal allowed the topics)")
     ap.add_argument("--node-config", type=Path, default=None,
-                    help="the node's settings on the secure broker (default: --secure-config)")
+                    help="the node's settings on the secure broker (default: a node principal "
+                         "made for each round with --secure-config)")
     ap.add_argument("--events", type=int, default=50_000)
     ap.add_argument("--subscriptions", type=int, default=1_000)
     ap.add_argument("--rounds", type=int, default=3)
@@ -218,8 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         space = ContentSpace.from_json(space_path)
         work = _workload(space, args.events, args.subscriptions, args.seed)
         profiles = {"plaintext": (args.bootstrap, {}, None),
-                    "secure": (args.secure_bootstrap, secure_kafka,
-                               args.node_config or args.secure_config)}
+                    "secure": (args.secure_bootstrap, secure_kafka, args.node_config)}
         records: list[dict[str, Any]] = []
         for r in range(args.rounds):
             order = ["plaintext", "secure"] if r % 2 == 0 else ["secure", "plaintext"]
