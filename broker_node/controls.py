@@ -37,6 +37,7 @@ published before it still reach the client, however late they arrive.
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,10 +61,13 @@ from broker_node.inbox import (
 from broker_node.metrics import Metrics
 from broker_node.progress import Progress
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
+from connectors.kafka import source_of
 from connectors.recent import RecentKeys
 from connectors.topics import decode_labels
 from dls.exceptions import DLSError
 from dls.space import ContentSpace
+
+log = logging.getLogger("dlsroute.node")
 
 __all__ = ["CANCELLED_MEMORY", "Controls", "Outcome"]
 
@@ -120,6 +124,8 @@ class Controls:
         #: (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         #: no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self.cancelled = RecentKeys(CANCELLED_MEMORY)
+        #: the epoch of the newest link control applied from each neighbour (0: none yet)
+        self.link_epoch: dict[str, int] = {}
         #: the subscribe topic was read up to the end the broker had at this monotonic time
         self.subscribe_read_at = float("-inf")
 
@@ -255,6 +261,8 @@ class Controls:
             self.progress.on_heartbeat(rec.source, rec.watermark_ms, rec.link_applied,
                                        rec.wants_watermark)
             return None
+        if not self._current(rec):
+            return None
         labels = decode_labels(rec.labels)
         # An empty one is a probe (a neighbour restarted): only its number counts.
         links = self.state.on_link(rec.source, rec.kind, labels) if len(labels) else []
@@ -318,6 +326,26 @@ class Controls:
         self.retiring[sid] = (client, cancelled_ms)
         heapq.heappush(self._due, (cancelled_ms, sid))
         self.progress.local_want = True
+
+    def _current(self, rec: LinkChange) -> bool:
+        """False for link control of an older epoch than one applied from its neighbour.
+
+        Such a message comes from an incarnation of the neighbour (or of its shard's
+        engine) that was replaced but still wrote: at least once nothing fences it. Applied,
+        a late withdrawal of it would cancel what its successor advertised since. A newer
+        epoch starts the neighbour's numbering afresh (its link_applied too).
+        """
+        known = self.link_epoch.get(rec.source, 0)
+        if rec.epoch < known:
+            self.metrics.stale_links += 1
+            log.info("node %s: %s is link control of %s's epoch %d, older than %d: ignored",
+                     self.settings.node, source_of(rec.msg), rec.source, rec.epoch, known)
+            return False
+        if rec.epoch > known:
+            self.link_epoch[rec.source] = rec.epoch
+            if known:
+                self.progress.new_link_epoch(rec.source)
+        return True
 
     def _links(self, links: list[LinkMessage], replay: bool, out: Outcome) -> None:
         """Keep the link messages to send (none on replay) and count their labels."""

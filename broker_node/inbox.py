@@ -30,6 +30,7 @@ from connectors.topics import (
     HEADER_DLQ_SOURCE,
     HEADER_EVENT_ID,
     HEADER_LABEL,
+    HEADER_LINK_EPOCH,
     HEADER_LINK_SEQ,
     HEADER_ORIGIN,
     HEADER_PUBLISHED,
@@ -177,6 +178,7 @@ class LinkChange:
     kind: str
     labels: bytes
     seq: int = 0  # HEADER_LINK_SEQ (0: none, from a node that does not number them)
+    epoch: int = 0  # HEADER_LINK_EPOCH (0: none)
 
 
 @dataclass(frozen=True)
@@ -255,12 +257,15 @@ def _unusual(msg: Message, carried: list[tuple[str, bytes | None]], space: tuple
     return label8, headers.get(HEADER_ORIGIN), headers.get(HEADER_EVENT_ID), clean
 
 
-def _link_seq(msg: Message) -> int:
-    """The HEADER_LINK_SEQ of a link control message (0 when absent or not 8 bytes)."""
+def _link_numbers(msg: Message) -> tuple[int, int]:
+    """The HEADER_LINK_SEQ and HEADER_LINK_EPOCH of a link control message (0: absent)."""
+    seq = epoch = 0
     for key, value in message_headers(msg):
         if key == HEADER_LINK_SEQ and len(value) == 8:
-            return int.from_bytes(value, "big")
-    return 0
+            seq = int.from_bytes(value, "big")
+        elif key == HEADER_LINK_EPOCH and len(value) == 8:
+            epoch = int.from_bytes(value, "big")
+    return seq, epoch
 
 
 class Inbox:
@@ -502,4 +507,4 @@ class Inbox:
             return Beat(msg, source, rec["watermark_ms"], rec["link_applied"],
                         rec["wants_watermark"])
         return LinkChange(msg, self.link_source[topic], str(rec["kind"]).lower(),
-                          rec["labels"], _link_seq(msg))
+                          rec["labels"], *_link_numbers(msg))

@@ -136,6 +136,8 @@ class Metrics:
     origins_replaced: int = _counter(
         "events on a client's own topic that named another origin (replaced by the client's)")
     duplicates: int = _counter("repeated events and unsubscriptions dropped")
+    stale_links: int = _counter(
+        "link control ignored: of an older epoch of its neighbour than one applied")
     unsubscriptions_done: int = _counter(
         "cancelled subscriptions removed, once every input passed the cancellation's time")
     heartbeats: int = _counter("heartbeats sent to neighbours")

@@ -114,6 +114,18 @@ class Progress:
             self.applied_seq[source] = seq
             self._moved.add(source)
 
+    def new_link_epoch(self, source: str) -> None:
+        """``source`` (a new incarnation of it) numbers its link control afresh.
+
+        What an older incarnation's numbers reached says nothing about the new one's: the
+        applied number starts again, and so does what was reported back.
+        """
+        self.applied_seq[source] = 0
+        self._pairs[source].clear()
+        self._behind[source] = 0
+        self.reported[source] = 0
+        self._moved.discard(source)
+
     def end_batch(self, batch: int = 0) -> bool:
         """Close batch ``batch``: its link control is applied, its own link control produced.
 

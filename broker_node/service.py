@@ -59,6 +59,7 @@ from connectors.topics import (
     CONTROL_TOPIC_CONFIG,
     HEADER_ACK,
     HEADER_CLIENTS,
+    HEADER_LINK_EPOCH,
     HEADER_LINK_SEQ,
     HEADER_SHARD,
     HEARTBEAT_KEY,
@@ -135,6 +136,9 @@ class NodeService:
         self._consumer: Consumer | None = None
         self._metrics_server: MetricsServer | None = None
         self._stop = threading.Event()
+        #: this incarnation's link epoch (HEADER_LINK_EPOCH): its start in µs, later than
+        #: any earlier incarnation's (the same clock assumption as the link numbers)
+        self.epoch = time.time_ns() // 1000
         self._delivery_topics: set[str] = set()
         self._new_topics: set[str] = set()
         self.control_topics = [t.node_subscribe(s.node), t.node_unsubscribe(s.node)] + [
@@ -499,12 +503,12 @@ class NodeService:
 
     def _send_links(self, links: list[LinkMessage]) -> None:
         assert self.committer is not None  # noqa: S101
-        node = self.settings.node
+        node, epoch = self.settings.node, self.epoch.to_bytes(8, "big")
         for m in links:
             seq = self.progress.next_seq(m.to).to_bytes(8, "big")
             self.committer.produce(self.topics.link(node, m.to),
                                    encode_link(node, m.kind, m.labels),
-                                   [(HEADER_LINK_SEQ, seq)])
+                                   [(HEADER_LINK_SEQ, seq), (HEADER_LINK_EPOCH, epoch)])
 
     # -- the order rule (broker_node.progress) ----------------------------------------------
     def _check_inputs_read(self, consumer: Consumer) -> None:

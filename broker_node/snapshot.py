@@ -97,6 +97,8 @@ class SnapshotData:
     retiring: dict[str, tuple[str, int]] = field(default_factory=dict)
     #: the highest link control sequence number applied from each neighbour
     applied_seq: dict[str, int] = field(default_factory=dict)
+    #: the epoch of the newest link control applied from each neighbour
+    link_epoch: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sub_ids)
@@ -117,7 +119,8 @@ def capture(state: BrokerState, controls: Controls, *, group: str,
         labels=labels, received={n: state.received_from(n) for n in state.neighbours},
         cancelled_old=list(controls.cancelled.old), cancelled_new=list(controls.cancelled.new),
         pending=[p.msg for p in controls.pending.values()],
-        retiring=dict(controls.retiring), applied_seq=dict(controls.progress.applied_seq))
+        retiring=dict(controls.retiring), applied_seq=dict(controls.progress.applied_seq),
+        link_epoch=dict(controls.link_epoch))
 
 
 def unusable(data: SnapshotData, state: BrokerState, group: str) -> str | None:
@@ -167,6 +170,8 @@ def restore(data: SnapshotData, state: BrokerState, controls: Controls) -> None:
     for n, seq in data.applied_seq.items():
         if n in state.neighbours:
             controls.progress.on_link_seq(n, seq)
+    controls.link_epoch.update({n: e for n, e in data.link_epoch.items()
+                                if n in state.neighbours})
 
 
 # -- bytes ------------------------------------------------------------------------------------
@@ -191,6 +196,7 @@ def encode(data: SnapshotData) -> bytes:
                                                 [c for c, _ in data.retiring.values()])
     arrays["retiring_ms"] = np.array([u for _, u in data.retiring.values()], dtype=np.int64)
     meta["applied_seq"] = data.applied_seq
+    meta["link_epoch"] = data.link_epoch
     header = json.dumps({"format": FORMAT, "meta": meta, "arrays": [
         [name, a.dtype.str, len(a)] for name, a in arrays.items()]}).encode()
     return b"".join([_MAGIC, _LEN.pack(len(header)), header,
@@ -240,7 +246,8 @@ def decode(buf: bytes | bytearray | memoryview) -> SnapshotData:
         cancelled_new=_get_blobs(arrays, "cancelled_new"),
         pending=_get_messages(arrays, "pending", meta["pending"]),
         retiring=_get_retiring(arrays, meta),
-        applied_seq={str(k): int(v) for k, v in meta.get("applied_seq", {}).items()})
+        applied_seq={str(k): int(v) for k, v in meta.get("applied_seq", {}).items()},
+        link_epoch={str(k): int(v) for k, v in meta.get("link_epoch", {}).items()})
 
 
 def _get_retiring(arrays: dict[str, np.ndarray], meta: dict[str, Any]

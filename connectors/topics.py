@@ -53,6 +53,7 @@ __all__ = [
     "CLIENT_INPUT_KINDS",
     "CONTROL_TOPIC_CONFIG",
     "HEADER_ACK",
+    "HEADER_LINK_EPOCH",
     "HEADER_LINK_SEQ",
     "HEARTBEAT_KEY",
     "HEADER_CLIENTS",
@@ -109,6 +110,11 @@ HEADER_CLIENTS = "dls-clients"
 HEADER_LINK_SEQ = "dls-link-seq"
 """Header of a link control message: its sequence number on its link, 8 bytes big-endian
 (increasing; a neighbour's heartbeat says up to which one it has applied)."""
+HEADER_LINK_EPOCH = "dls-link-epoch"
+"""Header of a link control message: the epoch of the process (an engine's incarnation)
+that sent it, 8 bytes big-endian (its start time in µs). A receiver ignores link control
+of an older epoch than one it applied: a process that lost its place but still runs (a
+zombie, at least once: nothing fences it) cannot undo what its successor sent."""
 HEARTBEAT_KEY = b"dls-heartbeat"
 """Key of a Heartbeat on a forwarded-event topic (events there have no key)."""
 HEADER_ACK = "dls-ack"
