@@ -153,3 +153,32 @@ def test_every_role_command_parses() -> None:
                    ["add-operator", "--name", "ops"], ["add-node", "--node", "A"],
                    ["remove-client", "--node", "A", "--client", "alice"]):
         assert p.parse_args(["access", *action, "--admin-config", "a"]).func
+
+
+def test_revoking_replaces_the_password_never_deletes_the_credential(monkeypatch) -> None:
+    """A deletion replayed by a restarted Kafka 4.2 broker can drop every user (access.py)."""
+    from concurrent.futures import Future
+
+    from confluent_kafka.admin import UserScramCredentialUpsertion
+
+    calls: list[tuple[str, object]] = []
+
+    def done(value: object) -> Future[object]:
+        f: Future[object] = Future()
+        f.set_result(value)
+        return f
+
+    class FakeAdmin:
+        def delete_acls(self, filters: list[object]) -> dict[object, Future[object]]:
+            calls.append(("delete_acls", filters))
+            return {filters[0]: done([1, 2, 3])}
+
+        def alter_user_scram_credentials(self, alts: list[object]) -> dict[str, Future[object]]:
+            calls.append(("alter", alts))
+            return {"client.alice": done(None)}
+
+    monkeypatch.setattr(access, "_admin", lambda bootstrap, conf: FakeAdmin())
+    assert access.remove_principal("b:1", {}, "client.alice") == 3
+    (alts,) = [v for k, v in calls if k == "alter"]
+    assert all(isinstance(a, UserScramCredentialUpsertion) for a in alts)  # type: ignore[attr-defined]
+    assert [a.user for a in alts] == ["client.alice"]  # type: ignore[attr-defined]
