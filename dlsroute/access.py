@@ -161,7 +161,7 @@ def node_grants(topics: Topics, node: str) -> list[Grant]:
            + _topics("PREFIXED", [f"{p}.link.{node}.", f"{p}.fwd.{node}."], _W)
            + _topics("PREFIXED", [topics.shared_deliver], _W, _C, _D)
            + _topics("LITERAL", [topics.deadletter], _W, _C, _D)
-           + _groups([group, f"{group}-ends", f"{group}-recovery"])
+           + _groups([group, f"{group}-ends", f"{group}-recovery", f"{group}-replicas"])
            + _grants("TRANSACTIONAL_ID", "LITERAL", [f"{group}-tx"], (_W, _D)))
     return sorted(set(out))
 
@@ -183,12 +183,21 @@ def client_grants(topics: Topics, node: str, client: str, *,
     return sorted(set(out))
 
 
-def mapper_grants(topics: Topics) -> list[Grant]:
-    """What the Spark mapping job's principal may do; sorted, no repeats."""
+def mapper_grants(topics: Topics, nodes: Sequence[str] = ()) -> list[Grant]:
+    """What the Spark mapping job's principal may do; sorted, no repeats.
+
+    ``nodes``: it writes exactly these nodes' three shared input topics (LITERAL); none:
+    every topic under ``P.node.`` (PREFIXED: any node, present or future, but also the
+    nodes' snapshots and the clients' own input topics, which a trusted gateway never
+    writes; name the nodes to rule that out).
+    """
     p = topics.prefix
     raw = [topics.raw_subscriptions, topics.raw_unsubscriptions, topics.raw_events]
+    inputs = (_topics("LITERAL", [t for n in nodes for t in (
+        topics.node_subscribe(n), topics.node_unsubscribe(n), topics.node_publish(n))], _W, _D)
+        if nodes else _topics("PREFIXED", [f"{p}.node."], _W, _D))
     out = (_topics("LITERAL", raw, _R, _D)
-           + _topics("PREFIXED", [f"{p}.node."], _W, _D)
+           + inputs
            + _topics("LITERAL", [topics.deadletter], _W, _D)
            + _groups([f"{p}-spark-map", f"{p}-spark-analyze"], "PREFIXED"))
     return sorted(set(out))
@@ -378,7 +387,9 @@ def _cmd_add_mapper(args: argparse.Namespace) -> int:
     raw: list[tuple[str, dict[str, str]]] = [
         (n, {}) for n in (t.raw_subscriptions, t.raw_unsubscriptions, t.raw_events,
                           t.deadletter)]
-    path = add_principal(bootstrap, conf, "mapper", mapper_grants(t),
+    nodes = [check_name(n, "--nodes") for n in args.nodes.split(",") if n] \
+        if args.nodes else []
+    path = add_principal(bootstrap, conf, "mapper", mapper_grants(t, nodes),
                          out_dir=Path(args.out_dir), topics=raw)
     print(path)
     return 0
@@ -445,6 +456,9 @@ def register(sub: Any) -> None:
 
     s = acts.add_parser("add-mapper", help="user mapper: the Spark mapping job (a gateway)")
     common(s)
+    s.add_argument("--nodes", default=None,
+                   help="comma-separated nodes whose inputs it may write (default: every "
+                        "topic under <prefix>.node., snapshots and clients' own inputs too)")
     s.set_defaults(func=_cmd_add_mapper)
 
     s = acts.add_parser("add-raw-writer", help="user raw.NAME: writes the raw topics "
