@@ -57,7 +57,6 @@ from confluent_kafka.admin import (
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
-    UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
 
@@ -162,7 +161,7 @@ def node_grants(topics: Topics, node: str) -> list[Grant]:
            + _topics("PREFIXED", [f"{p}.link.{node}.", f"{p}.fwd.{node}."], _W)
            + _topics("PREFIXED", [topics.shared_deliver], _W, _C, _D)
            + _topics("LITERAL", [topics.deadletter], _W, _C, _D)
-           + _groups([group, f"{group}-ends", f"{group}-recovery"])
+           + _groups([group, f"{group}-ends", f"{group}-recovery", f"{group}-replicas"])
            + _grants("TRANSACTIONAL_ID", "LITERAL", [f"{group}-tx"], (_W, _D)))
     return sorted(set(out))
 
@@ -184,12 +183,21 @@ def client_grants(topics: Topics, node: str, client: str, *,
     return sorted(set(out))
 
 
-def mapper_grants(topics: Topics) -> list[Grant]:
-    """What the Spark mapping job's principal may do; sorted, no repeats."""
+def mapper_grants(topics: Topics, nodes: Sequence[str] = ()) -> list[Grant]:
+    """What the Spark mapping job's principal may do; sorted, no repeats.
+
+    ``nodes``: it writes exactly these nodes' three shared input topics (LITERAL); none:
+    every topic under ``P.node.`` (PREFIXED: any node, present or future, but also the
+    nodes' snapshots and the clients' own input topics, which a trusted gateway never
+    writes; name the nodes to rule that out).
+    """
     p = topics.prefix
     raw = [topics.raw_subscriptions, topics.raw_unsubscriptions, topics.raw_events]
+    inputs = (_topics("LITERAL", [t for n in nodes for t in (
+        topics.node_subscribe(n), topics.node_unsubscribe(n), topics.node_publish(n))], _W, _D)
+        if nodes else _topics("PREFIXED", [f"{p}.node."], _W, _D))
     out = (_topics("LITERAL", raw, _R, _D)
-           + _topics("PREFIXED", [f"{p}.node."], _W, _D)
+           + inputs
            + _topics("LITERAL", [topics.deadletter], _W, _D)
            + _groups([f"{p}-spark-map", f"{p}-spark-analyze"], "PREFIXED"))
     return sorted(set(out))
@@ -293,11 +301,20 @@ def add_principal(bootstrap: str, admin_conf: dict[str, str], principal: str,
 
 
 def remove_principal(bootstrap: str, admin_conf: dict[str, str], principal: str) -> int:
-    """Delete ``principal``'s SCRAM credential and every ACL of it; the ACLs deleted.
+    """Revoke ``principal``: every ACL of it deleted, its password replaced; the ACLs deleted.
 
     Its open connections keep authenticated until they re-authenticate (the broker's
     ``connections.max.reauth.ms``), but every request is authorised against the ACLs,
-    which are gone once the deletion has reached the broker.
+    which are gone once the deletion has reached the broker; a new connection fails
+    authentication.
+
+    The SCRAM credential is overwritten with a random password that is thrown away, not
+    deleted: Kafka 4.2's ``ScramDelta.apply()`` (metadata/src/main/java/org/apache/kafka/
+    image/ScramDelta.java) can drop EVERY user's credential when a restarted broker replays
+    a deletion (once a removal empties the mechanism's map it drops that map, which on a
+    replay from nothing depends on hash order, and adds the users that follow to the
+    detached map): after one deletion and a restart no one, admin included, could log in
+    (reproduced on the local secure broker).
     """
     client = _admin(bootstrap, admin_conf)
     # None: any resource name, any host (the stubs say str; librdkafka takes NULL).
@@ -307,15 +324,10 @@ def remove_principal(bootstrap: str, admin_conf: dict[str, str], principal: str)
     deleted = 0
     for _, fut in client.delete_acls([flt]).items():
         deleted += len(fut.result(timeout=30))
-    try:
-        client.alter_user_scram_credentials(
-            [UserScramCredentialDeletion(principal, ScramMechanism.SCRAM_SHA_512)]
-        )[principal].result(timeout=30)
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if getattr(err, "name", lambda: "")() != "RESOURCE_NOT_FOUND":
-            raise ConnectorError(f"deleting the SCRAM credential of {principal}: {exc}",
-                                 field="access", value=principal) from exc
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
+    _wait_all(client.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion(principal, info, secrets.token_bytes(32))]),
+        "replacing the SCRAM credential of")
     return deleted
 
 
@@ -364,7 +376,8 @@ def _cmd_remove_client(args: argparse.Namespace) -> int:
     stale = Path(args.out_dir) / f"{principal}.properties"
     if stale.exists():
         stale.unlink()
-    print(f"removed {principal}: its SCRAM credential and {n} ACLs", file=sys.stderr)
+    print(f"removed {principal}: its {n} ACLs deleted, its password replaced by one nobody "
+          f"knows", file=sys.stderr)
     return 0
 
 
@@ -374,7 +387,9 @@ def _cmd_add_mapper(args: argparse.Namespace) -> int:
     raw: list[tuple[str, dict[str, str]]] = [
         (n, {}) for n in (t.raw_subscriptions, t.raw_unsubscriptions, t.raw_events,
                           t.deadletter)]
-    path = add_principal(bootstrap, conf, "mapper", mapper_grants(t),
+    nodes = [check_name(n, "--nodes") for n in args.nodes.split(",") if n] \
+        if args.nodes else []
+    path = add_principal(bootstrap, conf, "mapper", mapper_grants(t, nodes),
                          out_dir=Path(args.out_dir), topics=raw)
     print(path)
     return 0
@@ -432,7 +447,8 @@ def register(sub: Any) -> None:
                    help="the node's publish_delay_s (default: the node's default)")
     s.set_defaults(func=_cmd_add_client)
 
-    s = acts.add_parser("remove-client", help="delete user client.CLIENT and all its ACLs")
+    s = acts.add_parser("remove-client", help="revoke user client.CLIENT: all its ACLs "
+                        "deleted, its password replaced")
     common(s)
     s.add_argument("--node", required=True)
     s.add_argument("--client", required=True)
@@ -440,6 +456,9 @@ def register(sub: Any) -> None:
 
     s = acts.add_parser("add-mapper", help="user mapper: the Spark mapping job (a gateway)")
     common(s)
+    s.add_argument("--nodes", default=None,
+                   help="comma-separated nodes whose inputs it may write (default: every "
+                        "topic under <prefix>.node., snapshots and clients' own inputs too)")
     s.set_defaults(func=_cmd_add_mapper)
 
     s = acts.add_parser("add-raw-writer", help="user raw.NAME: writes the raw topics "

@@ -42,3 +42,14 @@ def test_up_names_a_taken_controller_port(tmp_path: Path) -> None:
     # Nothing was fetched or formatted for a start that could not happen.
     assert not (tmp_path / "kafka" / f"broker-{port}" / "formatted-for").exists()
     assert not (tmp_path / "kafka" / "kafka-libs").exists()
+
+
+def test_secure_takes_only_1_or_0(tmp_path: Path) -> None:
+    env = dict(os.environ, SECURE="yes", DLS_CACHE=str(tmp_path))
+    proc = subprocess.run(["bash", str(ROOT / "docker/kafka/kafka.sh"), "status"],  # noqa: S603,S607
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "SECURE must be 1 or 0" in proc.stderr
+    env = dict(os.environ, SECURE="1", DLS_CACHE=str(tmp_path), KAFKA_PORT="1")
+    proc = subprocess.run(["bash", str(ROOT / "docker/kafka/kafka.sh"), "status"],  # noqa: S603,S607
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "not running" in proc.stdout

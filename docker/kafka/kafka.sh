@@ -25,7 +25,7 @@
 #                          0600). Data in $DLS_CACHE/kafka/secure-broker-$KAFKA_PORT, apart
 #                          from a plaintext broker's.
 #   KAFKA_REAUTH_MS        secure: clients re-authenticate this often (default 60000), so the
-#                          open sessions of a deleted user end within it
+#                          open sessions of a revoked user end within it
 #   KAFKA_CONTROLLER_PORT  controller listener (default KAFKA_PORT+1, i.e. 9093)
 #   KAFKA_UP_TIMEOUT       seconds `up` waits for the broker (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds `down` waits after SIGTERM before SIGKILL (default 20)

@@ -87,7 +87,8 @@ def test_node_may_do_what_a_node_does() -> None:
     for topic in (T.link("A", "B"), T.forward("A", "B"), T.deliver("alice"), T.shared_deliver,
                   T.deadletter):
         assert allows(g, "TOPIC", topic, "WRITE") and allows(g, "TOPIC", topic, "CREATE")
-    for group in ("dls-node-A", "dls-node-A-ends", "dls-node-A-recovery"):
+    for group in ("dls-node-A", "dls-node-A-ends", "dls-node-A-recovery",
+                  "dls-node-A-replicas"):
         assert allows(g, "GROUP", group, "READ")
     assert allows(g, "TRANSACTIONAL_ID", "dls-node-A-tx", "WRITE")
     assert not allows(g, "TRANSACTIONAL_ID", "dls-node-B-tx", "WRITE")
@@ -103,6 +104,13 @@ def test_the_gateway_the_raw_writers_and_the_operators() -> None:
         assert allows(m, "TOPIC", topic, "WRITE")
     assert allows(m, "TOPIC", T.deadletter, "WRITE")
     assert allows(m, "GROUP", "dls-spark-map-6f1c-executor", "READ")
+    assert allows(m, "TOPIC", T.node_snapshot("A"), "WRITE")  # the prefix: anything there
+    named = access.mapper_grants(T, ["A", "B"])
+    for topic in (T.node_subscribe("A"), T.node_unsubscribe("B"), T.node_publish("A")):
+        assert allows(named, "TOPIC", topic, "WRITE")
+    for topic in (T.node_snapshot("A"), T.client_input("A", "alice", "publish"),
+                  T.node_publish("C")):
+        assert not allows(named, "TOPIC", topic, "WRITE")
     raw = access.raw_writer_grants(T)
     assert {g.name for g in raw} == {T.raw_subscriptions, T.raw_unsubscriptions, T.raw_events}
     assert {g.operation for g in raw} == {"WRITE", "DESCRIBE"}
@@ -153,3 +161,32 @@ def test_every_role_command_parses() -> None:
                    ["add-operator", "--name", "ops"], ["add-node", "--node", "A"],
                    ["remove-client", "--node", "A", "--client", "alice"]):
         assert p.parse_args(["access", *action, "--admin-config", "a"]).func
+
+
+def test_revoking_replaces_the_password_never_deletes_the_credential(monkeypatch) -> None:
+    """A deletion replayed by a restarted Kafka 4.2 broker can drop every user (access.py)."""
+    from concurrent.futures import Future
+
+    from confluent_kafka.admin import UserScramCredentialUpsertion
+
+    calls: list[tuple[str, object]] = []
+
+    def done(value: object) -> Future[object]:
+        f: Future[object] = Future()
+        f.set_result(value)
+        return f
+
+    class FakeAdmin:
+        def delete_acls(self, filters: list[object]) -> dict[object, Future[object]]:
+            calls.append(("delete_acls", filters))
+            return {filters[0]: done([1, 2, 3])}
+
+        def alter_user_scram_credentials(self, alts: list[object]) -> dict[str, Future[object]]:
+            calls.append(("alter", alts))
+            return {"client.alice": done(None)}
+
+    monkeypatch.setattr(access, "_admin", lambda bootstrap, conf: FakeAdmin())
+    assert access.remove_principal("b:1", {}, "client.alice") == 3
+    (alts,) = [v for k, v in calls if k == "alter"]
+    assert all(isinstance(a, UserScramCredentialUpsertion) for a in alts)  # type: ignore[attr-defined]
+    assert [a.user for a in alts] == ["client.alice"]  # type: ignore[attr-defined]
