@@ -143,11 +143,12 @@ def _groups(names: Iterable[str], pattern: str = "LITERAL") -> list[Grant]:
     return _grants("GROUP", pattern, names, (_R, _D))
 
 
-def node_grants(topics: Topics, node: str) -> list[Grant]:
+def node_grants(topics: Topics, node: str, shards: int = 1) -> list[Grant]:
     """What node ``node``'s principal may do (the module text); sorted, no repeats.
 
     Its groups and transactional id are the defaults of :class:`NodeSettings` (a node with
-    another ``group_id`` needs those instead).
+    another ``group_id`` needs those instead); with ``shards`` > 1, those of each shard's
+    engine too (``<group>-s<k>``; the shard topics lie under the node's prefixes).
     """
     check_name(node, "node")
     p = topics.prefix
@@ -163,6 +164,10 @@ def node_grants(topics: Topics, node: str) -> list[Grant]:
            + _topics("LITERAL", [topics.deadletter], _W, _C, _D)
            + _groups([group, f"{group}-ends", f"{group}-recovery", f"{group}-replicas"])
            + _grants("TRANSACTIONAL_ID", "LITERAL", [f"{group}-tx"], (_W, _D)))
+    for k in range(shards if shards > 1 else 0):
+        engine = f"{group}-s{k}"
+        out += (_groups([engine, f"{engine}-ends", f"{engine}-recovery"])
+                + _grants("TRANSACTIONAL_ID", "LITERAL", [f"{engine}-tx"], (_W, _D)))
     return sorted(set(out))
 
 
@@ -217,23 +222,26 @@ def operator_grants(topics: Topics, name: str) -> list[Grant]:
 
 
 def client_topics(topics: Topics, node: str, client: str, *, publish_delay_s: float,
-                  shared_delivery: bool = False) -> list[tuple[str, dict[str, str]]]:
+                  shared_delivery: bool = False, shards: int = 1
+                  ) -> list[tuple[str, dict[str, str]]]:
     """The topics ``access add-client`` creates for the client, with their settings.
 
     Its three input topics (subscribe and unsubscribe are control topics; publish refuses
     records older than ``publish_delay_s``, as a node's publish topic does), its delivery
     topic (not with shared delivery: the nodes make the shared one) and its subscriptions
-    topic (compacted).
+    topic (compacted). With ``shards`` > 1, the three inputs of each shard.
     """
     from connectors.client_state import SUBSCRIPTIONS_TOPIC_CONFIG
 
     control = dict(CONTROL_TOPIC_CONFIG)
-    out = [(topics.client_input(node, client, "subscribe"), control),
-           (topics.client_input(node, client, "unsubscribe"), control),
-           (topics.client_input(node, client, "publish"),
-            {"message.timestamp.type": "CreateTime",
-             "message.timestamp.before.max.ms": str(int(publish_delay_s * 1000))}),
-           (topics.client_subscriptions(client), dict(SUBSCRIPTIONS_TOPIC_CONFIG))]
+    out = []
+    for t in ([topics] if shards == 1 else [topics.of_shard(k) for k in range(shards)]):
+        out += [(t.client_input(node, client, "subscribe"), control),
+                (t.client_input(node, client, "unsubscribe"), control),
+                (t.client_input(node, client, "publish"),
+                 {"message.timestamp.type": "CreateTime",
+                  "message.timestamp.before.max.ms": str(int(publish_delay_s * 1000))})]
+    out.append((topics.client_subscriptions(client), dict(SUBSCRIPTIONS_TOPIC_CONFIG)))
     if not shared_delivery:
         out.append((topics.deliver(client), {}))
     return out
@@ -341,7 +349,7 @@ def _cmd_add_node(args: argparse.Namespace) -> int:
     bootstrap, conf = _bootstrap_and_conf(args)
     t = Topics(args.prefix)
     path = add_principal(bootstrap, conf, f"node.{check_name(args.node, '--node')}",
-                         node_grants(t, args.node), out_dir=Path(args.out_dir))
+                         node_grants(t, args.node, args.shards), out_dir=Path(args.out_dir))
     print(path)
     return 0
 
@@ -364,7 +372,7 @@ def _cmd_add_client(args: argparse.Namespace) -> int:
         client_grants(t, args.node, args.client, shared_delivery=args.shared_delivery),
         out_dir=Path(args.out_dir),
         topics=client_topics(t, args.node, args.client, publish_delay_s=float(delay),
-                             shared_delivery=args.shared_delivery))
+                             shared_delivery=args.shared_delivery, shards=args.shards))
     print(path)
     return 0
 
@@ -435,11 +443,15 @@ def register(sub: Any) -> None:
     s = acts.add_parser("add-node", help="user node.NODE with a node's ACLs")
     common(s)
     s.add_argument("--node", required=True)
+    s.add_argument("--shards", type=int, default=1,
+                   help="the network's label shards (the node's shards setting)")
     s.set_defaults(func=_cmd_add_node)
 
     s = acts.add_parser("add-client", help="user client.CLIENT at NODE, with its topics")
     common(s)
     s.add_argument("--node", required=True)
+    s.add_argument("--shards", type=int, default=1,
+                   help="the network's label shards (its input topics in each)")
     s.add_argument("--client", required=True)
     s.add_argument("--shared-delivery", action="store_true",
                    help="it may read the shared delivery topic (the network is one tenant)")

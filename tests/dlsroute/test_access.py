@@ -190,3 +190,34 @@ def test_revoking_replaces_the_password_never_deletes_the_credential(monkeypatch
     (alts,) = [v for k, v in calls if k == "alter"]
     assert all(isinstance(a, UserScramCredentialUpsertion) for a in alts)  # type: ignore[attr-defined]
     assert [a.user for a in alts] == ["client.alice"]  # type: ignore[attr-defined]
+
+
+def test_a_sharded_nodes_grants_cover_every_engine_and_no_other_node() -> None:
+    t = Topics("dls")
+    grants = access.node_grants(t, "A", shards=3)
+    for k in range(3):
+        shard = t.of_shard(k)
+        for topic in (shard.node_subscribe("A"), shard.node_publish("A"),
+                      shard.node_snapshot("A"), shard.client_input("A", "x", "publish")):
+            assert access.allows(grants, "TOPIC", topic, "READ"), topic
+        assert access.allows(grants, "TOPIC", shard.link("A", "B"), "WRITE")
+        assert not access.allows(grants, "TOPIC", shard.link("B", "A"), "WRITE")
+        for group in (f"dls-node-A-s{k}", f"dls-node-A-s{k}-ends", f"dls-node-A-s{k}-recovery"):
+            assert access.allows(grants, "GROUP", group, "READ"), group
+        assert access.allows(grants, "TRANSACTIONAL_ID", f"dls-node-A-s{k}-tx", "WRITE")
+    assert access.allows(grants, "GROUP", "dls-node-A-replicas", "READ")
+    assert access.allows(grants, "TOPIC", t.node_shards("A"), "READ")
+    assert not access.allows(grants, "GROUP", "dls-node-A-s3", "READ")  # no such shard
+    assert not access.allows(grants, "GROUP", "dls-node-AB-s0", "READ")
+
+
+def test_a_client_of_a_sharded_network_gets_its_inputs_in_every_shard() -> None:
+    t = Topics("dls")
+    made = [name for name, _ in access.client_topics(t, "A", "alice", publish_delay_s=60,
+                                                     shards=2)]
+    grants = access.client_grants(t, "A", "alice")
+    for k in range(2):
+        for kind in ("subscribe", "unsubscribe", "publish"):
+            topic = t.of_shard(k).client_input("A", "alice", kind)
+            assert topic in made and access.allows(grants, "TOPIC", topic, "WRITE")
+    assert t.client_input("A", "alice", "publish") not in made  # no unsharded inputs
