@@ -17,13 +17,16 @@ fresh topic prefix:
 2. ``R`` processes ``dlsroute node --config a.toml`` start (a replica set each); once the
    group has placed every shard and every engine has recovered, each process's resident
    memory is read (``memory_per_replica``, from ``/proc``).
-3. The events are written to the shards' publish topics (a backlog), and the time from the
-   first routed event to the last is measured from the processes' metrics pages
-   (``throughput``: aggregate routed events/s), and each process's CPU seconds (all its
-   threads, from ``/proc/<pid>/stat``) over the same window, divided by the events it
-   routed (``cpu_per_event`` per replica; the median over replicas is the record without
-   a ``replica`` parameter).
-4. ``passthrough``: ``R`` processes in one consumer group read the same shard publish
+3. The events are written to the shards' publish topics as fast as one producer can, the
+   replicas routing meanwhile, and the time from the first write to the last routed event
+   is measured from the processes' metrics pages (``throughput``: aggregate routed
+   events/s; writing is several times faster than routing at the default sizes), and each
+   process's CPU seconds (all its threads, from ``/proc/<pid>/stat``) over the same window,
+   divided by the events it routed (``cpu_per_event`` per replica; the median over
+   replicas is the record without a ``replica`` parameter).
+4. ``dls-unsharded`` (first, unless ``--no-baseline``): the same workload on the unsharded
+   node (``shards = 1``, one process): what sharding costs per event.
+5. ``passthrough``: ``R`` processes in one consumer group read the same shard publish
    topics (their partitions shared out by the group) and forward each event to one topic,
    a transaction per batch, the node's batch size: the same Kafka work without DLS; the
    same records.
@@ -153,6 +156,7 @@ class Workload:
                             (HEADER_EVENT_ID, eid.encode())])
         self.n_parts = sum(len(v) for v in self.parts.values())
         self.n_events = n_events
+        self.shards = shards
 
 
 def _start(cmd: list[str], logf: Path) -> subprocess.Popen[bytes]:
@@ -160,9 +164,12 @@ def _start(cmd: list[str], logf: Path) -> subprocess.Popen[bytes]:
                             start_new_session=True)
 
 
-def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp: Path
-              ) -> list[dict[str, Any]]:
-    """``r`` replica processes of node A route the workload; their records."""
+def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp: Path,
+              system: str = "dls") -> list[dict[str, Any]]:
+    """``r`` replica processes of node A route the workload; their records.
+
+    A workload of one shard is the unsharded node (one process, no replica group).
+    """
     prefix = f"so{uuid.uuid4().hex[:8]}"
     base = Topics(prefix)
     space_path = tmp / f"{prefix}.space.json"
@@ -170,19 +177,20 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
     cfg = tmp / f"{prefix}.toml"
     cfg.write_text("\n".join([
         'node = "A"', f'space = "{space_path}"', f'bootstrap = "{bootstrap}"',
-        f'topic_prefix = "{prefix}"', f"shards = {args.shards}",
+        f'topic_prefix = "{prefix}"', f"shards = {w.shards}",
         f"shared_delivery_partitions = {args.delivery_partitions}",
         f"batch_size = {args.batch_size}", "session_timeout_ms = 10000", ""]))
     producer = Producer(producer_config(bootstrap))
-    ensure_topics(bootstrap, [base.of_shard(k).node_subscribe("A") for k in range(args.shards)]
-                  + [base.of_shard(k).node_publish("A") for k in range(args.shards)])
+    shard = base.of_shard if w.shards > 1 else (lambda _k: base)
+    ensure_topics(bootstrap, [shard(k).node_subscribe("A") for k in range(w.shards)]
+                  + [shard(k).node_publish("A") for k in range(w.shards)])
     for k, parts in w.parts.items():
-        produce_all(producer, base.of_shard(k).node_subscribe("A"), parts)
+        produce_all(producer, shard(k).node_subscribe("A"), parts)
     ports = [_free_port() for _ in range(r)]
     procs = [_start([sys.executable, "-m", "dlsroute", "node", "--config", str(cfg),
                      "--metrics-port", str(p)], tmp / f"{prefix}-r{i}.log")
              for i, p in enumerate(ports)]
-    params = {"replicas": r, "shards": args.shards, "subscriptions": args.subscriptions,
+    params = {"replicas": r, "shards": w.shards, "subscriptions": args.subscriptions,
               "subscription_parts": w.n_parts, "clients": args.clients,
               "events": w.n_events, "batch_size": args.batch_size,
               "delivery_partitions": args.delivery_partitions}
@@ -200,21 +208,19 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
         time.sleep(2.0)  # the group settles
         mem = [rss_mb(p.pid) for p in procs]
         for i, m in enumerate(mem):
-            out.append(_rec("dls", {**params, "replica": i}, "memory_per_replica", m, "MB"))
-        out.append(_rec("dls", params, "memory_per_replica", float(np.median(mem)), "MB"))
+            out.append(_rec(system, {**params, "replica": i}, "memory_per_replica", m, "MB"))
+        out.append(_rec(system, params, "memory_per_replica", float(np.median(mem)), "MB"))
         before = [page(p) for p in ports]
         cpu0 = [cpu_seconds(p.pid) for p in procs]
+        t0 = time.perf_counter()  # the replicas route while the events are written
         for k, (values, headers) in w.events.items():
-            produce_all(producer, base.of_shard(k).node_publish("A"), values, headers)
-        t0 = time.perf_counter()
-        first = last = None
+            produce_all(producer, shard(k).node_publish("A"), values, headers)
+        last = None
         routed0 = sum(pg.get("dls_events_in_total", 0) for pg in before)
         while True:
             pages = [page(p) for p in ports]
             routed = sum(pg.get("dls_events_in_total", 0) for pg in pages) - routed0
             now = time.perf_counter()
-            if routed > 0 and first is None:
-                first = (now, routed)
             if routed >= w.n_events:
                 last = (now, routed)
                 break
@@ -223,24 +229,21 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
                                    f"{args.timeout} s; see {tmp}")
             time.sleep(0.05)
         cpu1 = [cpu_seconds(p.pid) for p in procs]
-        assert first is not None  # noqa: S101
-        seconds = last[0] - first[0]
-        out.append(_rec("dls", params, "throughput",
-                        (last[1] - first[1]) / seconds if seconds > 0 else float("nan"),
-                        "events/s"))
+        seconds = last[0] - t0
+        out.append(_rec(system, params, "throughput", last[1] / seconds, "events/s"))
         per = []
         for i, (pg0, pg1) in enumerate(zip(before, pages, strict=True)):
             n = pg1.get("dls_events_in_total", 0) - pg0.get("dls_events_in_total", 0)
             cpu = cpu1[i] - cpu0[i]
-            out.append(_rec("dls", {**params, "replica": i}, "events_routed", n, "events"))
-            out.append(_rec("dls", {**params, "replica": i}, "cpu_seconds", cpu, "s"))
+            out.append(_rec(system, {**params, "replica": i}, "events_routed", n, "events"))
+            out.append(_rec(system, {**params, "replica": i}, "cpu_seconds", cpu, "s"))
             if n > 0:
                 per.append(cpu / n)
-                out.append(_rec("dls", {**params, "replica": i}, "cpu_per_event",
+                out.append(_rec(system, {**params, "replica": i}, "cpu_per_event",
                                 cpu / n * 1e6, "µs"))
-        out.append(_rec("dls", params, "cpu_per_event", float(np.median(per)) * 1e6, "µs"))
-        log.info("dls x%d: %.0f events/s, CPU %s µs/event, RSS %s MB", r,
-                 (last[1] - first[1]) / max(seconds, 1e-9),
+        out.append(_rec(system, params, "cpu_per_event", float(np.median(per)) * 1e6, "µs"))
+        log.info(system + " x%d: %.0f events/s, CPU %s µs/event, RSS %s MB", r,
+                 last[1] / seconds,
                  [round(x * 1e6, 1) for x in per], [round(m) for m in mem])
     finally:
         for p in procs:
@@ -250,7 +253,8 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
-    out += passthrough_case(bootstrap, base, w, r, args, tmp, params)
+    if system == "dls":
+        out += passthrough_case(bootstrap, base, w, r, args, tmp, params)
     _delete(bootstrap, prefix)
     return out
 
@@ -356,7 +360,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> bool:
     except ImportError:
         return False
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for system, style in (("dls", "o-"), ("passthrough", "s--")):
+    for system, style in (("dls", "o-"), ("passthrough", "s--"), ("dls-unsharded", "^:")):
         for ax, metric in ((ax1, "cpu_per_event"), (ax2, "throughput")):
             pts = sorted((r["params"]["replicas"], r["value"]) for r in records
                          if r["system"] == system and r["metric"] == metric
@@ -386,13 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=1_000)
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--batch-size", type=int, default=1_000)
-    ap.add_argument("--delivery-partitions", type=int, default=16)
+    ap.add_argument("--delivery-partitions", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=21)
     ap.add_argument("--quick", action="store_true",
                     help="10K subscriptions, 20K events, replicas 1,2")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the unsharded node (one process) on the same workload")
     ap.add_argument("--passthrough-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-topics", help=argparse.SUPPRESS)
     ap.add_argument("--worker-group", help=argparse.SUPPRESS)
@@ -412,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
              args.subscriptions, w.n_parts, args.shards, args.events)
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
+        if not args.no_baseline:  # the same workload on the unsharded node, one process
+            one = Workload(args.subscriptions, args.clients, args.events, 1, args.seed)
+            records += node_case(args.bootstrap, one, 1, args, Path(tmp), "dls-unsharded")
         for r in args.replicas:
             records += node_case(args.bootstrap, w, r, args, Path(tmp))
     base = next((x["value"] for x in records if x["system"] == "dls"
