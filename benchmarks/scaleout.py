@@ -16,7 +16,9 @@ fresh topic prefix:
    not make a thousand topics per case; exactly once; otherwise default settings).
 2. ``R`` processes ``dlsroute node --config a.toml`` start (a replica set each); once the
    group has placed every shard and every engine has recovered, each process's resident
-   memory is read (``memory_per_replica``, from ``/proc``).
+   memory is read (``memory_per_replica``, from ``/proc``: it keeps the high-water mark of
+   shards it held while the group settled) and the bytes its engines' states hold
+   (``state_per_replica``, the ``dls_state_bytes`` gauge summed over its shards).
 3. The events are written to the shards' publish topics as fast as one producer can, the
    replicas routing meanwhile, and the time from the first write to the last routed event
    is measured from the processes' metrics pages (``throughput``: aggregate routed
@@ -207,9 +209,12 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
             time.sleep(0.5)
         time.sleep(2.0)  # the group settles
         mem = [rss_mb(p.pid) for p in procs]
-        for i, m in enumerate(mem):
+        state = [page(p).get("dls_state_bytes", float("nan")) / 2**20 for p in ports]
+        for i, (m, st) in enumerate(zip(mem, state, strict=True)):
             out.append(_rec(system, {**params, "replica": i}, "memory_per_replica", m, "MB"))
+            out.append(_rec(system, {**params, "replica": i}, "state_per_replica", st, "MB"))
         out.append(_rec(system, params, "memory_per_replica", float(np.median(mem)), "MB"))
+        out.append(_rec(system, params, "state_per_replica", float(np.median(state)), "MB"))
         before = [page(p) for p in ports]
         cpu0 = [cpu_seconds(p.pid) for p in procs]
         t0 = time.perf_counter()  # the replicas route while the events are written
@@ -242,9 +247,9 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
                 out.append(_rec(system, {**params, "replica": i}, "cpu_per_event",
                                 cpu / n * 1e6, "µs"))
         out.append(_rec(system, params, "cpu_per_event", float(np.median(per)) * 1e6, "µs"))
-        log.info(system + " x%d: %.0f events/s, CPU %s µs/event, RSS %s MB", r,
-                 last[1] / seconds,
-                 [round(x * 1e6, 1) for x in per], [round(m) for m in mem])
+        log.info(system + " x%d: %.0f events/s, CPU %s µs/event, RSS %s MB, state %s MB", r,
+                 last[1] / seconds, [round(x * 1e6, 1) for x in per],
+                 [round(m) for m in mem], [round(x, 1) for x in state])
     finally:
         for p in procs:
             p.terminate()

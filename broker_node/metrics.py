@@ -171,7 +171,10 @@ class NodeCollector:
             c.add_metric([node], value)
             yield c
         for name, value, doc in (("subscriptions", len(state), "live subscriptions"),
-                                 ("clients", len(state.clients), "clients known")):
+                                 ("clients", len(state.clients), "clients known"),
+                                 ("state_bytes", state.memory_bytes(),
+                                  "bytes held in the state's arrays (registry, counts, "
+                                  "filters, tables)")):
             g = GaugeMetricFamily(f"dls_{name}", doc, labels=["node"])
             g.add_metric([node], float(value))
             yield g

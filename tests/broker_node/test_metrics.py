@@ -76,6 +76,7 @@ def test_the_page_of_a_node_with_neighbours_parses(space: ContentSpace) -> None:
     assert got[("dls_deliveries_total", node)] == 3
     assert got[("dls_subscriptions", node)] == 1
     assert got[("dls_clients", node)] == 1
+    assert got[("dls_state_bytes", node)] == state.memory_bytes() > 0
     for n in ("B", "C"):
         for gauge in ("dls_ert_fill", "dls_ert_estimated_fpr"):
             assert (gauge, (("neighbour", n), ("node", "A"))) in got
