@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.core import map_boxes, write_results
 from benchmarks.kafka import produce_all
@@ -272,11 +272,22 @@ def passthrough_case(bootstrap: str, base: Topics, w: Workload, r: int,
     group, target = f"{base.prefix}-pass", f"{base.prefix}.passthrough"
     ensure_topics(bootstrap, [target])
     reports = [tmp / f"{base.prefix}-pass{i}.json" for i in range(r)]
+    go = tmp / f"{base.prefix}-go"
     procs = [_start([sys.executable, "-m", "benchmarks.scaleout", "--passthrough-worker",
                      "--bootstrap", bootstrap, "--worker-topics", ",".join(topics),
                      "--worker-group", group, "--worker-target", target,
-                     "--worker-report", str(rep), "--batch-size", str(args.batch_size)],
+                     "--worker-report", str(rep), "--worker-go", str(go),
+                     "--batch-size", str(args.batch_size)],
                     tmp / f"{base.prefix}-pass{i}.log") for i, rep in enumerate(reports)]
+    # The events are there already: every worker waits until the group has given each
+    # of them partitions, so that the first to join does not take them all.
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and not all(
+            Path(f"{rep}.assigned").exists() and Path(f"{rep}.assigned").read_text()
+            for rep in reports[:min(r, len(topics))]):
+        time.sleep(0.2)
+    time.sleep(3.0)  # the last rebalance settles
+    go.touch()
     for p in procs:
         p.wait(args.timeout)
     done = [d for d in (json.loads(rep.read_text()) for rep in reports if rep.exists())
@@ -310,7 +321,19 @@ def passthrough_worker(args: argparse.Namespace) -> int:
     producer = Producer(producer_config(args.bootstrap,
                                         transactional_id=f"{args.worker_group}-{os.getpid()}"))
     producer.init_transactions()
-    consumer.subscribe(args.worker_topics.split(","))
+    assigned = Path(f"{args.worker_report}.assigned")
+
+    def on_assign(c: Consumer, parts: list[Any]) -> None:
+        assigned.write_text(",".join(f"{p.topic}:{p.partition}" for p in parts))
+
+    consumer.subscribe(args.worker_topics.split(","), on_assign=on_assign)
+    go = Path(args.worker_go)
+    while not go.exists():  # in the group, reading nothing until every worker is
+        consumer.pause(consumer.assignment())
+        msg = consumer.poll(0.2)  # a partition given since the pause may yield one
+        if msg is not None and msg.error() is None:
+            consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+    consumer.resume(consumer.assignment())
     n, first, last, idle_since = 0, None, None, time.monotonic()
     cpu0 = time.process_time()
     while True:
@@ -409,6 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--worker-group", help=argparse.SUPPRESS)
     ap.add_argument("--worker-target", help=argparse.SUPPRESS)
     ap.add_argument("--worker-report", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-go", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.passthrough_worker:
         return passthrough_worker(args)
