@@ -92,7 +92,7 @@ def histories(draw: st.DrawFn) -> tuple[list[Op], int, int, list[bool]]:
     return ops, k, late, order
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(histories())
 def test_a_replaced_incarnations_late_link_control_changes_nothing(
         tmp_path_factory: object, history: tuple[list[Op], int, int, list[bool]]) -> None:
