@@ -135,6 +135,7 @@ class Workload:
         self.spec = space_spec(3, 32)
         space = ContentSpace.from_spec(self.spec)
         offsets, labels = map_boxes(space, w.lo, w.hi)
+        self.labels_per_subscription = len(labels) / n_subs
         owners = w.owners.tolist()
         self.parts: dict[int, list[bytes]] = {k: [] for k in range(shards)}
         for i in range(n_subs):
@@ -158,6 +159,7 @@ class Workload:
                             (HEADER_EVENT_ID, eid.encode())])
         self.n_parts = sum(len(v) for v in self.parts.values())
         self.n_events = n_events
+        self.n_subscriptions = n_subs
         self.shards = shards
 
 
@@ -167,7 +169,7 @@ def _start(cmd: list[str], logf: Path) -> subprocess.Popen[bytes]:
 
 
 def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp: Path,
-              system: str = "dls") -> list[dict[str, Any]]:
+              system: str = "dls", *, route: bool = True) -> list[dict[str, Any]]:
     """``r`` replica processes of node A route the workload; their records.
 
     A workload of one shard is the unsharded node (one process, no replica group).
@@ -192,8 +194,9 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
     procs = [_start([sys.executable, "-m", "dlsroute", "node", "--config", str(cfg),
                      "--metrics-port", str(p)], tmp / f"{prefix}-r{i}.log")
              for i, p in enumerate(ports)]
-    params = {"replicas": r, "shards": w.shards, "subscriptions": args.subscriptions,
+    params = {"replicas": r, "shards": w.shards, "subscriptions": w.n_subscriptions,
               "subscription_parts": w.n_parts, "clients": args.clients,
+              "labels_per_subscription": round(w.labels_per_subscription, 3),
               "events": w.n_events, "batch_size": args.batch_size,
               "delivery_partitions": args.delivery_partitions}
     out: list[dict[str, Any]] = []
@@ -215,6 +218,11 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
             out.append(_rec(system, {**params, "replica": i}, "state_per_replica", st, "MB"))
         out.append(_rec(system, params, "memory_per_replica", float(np.median(mem)), "MB"))
         out.append(_rec(system, params, "state_per_replica", float(np.median(state)), "MB"))
+        if not route:  # memory only
+            log.info("%s x%d, %d subscriptions: RSS %s MB, state %s MB", system, r,
+                     args.subscriptions if system != "dls-memory" else w.n_subscriptions,
+                     [round(m) for m in mem], [round(x, 1) for x in state])
+            return out
         before = [page(p) for p in ports]
         cpu0 = [cpu_seconds(p.pid) for p in procs]
         t0 = time.perf_counter()  # the replicas route while the events are written
@@ -258,7 +266,7 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
-    if system == "dls":
+    if system == "dls" and route:
         out += passthrough_case(bootstrap, base, w, r, args, tmp, params)
     _delete(bootstrap, prefix)
     return out
@@ -332,7 +340,8 @@ def passthrough_worker(args: argparse.Namespace) -> int:
         consumer.pause(consumer.assignment())
         msg = consumer.poll(0.2)  # a partition given since the pause may yield one
         if msg is not None and msg.error() is None:
-            consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+            consumer.seek(TopicPartition(str(msg.topic()), int(msg.partition() or 0),
+                                         int(msg.offset() or 0)))
     consumer.resume(consumer.assignment())
     n, first, last, idle_since = 0, None, None, time.monotonic()
     cpu0 = time.process_time()
@@ -425,6 +434,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="10K subscriptions, 20K events, replicas 1,2")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--memory-subscriptions", type=int, default=0, metavar="N",
+                    help="also load N subscriptions for each replica count, no events: "
+                         "memory per replica (0: not)")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the unsharded node (one process) on the same workload")
     ap.add_argument("--passthrough-worker", action="store_true", help=argparse.SUPPRESS)
@@ -466,6 +478,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                   argv=argv, started=started, wall=time.monotonic() - t0,
                   settings={k: v for k, v in vars(args).items() if not k.startswith("worker")}
                   | {"out": str(args.out)})
+    if args.memory_subscriptions:  # memory per replica at more subscriptions, no events
+        m = Workload(args.memory_subscriptions, args.clients, 0, args.shards, args.seed)
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in args.replicas:
+                records += node_case(args.bootstrap, m, r, args, Path(tmp), "dls-memory",
+                                     route=False)
+        write_results(args.out, records, benchmark="scaleout", module="benchmarks.scaleout",
+                      argv=argv, started=started, wall=time.monotonic() - t0,
+                      settings={k: v for k, v in vars(args).items()
+                                if not k.startswith("worker")} | {"out": str(args.out)})
     if not args.no_plot:
         plot(records, args.out.with_suffix(".png"))
     return 0
