@@ -33,12 +33,13 @@ class Measured:
 
     cpu_us_per_event: float  # one engine, CPU per routed event (scaleout: dls, 1 replica)
     cpu_us_unsharded: float  # the unsharded node on the same workload
-    engine_events_s: float  # events/s of one process routing every shard (aggregate, x1)
+    engine_events_s: float  # events/s of one engine alone in its process (the unsharded node)
     state_bytes_per_part: float  # state bytes per subscription part (scaleout, 1 replica)
     parts_per_subscription: float  # shard parts a subscription is split into
     labels_per_subscription: float
     shards_measured: int
-    recovery_s_per_sub: float  # restart time per live subscription, with snapshots (1M)
+    recovery_s_fixed: float  # restart time: fixed part and per live subscription (snapshots),
+    recovery_s_per_sub: float  # a line through the medians at 10K and 1M live
     sources: dict[str, str]
 
 
@@ -60,21 +61,31 @@ def measured(scaleout: Path, recovery: Path) -> Measured:
     so, rec = _records(scaleout), _records(recovery)
     cpu = _one(so, system="dls", metric="cpu_per_event", replicas=1)
     base = _one(so, system="dls-unsharded", metric="cpu_per_event", replicas=1)
-    rate = _one(so, system="dls", metric="throughput", replicas=1)
+    rate = _one(so, system="dls-unsharded", metric="throughput", replicas=1)
     state = _one(so, system="dls", metric="state_per_replica", replicas=1)
     p = cpu["params"]
-    times = sorted(r["value"] for r in rec if r["system"] == "snapshot"
-                   and r["metric"] == "recovery_time" and r["params"].get("live") == 1_000_000)
-    if not times:
-        raise LookupError(f"{recovery}: no snapshot recovery_time of 1M live subscriptions")
-    median = times[len(times) // 2]
+    def median_at(live: int) -> float:
+        times = sorted(r["value"] for r in rec if r["system"] == "snapshot"
+                       and r["metric"] == "recovery_time"
+                       and r["params"].get("case") == f"live-{live}")
+        if not times:
+            raise LookupError(f"{recovery}: no snapshot recovery_time of {live} live")
+        return times[len(times) // 2]
+
+    small, big = median_at(10_000), median_at(1_000_000)
+    per_sub = (big - small) / (1_000_000 - 10_000)
+    parts = p["subscription_parts"] / p["subscriptions"]
+    s = p["shards"]
+    # the labels per subscription that spread as measured over s shards by the hash:
+    # parts = s (1 - (1 - 1/s)^L)
+    labels = math.log(1 - parts / s) / math.log(1 - 1 / s) if parts < s else float(s)
     return Measured(
         cpu_us_per_event=cpu["value"], cpu_us_unsharded=base["value"],
         engine_events_s=rate["value"],
         state_bytes_per_part=state["value"] * 2**20 / p["subscription_parts"],
-        parts_per_subscription=p["subscription_parts"] / p["subscriptions"],
-        labels_per_subscription=p.get("labels_per_subscription", 8.0),
-        shards_measured=p["shards"], recovery_s_per_sub=median / 1_000_000,
+        parts_per_subscription=parts, labels_per_subscription=labels,
+        shards_measured=s, recovery_s_fixed=small - per_sub * 10_000,
+        recovery_s_per_sub=per_sub,
         sources={"scaleout": str(scaleout), "recovery": str(recovery)})
 
 
@@ -123,16 +134,16 @@ def plan(m: Measured, t: Target) -> dict[str, float]:
         "memory_mb_per_replica": memory_per_replica,
         "delivery_partitions_per_node": delivery, "partitions_per_node": per_node,
         "partitions_total": partitions, "brokers_for_partitions": brokers_for_partitions,
-        "hot_label_events_s": m.engine_events_s / max(1, m.shards_measured),
+        "hot_label_events_s": m.engine_events_s,
         "parts_per_subscription": per_sub,
-        "shard_move_s": parts / shards * m.recovery_s_per_sub,
+        "shard_move_s": m.recovery_s_fixed + parts / shards * m.recovery_s_per_sub,
     }
 
 
 def render(m: Measured, t: Target, p: dict[str, float]) -> str:
     """The tables of docs/scaling.md (between the markers)."""
     def n(x: float) -> str:
-        return f"{x:,.0f}" if x >= 100 else f"{x:,.2f}"
+        return f"{x:,.0f}" if x >= 100 or float(x).is_integer() else f"{x:,.2f}"
 
     return "\n".join([
         BEGIN,
@@ -143,13 +154,13 @@ def render(m: Measured, t: Target, p: dict[str, float]) -> str:
         "|---|---|",
         f"| CPU per routed event, one engine (sharded, 1 replica) | {n(m.cpu_us_per_event)} µs |",
         f"| CPU per routed event, the unsharded node, same workload | {n(m.cpu_us_unsharded)} µs |",
-        f"| events/s of one process routing all {m.shards_measured} shards | "
+        f"| events/s of one engine alone in a process (the unsharded node) | "
         f"{n(m.engine_events_s)} |",
         f"| state per subscription part | {n(m.state_bytes_per_part)} B |",
-        f"| shard parts per subscription ({m.shards_measured} shards; "
-        f"{n(m.labels_per_subscription)} labels each) | {n(m.parts_per_subscription)} |",
-        f"| restart per live subscription (snapshot, 1M live) | "
-        f"{m.recovery_s_per_sub * 1e6:,.2f} µs |",
+        f"| shard parts per subscription ({m.shards_measured} shards; as if "
+        f"{n(m.labels_per_subscription)} labels hashed each) | {n(m.parts_per_subscription)} |",
+        f"| restart (snapshot): fixed, per live subscription (line through 10K and 1M) | "
+        f"{m.recovery_s_fixed:,.2f} s, {m.recovery_s_per_sub * 1e6:,.2f} µs |",
         "",
         f"Assumed: {t.subscriptions:,.0f} subscriptions of {t.clients:,.0f} clients, "
         f"{t.events:,.0f} events/s, {t.nodes} logical nodes in a tree of degree "
