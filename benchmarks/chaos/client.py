@@ -157,7 +157,7 @@ class Churn:
         else:
             self.client = Client(args.bootstrap, args.node, args.client, args.space,
                                  topic_prefix=args.prefix,
-                                 shared_delivery_partitions=args.shared)
+                                 shared_delivery_partitions=args.shared, shards=args.shards)
 
     def close(self) -> None:
         if self.client is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,6 +97,8 @@ class Proc:
         self.starts = 0
         #: True while the harness holds it down (killed or stopped) or is ending it
         self.held = False
+        #: True once the harness ended it for good mid-run (a replica that left)
+        self.retired = False
         self.lock = threading.Lock()
 
     def start(self) -> None:
@@ -151,27 +154,33 @@ class Proc:
         return False
 
 
-def node_lag(bootstrap: str, prefix: str, node: str, neighbours: Sequence[str]) -> int | None:
+def node_lag(bootstrap: str, prefix: str, node: str, neighbours: Sequence[str],
+             shards: int = 1) -> int | None:
     """Records on the node's input topics past its committed offsets (None: unknown).
 
     One record per partition is not counted: the marker of the last transaction, which an
     idle node has no reason to commit past. Reads the node's group's offsets without
-    joining the group.
+    joining the group. A sharded node (``shards`` > 1): every shard's topics against that
+    shard's group (``<prefix>-node-<node>-s<k>``), whichever process routes it.
     """
-    t = Topics(prefix)
-    topics = [t.node_subscribe(node), t.node_unsubscribe(node), t.node_publish(node),
-              *(t.link(n, node) for n in neighbours), *(t.forward(n, node) for n in neighbours)]
-    consumer = Consumer(consumer_config(bootstrap, f"{prefix}-node-{node}", log_level=2))
-    try:
-        lag = 0
-        for tp in consumer.committed([TopicPartition(x, 0) for x in topics], timeout=5):
-            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, 0), timeout=5)
-            lag += max(0, high - (tp.offset if tp.offset >= 0 else low) - 1)
-        return lag
-    except KafkaException:
-        return None
-    finally:
-        consumer.close()
+    lag = 0
+    for shard in range(shards) if shards > 1 else (None,):
+        t = Topics(prefix).of_shard(shard)
+        group = f"{prefix}-node-{node}" + ("" if shard is None else f"-s{shard}")
+        topics = [t.node_subscribe(node), t.node_unsubscribe(node), t.node_publish(node),
+                  *(t.link(n, node) for n in neighbours),
+                  *(t.forward(n, node) for n in neighbours)]
+        consumer = Consumer(consumer_config(bootstrap, group, log_level=2))
+        try:
+            for tp in consumer.committed([TopicPartition(x, 0) for x in topics], timeout=5):
+                low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, 0),
+                                                           timeout=5)
+                lag += max(0, high - (tp.offset if tp.offset >= 0 else low) - 1)
+        except KafkaException:
+            return None
+        finally:
+            consumer.close()
+    return lag
 
 
 def spark_lag(bootstrap: str, prefix: str, checkpoint: Path) -> int | None:
@@ -202,23 +211,53 @@ def spark_lag(bootstrap: str, prefix: str, checkpoint: Path) -> int | None:
         consumer.close()
 
 
-def metrics(port: int, timeout: float = 1.0) -> dict[str, float] | None:
-    """The node's counters and gauges (``dls_<name>``), or None if the page does not answer."""
+def page(port: int, timeout: float = 1.0) -> str | None:
+    """The text of the metrics page on ``port``, or None if it does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",  # noqa: S310
                                     timeout=timeout) as r:
-            text = r.read().decode()
+            return str(r.read().decode())
     except OSError:
         return None
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The counters and gauges (``dls_<name>``) of a metrics page, summed over shards.
+
+    A process of a sharded node serves one sample per shard it routes (label ``shard``);
+    a name's value is their sum (0 shards: the name is absent). Per-neighbour and
+    per-client samples are left out.
+    """
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("dls_") and "neighbour=" not in line and "client=" not in line:
             name = line.split("{", 1)[0].split(" ", 1)[0]
             try:
-                out[name] = float(line.rsplit(" ", 1)[-1])
+                value = float(line.rsplit(" ", 1)[-1])
             except ValueError:
                 continue
+            out[name] = out.get(name, 0.0) + value
     return out
+
+
+_SHARD = re.compile(r'shard="(\d+)"')
+
+
+def parse_shards(text: str) -> set[int]:
+    """The shards a metrics page has samples of (empty: an unsharded node, or none yet)."""
+    return {int(m) for m in _SHARD.findall(text)}
+
+
+def metrics(port: int, timeout: float = 1.0) -> dict[str, float] | None:
+    """The node's counters and gauges (``dls_<name>``), or None if the page does not answer."""
+    text = page(port, timeout)
+    return None if text is None else parse_metrics(text)
+
+
+def shards_served(port: int, timeout: float = 1.0) -> set[int] | None:
+    """The shards the process on ``port`` routes now, or None if its page does not answer."""
+    text = page(port, timeout)
+    return None if text is None else parse_shards(text)
 
 
 class Supervisor(threading.Thread):

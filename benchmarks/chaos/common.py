@@ -95,6 +95,8 @@ def process_args(doc: str | None, name_flag: str, argv: list[str] | None,
         p.add_argument(flag, required=True)
     p.add_argument("--run-dir", required=True, type=Path)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shards", type=int, default=1,
+                   help="label shards of the network (the SDK's Client(shards=))")
     for flag, kwargs in more.items():
         p.add_argument(flag, **kwargs)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,

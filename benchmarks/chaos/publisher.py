@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         producer: Any = raw.producer
     else:
         client = Client(a.bootstrap, a.node, a.name, a.space, topic_prefix=a.prefix,
-                        on_delivery=on_delivery)
+                        on_delivery=on_delivery, shards=a.shards)
         publish, producer = client.publish, client._producer
     rng = random.Random(f"{a.seed}:{a.name}")
     out.write(k="start", t=now(), rate=a.rate)

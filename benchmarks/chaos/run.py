@@ -28,7 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.chaos.check import INF, check
-from benchmarks.chaos.cluster import Broker, Proc, Supervisor, metrics, node_lag, spark_lag
+from benchmarks.chaos.cluster import (
+    Broker,
+    Proc,
+    Supervisor,
+    metrics,
+    node_lag,
+    page,
+    parse_metrics,
+    parse_shards,
+    shards_served,
+    spark_lag,
+)
 from benchmarks.chaos.common import SPACE, JsonLines, now, read_jsonl
 from benchmarks.chaos.scenarios import (
     DEFAULT_SCENARIOS,
@@ -37,13 +48,17 @@ from benchmarks.chaos.scenarios import (
     Fault,
     FaultCounts,
     Scenario,
+    joiner_name,
     min_duration,
     plan,
+    replica_names,
 )
 
 NODES = {"A": ["B"], "B": ["A", "C"], "C": ["B"]}
 #: Subscriptions each client makes before publishing starts (the client's default).
 INITIAL_SUBS = 2
+#: Seconds a replica that leaves (SIGTERM) has to stop its engines before a SIGKILL.
+LEAVE_TIMEOUT_S = 60.0
 #: Seconds between a broker's return and the next fault.
 BROKER_SETTLE_S = 10.0
 #: The nodes' publish_delay_s in the Spark scenario: a job killed in the middle of a
@@ -89,14 +104,26 @@ class ScenarioRun:
         self.space = self.dir / "config" / "space.json"
         self.space.write_text(json.dumps(SPACE))
         self.ports: dict[str, int] = {}
-        self.nodes = {n: self._node(n, nb) for n, nb in NODES.items()}
+        #: the node processes by name (``A``, ``B``, ``C``; with replicas ``B1``, ``B2``
+        #: and the joiner ``B3``) and the node each runs
+        self.node_of: dict[str, str] = {}
+        for n in NODES:
+            names = replica_names(sc, n) if n == "B" else [n]
+            if n == "B" and sc.fault == "replica_kill":
+                names.append(joiner_name(sc, n))
+            self.node_of.update(dict.fromkeys(names, n))
+        self.nodes = {name: self._node(name, n, NODES[n]) for name, n in self.node_of.items()}
+        #: processes that start with the run (the joiner starts as a fault)
+        self.initial = [name for name in self.nodes
+                        if sc.fault != "replica_kill" or name != joiner_name(sc)]
         self.clients = {c.name: c for c in self._clients()}
         self.publishers = [self._publisher(n) for n in NODES]
         self.spark = self._spark() if sc.spark else None
         self.t_start = 0.0
 
     # -- processes ---------------------------------------------------------------------------
-    def _node(self, node: str, neighbours: list[str]) -> Proc:
+    def _node(self, name: str, node: str, neighbours: list[str]) -> Proc:
+        """The process ``name`` of ``node`` (replicas of one node share its config)."""
         p, sc = self.p, self.sc
         cfg = self.dir / "config" / f"{node}.toml"
         cfg.write_text("\n".join([
@@ -104,11 +131,14 @@ class ScenarioRun:
             f'space = "{self.space}"', f'bootstrap = "{self.broker.bootstrap}"',
             f'topic_prefix = "{self.prefix}"', f'delivery = "{sc.delivery}"',
             f"shared_delivery_partitions = {p.shared_partitions if sc.shared else 0}",
+            *([f"shards = {sc.shards}"] if sc.shards > 1 else []),
+            *([f"session_timeout_ms = {sc.session_timeout_ms}"]
+              if sc.session_timeout_ms is not None else []),
             *([f"publish_delay_s = {SPARK_PUBLISH_DELAY_S}"] if sc.spark else []), ""]))
-        port = self.ports[node] = _free_port()
-        return Proc(node, "node", [sys.executable, "-m", "dlsroute", "node", "--config",
+        port = self.ports[name] = _free_port()
+        return Proc(name, "node", [sys.executable, "-m", "dlsroute", "node", "--config",
                                    str(cfg), "--metrics-port", str(port)],
-                    self.dir / "logs" / f"node-{node}.log",
+                    self.dir / "logs" / f"node-{name}.log",
                     ready=lambda: metrics(port) is not None)
 
     def _clients(self) -> list[Proc]:
@@ -124,6 +154,7 @@ class ScenarioRun:
                     "--seed", str(self.p.seed), "--initial-subs", str(INITIAL_SUBS), "--shared",
                     str(self.p.shared_partitions if self.sc.shared else 0),
                     "--churn-min", str(self.p.churn_min), "--churn-max", str(self.p.churn_max),
+                    "--shards", str(self.sc.shards),
                     *([] if self.p.churn else ["--no-churn"]), *self._raw()],
                     self.dir / "logs" / f"client-{name}.log",
                     ready=lambda subs=subs: any(  # type: ignore[misc]
@@ -146,8 +177,8 @@ class ScenarioRun:
             sys.executable, "-m", "benchmarks.chaos.publisher", "--bootstrap",
             self.broker.bootstrap, "--node", node, "--name", name, "--prefix", self.prefix,
             "--space", str(self.space), "--rate", str(self.p.rate / len(NODES)), "--seed",
-            str(self.p.seed), "--run-dir", str(self.dir), *self._raw()],
-            self.dir / "logs" / f"publisher-{name}.log")
+            str(self.p.seed), "--run-dir", str(self.dir), "--shards", str(self.sc.shards),
+            *self._raw()], self.dir / "logs" / f"publisher-{name}.log")
 
     def log_fault(self, **rec: Any) -> None:
         rec["t"] = round(now(), 3)
@@ -191,6 +222,35 @@ class ScenarioRun:
     def _node_kill(self, f: Fault) -> None:
         self._hold(self.nodes[f.target], "kill", f)
 
+    def _replica_kill(self, f: Fault) -> None:
+        self._hold(self.nodes[f.target], "kill", f)
+
+    def _replica_join(self, f: Fault) -> None:
+        """Start one more process of the node: the group gives it some of the shards."""
+        proc = self.nodes[f.target]
+        with proc.lock:
+            proc.start()
+            self.log_fault(kind=f.kind, target=f.target, planned_at=f.at, pid=proc.pid)
+
+    def _replica_leave(self, f: Fault) -> None:
+        """SIGTERM the joiner: it stops its engines and leaves the group (its shards move).
+
+        The leave is waited for on a thread of its own, so the next fault keeps its moment;
+        ``replica_left`` logs the exit code and how long the leave took.
+        """
+        proc = self.nodes[f.target]
+        with proc.lock:
+            proc.held = proc.retired = True
+            self.log_fault(kind=f.kind, target=f.target, planned_at=f.at, pid=proc.pid)
+            t0 = time.monotonic()
+
+        def leave() -> None:
+            rc = proc.terminate(LEAVE_TIMEOUT_S)
+            self.log_fault(kind="replica_left", target=f.target, rc=rc,
+                           took_s=round(time.monotonic() - t0, 2))
+
+        threading.Thread(target=leave, name="leave", daemon=True).start()
+
     def _node_stop(self, f: Fault) -> None:
         self._hold(self.nodes[f.target], "stop", f)
 
@@ -219,6 +279,20 @@ class ScenarioRun:
                 raise RuntimeError(f"{proc.kind} {proc.name} not ready within {timeout:.0f} s; "
                                    f"see {proc.log}")
 
+    def _wait_shards(self, timeout: float) -> None:
+        """Wait until every shard of every node is routed by one of its processes."""
+        want = set(range(self.sc.shards))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            served: dict[str, set[int]] = {n: set() for n in NODES}
+            for name in self.initial:
+                served[self.node_of[name]] |= shards_served(self.ports[name]) or set()
+            if all(s == want for s in served.values()):
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"shards routed {served} after {timeout:.0f} s, not {sorted(want)} "
+                           f"each; see {self.dir / 'logs'}")
+
     def _wait_subscriptions(self, timeout: float) -> None:
         """Wait until every node holds a subscription of each of its clients.
 
@@ -228,8 +302,8 @@ class ScenarioRun:
         want = self.p.clients_per_node
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            seen = [(metrics(port) or {}).get("dls_subscriptions", 0)
-                    for port in self.ports.values()]
+            seen = [(metrics(self.ports[name]) or {}).get("dls_subscriptions", 0)
+                    for name in self.initial]
             if all(n >= want for n in seen):
                 return
             time.sleep(1.0)
@@ -237,12 +311,21 @@ class ScenarioRun:
                            f"{want} each; see {self.dir / 'logs'}")
 
     def _sample(self, out: JsonLines) -> None:
+        """One sample of each node process (``node``: the process's name; a replica
+        that has not joined yet, or has left, is not sampled)."""
         for node, port in self.ports.items():
-            m = metrics(port, timeout=0.5)
+            proc = self.nodes[node]
+            if proc.popen is None or proc.retired:
+                continue
+            text = page(port, timeout=0.5)
+            m = None if text is None else parse_metrics(text)
+            shards = ({"shards": None if text is None else sorted(parse_shards(text))}
+                      if self.sc.shards > 1 else {})
             out.write(t=round(now(), 3), node=node, up=m is not None,
                       batches=None if m is None else m.get("dls_batches_total"),
                       events_in=None if m is None else m.get("dls_events_in_total"),
-                      subscriptions=None if m is None else m.get("dls_subscriptions"))
+                      subscriptions=None if m is None else m.get("dls_subscriptions"),
+                      **shards)
 
     def _wait(self, until: float, samples: JsonLines) -> None:
         while now() < until:
@@ -253,7 +336,8 @@ class ScenarioRun:
         """Start, publish under faults, drain, stop; the scenario's record."""
         sc, p = self.sc, self.p
         duration = max(p.duration, min_duration(sc, p.counts))
-        faults = plan(sc, p.seed, duration, list(NODES), list(self.clients), p.counts)
+        targets = replica_names(sc) if sc.fault == "replica_kill" else list(NODES)
+        faults = plan(sc, p.seed, duration, targets, list(self.clients), p.counts)
         for f in faults:
             self.faults.write(planned=True, **asdict(f))
         samples = JsonLines(self.dir / "nodes.jsonl")
@@ -270,7 +354,9 @@ class ScenarioRun:
                                   "prefix": self.prefix, "dir": str(self.dir),
                                   "duration_s": duration}
         try:
-            self._start_all(list(self.nodes.values()), 180)
+            self._start_all([self.nodes[n] for n in self.initial], 180)
+            if sc.shards > 1:
+                self._wait_shards(180)
             self._start_all(spark, 60)
             # Through the job a client is ready once its first subscriptions are
             # acknowledged: after the job's start, which is slow.
@@ -327,7 +413,7 @@ class ScenarioRun:
                 return round(now() - t0, 1), "complete"
             if now() - t0 > self.p.drain_max:
                 return round(now() - t0, 1), "timeout"
-            lags = [node_lag(self.broker.bootstrap, self.prefix, n, nb)
+            lags = [node_lag(self.broker.bootstrap, self.prefix, n, nb, self.sc.shards)
                     for n, nb in NODES.items()]
             if self.spark is not None:  # and the job has mapped every raw record
                 lags.append(spark_lag(self.broker.bootstrap, self.prefix,
@@ -343,12 +429,20 @@ class ScenarioRun:
         v = check(self.dir)
         events = read_jsonl(self.dir / "faults.jsonl")
         v["faults"] = [e for e in events if not e.get("planned")]
-        v["faults_done"] = sum(e["kind"] == self.sc.fault for e in v["faults"])
-        v["node_exits"] = sum(e["kind"] == "exit" and e["target"] in NODES
+        kinds = {e["kind"] for e in events if e.get("planned")} | {self.sc.fault}
+        v["faults_done"] = sum(e["kind"] in kinds for e in v["faults"])
+        v["node_exits"] = sum(e["kind"] == "exit" and e["target"] in self.nodes
                               for e in v["faults"])
         v["max_stall_s"] = _stalls(read_jsonl(self.dir / "nodes.jsonl"),
                                    record.get("t_stop", INF))
         v["stall_s"] = max(v["max_stall_s"].values(), default=0.0)
+        if self.sc.shards > 1:
+            samples = read_jsonl(self.dir / "nodes.jsonl")
+            v["shard_seconds"] = _shard_seconds(samples, record.get("t_stop", INF))
+            v["shard_gap_s"] = _shard_gaps(samples, record.get("t_stop", INF), self.node_of,
+                                           self.sc.shards)
+            v["max_shard_gap_s"] = max((g for gaps in v["shard_gap_s"].values()
+                                        for g in gaps.values()), default=0.0)
         v["missing_interior"] = v["missing_by_margin"].get("interior", 0)
         v["ok"] = ("error" not in record and v["expected"] > 0 and v["missing"] == 0
                    and (self.sc.delivery != EOS or v["duplicates"] == 0))
@@ -370,6 +464,54 @@ def _stalls(samples: list[dict[str, Any]], until: float) -> dict[str, float]:
         if node not in last or (b is not None and b != last[node][1]):
             last[node] = (t, b)
         out[node] = round(max(out.get(node, 0.0), t - last[node][0]), 1)
+    return out
+
+
+def _shard_seconds(samples: list[dict[str, Any]], until: float) -> dict[str, dict[str, float]]:
+    """Per process of a sharded node, about how long it routed each shard while publishing.
+
+    From the samples (one every ~2 s): each sample's shards count for the time to the
+    process's next sample. Shows the hand-overs: which replicas held which shards.
+    """
+    out: dict[str, dict[str, float]] = {}
+    last: dict[str, dict[str, Any]] = {}
+    for s in samples:
+        if s["t"] > until:
+            break
+        prev = last.get(s["node"])
+        if prev is not None:
+            held = out.setdefault(s["node"], {})
+            for shard in prev.get("shards") or []:
+                held[str(shard)] = round(held.get(str(shard), 0.0) + s["t"] - prev["t"], 1)
+        last[s["node"]] = s
+    return out
+
+
+def _shard_gaps(samples: list[dict[str, Any]], until: float, node_of: dict[str, str],
+                shards: int) -> dict[str, dict[str, float]]:
+    """Per node and shard, the longest time no process of the node routed the shard.
+
+    While publishing (the samples up to ``until``), at the samples' resolution (each
+    process's page every ~2 s): the longest time between two samples that showed the
+    shard at one of the node's processes (the first and last samples bound it).
+    """
+    seen: dict[tuple[str, int], list[float]] = {}
+    t0 = t1 = None
+    for s in samples:
+        if s["t"] > until:
+            break
+        t0 = s["t"] if t0 is None else t0
+        t1 = s["t"]
+        for shard in s.get("shards") or []:
+            seen.setdefault((node_of.get(s["node"], s["node"]), shard), []).append(s["t"])
+    out: dict[str, dict[str, float]] = {}
+    if t0 is None or t1 is None:
+        return out
+    for node in dict.fromkeys(node_of.values()):
+        for shard in range(shards):
+            times = [t0, *seen.get((node, shard), []), t1]
+            gap = max(b - a for a, b in zip(times, times[1:], strict=False))
+            out.setdefault(node, {})[str(shard)] = round(gap, 1)
     return out
 
 
@@ -408,9 +550,11 @@ def _write(out: Path, results: dict[str, Any]) -> None:
 
 
 #: missing_interior: missing pairs more than 1 s inside their window (a loss rather than
-#: an order at the window's edge); stall_s: the longest a node committed no batch.
+#: an order at the window's edge); stall_s: the longest a node process committed no batch
+#: (a replica holding no shard commits none); max_shard_gap_s (sharded scenarios): the
+#: longest a shard of a node was routed by none of its processes.
 COLUMNS = ("scenario", "published", "expected", "missing", "missing_interior", "duplicates",
-           "unexpected", "faults_done", "node_exits", "stall_s", "verdict")
+           "unexpected", "faults_done", "node_exits", "stall_s", "max_shard_gap_s", "verdict")
 
 
 def table(records: list[dict[str, Any]], header: bool = True) -> str:

@@ -26,6 +26,13 @@ Fault kinds:
   (``dls.raw.*``) instead of using the SDK, so every subscription and event goes through
   the job; a subscription counts from its node's network-wide acknowledgement, as
   through the SDK, and the drain also waits for the job to map every raw record;
+- ``replica_kill`` (a sharded network, ``shards`` label shards, every node a replica set):
+  node B runs as two processes, ``B1`` and ``B2``, of the same config; SIGKILL of one of
+  them (drawn from the seed), restart after 0.5-3 s, ``node_kills`` times, each a session
+  timeout and 3 s after the one before (:func:`kill_gap`); and a third,
+  ``B3``, that starts at about a third of the publishing phase (``replica_join``) and is
+  stopped with SIGTERM at about two thirds (``replica_leave``: a graceful leave, its
+  shards handed over);
 - ``none``: no fault (the control: what subscription churn alone does).
 """
 
@@ -36,6 +43,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 EOS, ALO = "exactly_once", "at_least_once"
+#: The replica scenarios' consumer group session: a SIGKILLed replica keeps its shards
+#: (unrouted) until its session expires, so with the default 45 s ten kills a minute
+#: would leave B's killed shards unrouted most of the run. A deployment that expects its
+#: replicas to crash sets ``session_timeout_ms`` low in the same way.
+REPLICA_SESSION_MS = 10_000
+#: Seconds past the session between two replica kills: a killed replica's shards go to the
+#: others only once its session has expired, and a rebalance waits for every member, so
+#: kills closer than that keep the group rebalancing (the dead one's shards unrouted, a
+#: joining replica given nothing) until the kills stop.
+REPLICA_SETTLE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,12 @@ class Scenario:
     delivery: str = EOS
     shared: bool = False  # the shared delivery topic instead of one topic per client
     spark: bool = False  # subscriptions and events through the raw topics and spark-map
+    #: label shards of the network (> 1: every node runs as a replica set, clients split)
+    shards: int = 1
+    #: processes of node B at the start (``B1``, ``B2``, ...); 1: one process named ``B``
+    replicas: int = 1
+    #: the nodes' consumer group session (None: the node's default, 45 s)
+    session_timeout_ms: int | None = None
     #: why the scenario cannot run yet (None: it runs)
     unavailable: str | None = None
 
@@ -61,6 +84,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("client_kill-eos-topics", "client_kill", EOS, False),
     Scenario("broker_kill-eos-topics", "broker_kill", EOS, False),
     Scenario("spark_kill-eos-topics", "spark_kill", EOS, False, spark=True),
+    Scenario("replicas-eos-topics", "replica_kill", EOS, False, shards=4, replicas=2,
+             session_timeout_ms=REPLICA_SESSION_MS),
+    Scenario("replicas-alo-topics", "replica_kill", ALO, False, shards=4, replicas=2,
+             session_timeout_ms=REPLICA_SESSION_MS),
 )}
 DEFAULT_SCENARIOS = tuple(n for n, s in SCENARIOS.items() if s.unavailable is None)
 
@@ -98,12 +125,35 @@ def min_duration(s: Scenario, counts: FaultCounts) -> float:
         return 40.0 * counts.spark_kills + 20.0
     if s.fault == "broker_kill":  # a restart of the broker after a SIGKILL takes ~45 s
         return 65.0 * counts.broker_kills + 10.0
+    if s.fault == "replica_kill":  # kills :func:`kill_gap` apart (and 2 s of jitter)
+        return max(20.0, (counts.node_kills * (kill_gap(s) + 2.0) + 8.0) / 0.8)
     return 20.0
+
+
+def kill_gap(s: Scenario) -> float:
+    """The least time between two replica kills: the session, then a few seconds."""
+    return (s.session_timeout_ms or 45_000) / 1000.0 + REPLICA_SETTLE_S
+
+
+def replica_names(s: Scenario, node: str = "B") -> list[str]:
+    """The processes of the middle node at the start: ``B`` alone, or ``B1``, ``B2``, ..."""
+    return [node] if s.replicas == 1 else [f"{node}{i + 1}" for i in range(s.replicas)]
+
+
+def joiner_name(s: Scenario, node: str = "B") -> str:
+    """The replica of the middle node that joins mid-run and leaves (``B3`` after two)."""
+    return f"{node}{s.replicas + 1}"
 
 
 def plan(s: Scenario, seed: int, duration: float, nodes: Sequence[str],
          clients: Sequence[str], counts: FaultCounts) -> list[Fault]:
-    """The faults of ``s`` in a publishing phase of ``duration`` s (deterministic)."""
+    """The faults of ``s`` in a publishing phase of ``duration`` s (deterministic).
+
+    ``replica_kill``: the kills strike ``nodes`` (the replicas of B), at least
+    :func:`kill_gap` apart if ``duration`` allows it (:func:`min_duration` does), and the
+    joiner's start and leave come at about 1/3 and 2/3 of the phase; the plan is sorted by
+    moment.
+    """
     rng = random.Random(f"{seed}:{s.name}")
     if s.fault == "none":
         return []
@@ -116,8 +166,18 @@ def plan(s: Scenario, seed: int, duration: float, nodes: Sequence[str],
         "broker_kill": (counts.broker_kills, ["kafka"], (2.0, 5.0)),
         "client_kill": (counts.client_kills, clients, (0.5, 3.0)),
         "spark_kill": (counts.spark_kills, ["spark"], (0.5, 3.0)),
+        "replica_kill": (counts.node_kills, nodes, (0.5, 3.0)),
     }[s.fault]
     slot = (last - first) / max(n, 1)
-    return [Fault(round(first + i * slot + rng.uniform(0, 0.5 * slot), 3), s.fault,
-                  rng.choice(list(targets)), round(rng.uniform(*down), 3))
-            for i in range(n)]
+    # Replica kills at least kill_gap apart when the phase is long enough (the default).
+    spread = (min(0.5 * slot, max(0.0, slot - kill_gap(s))) if s.fault == "replica_kill"
+              else 0.5 * slot)
+    out = [Fault(round(first + i * slot + rng.uniform(0, spread), 3), s.fault,
+                 rng.choice(list(targets)), round(rng.uniform(*down), 3))
+           for i in range(n)]
+    if s.fault == "replica_kill":
+        joiner = joiner_name(s)
+        out += [Fault(round(duration * frac + rng.uniform(-1.0, 1.0), 3), kind, joiner, 0.0)
+                for frac, kind in ((1 / 3, "replica_join"), (2 / 3, "replica_leave"))]
+        out.sort(key=lambda f: f.at)
+    return out

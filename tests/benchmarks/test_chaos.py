@@ -17,6 +17,11 @@ and both delivery layouts):
 
 - ``node_stop`` (SIGSTOP past the 45 s session timeout): over a minute by itself;
 - ``client_kill``: adds a minute;
+- ``replica_kill`` (``replicas-*``: four shards, B as replicas): its publishing phase is
+  over three minutes by default, so that kills come a session timeout apart and the
+  replica group settles between them (a shorter phase puts them closer, and a group kept
+  rebalancing gives a joining replica nothing); its plan and what the harness reads from
+  replicas are tested in ``test_chaos_check.py``, the runs are in docs/testing.md;
 - ``spark_kill``: the Spark job's start alone takes most of a minute on two cores, and
   events mapped by Spark carry the job's write time, not their publication time, so the
   order rule does not hold through it yet.

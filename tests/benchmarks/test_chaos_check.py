@@ -11,8 +11,18 @@ import pytest
 
 from benchmarks.chaos.check import check, matches
 from benchmarks.chaos.client import live_from_history, next_offsets
+from benchmarks.chaos.cluster import parse_metrics, parse_shards
 from benchmarks.chaos.common import SPACE, JsonLines, random_event, random_where, read_jsonl
-from benchmarks.chaos.scenarios import SCENARIOS, FaultCounts, plan
+from benchmarks.chaos.run import _shard_gaps, _shard_seconds
+from benchmarks.chaos.scenarios import (
+    SCENARIOS,
+    FaultCounts,
+    joiner_name,
+    kill_gap,
+    min_duration,
+    plan,
+    replica_names,
+)
 from dls.predicates import Subscription
 from dls.space import ContentSpace
 
@@ -229,3 +239,71 @@ def test_fault_plans_are_reproducible() -> None:
     assert len(stop) == 1 and stop[0].down_s == 50.0
     assert len(plan(SCENARIOS["broker_kill-eos-topics"], 7, 70.0, ["A"], [], counts)) == 2
     assert plan(SCENARIOS["baseline"], 7, 60.0, ["A"], [], counts) == []
+
+
+def test_replica_fault_plan_kills_b1_or_b2_and_b3_joins_then_leaves() -> None:
+    counts = FaultCounts(node_kills=10)
+    sc = SCENARIOS["replicas-eos-topics"]
+    assert (sc.shards, sc.replicas, sc.fault) == (4, 2, "replica_kill")
+    assert SCENARIOS["replicas-alo-topics"].delivery == "at_least_once"
+    assert replica_names(sc) == ["B1", "B2"] and joiner_name(sc) == "B3"
+    assert replica_names(SCENARIOS["node_kill-eos-topics"]) == ["B"]
+    one = plan(sc, 21, 60.0, replica_names(sc), ["c1"], counts)
+    assert one == plan(sc, 21, 60.0, replica_names(sc), ["c1"], counts)
+    assert [f.at for f in one] == sorted(f.at for f in one)  # the injector's order
+    kills = [f for f in one if f.kind == "replica_kill"]
+    assert len(kills) == 10 and {f.target for f in kills} == {"B1", "B2"}
+    assert all(0.5 <= f.down_s <= 3.0 for f in kills)
+    (join,) = [f for f in one if f.kind == "replica_join"]
+    (leave,) = [f for f in one if f.kind == "replica_leave"]
+    assert join.target == leave.target == "B3"
+    assert 19.0 <= join.at <= 21.0 and 39.0 <= leave.at <= 41.0
+    # In the default phase the kills are a session and more apart: the group settles.
+    long = plan(sc, 21, min_duration(sc, counts), replica_names(sc), [], counts)
+    at = [f.at for f in long if f.kind == "replica_kill"]
+    assert len(at) == 10 and kill_gap(sc) == 13.0
+    assert min(b - a for a, b in zip(at, at[1:], strict=False)) >= kill_gap(sc)
+    # The plans of the unsharded scenarios are as before the replica scenarios came.
+    nk = plan(SCENARIOS["node_kill-eos-topics"], 7, 60.0, ["A", "B", "C"], [], counts)
+    assert {f.kind for f in nk} == {"node_kill"} and len(nk) == 10
+
+
+PAGE = """# HELP dls_batches_total batches
+# TYPE dls_batches_total counter
+dls_batches_total{node="B",shard="0"} 12.0
+dls_batches_total{node="B",shard="3"} 5.0
+dls_subscriptions{node="B",shard="0"} 2.0
+dls_subscriptions{node="B",shard="3"} 1.0
+dls_ert_fill{neighbour="A",node="B",shard="0"} 0.5
+dls_client_deliveries_total{client="cB0",node="B",shard="3"} 7.0
+"""
+
+
+def test_a_replicas_metrics_page_is_summed_over_its_shards() -> None:
+    m = parse_metrics(PAGE)
+    assert m == {"dls_batches_total": 17.0, "dls_subscriptions": 3.0}
+    assert parse_shards(PAGE) == {0, 3}
+    one = 'dls_batches_total{node="A"} 4.0\ndls_subscriptions{node="A"} 2.0\n'
+    assert parse_metrics(one) == {"dls_batches_total": 4.0, "dls_subscriptions": 2.0}
+    assert parse_shards(one) == set()  # an unsharded node
+    assert parse_metrics("# nothing yet\n") == {}
+
+
+def test_shard_hand_overs_are_read_from_the_samples() -> None:
+    node_of = {"A": "A", "B1": "B", "B2": "B"}
+    samples = [{"t": 0.0, "node": "A", "shards": [0, 1]},
+               {"t": 0.0, "node": "B1", "shards": [0, 1]},
+               {"t": 0.0, "node": "B2", "shards": []},
+               {"t": 2.0, "node": "A", "shards": [0, 1]},
+               {"t": 2.0, "node": "B1", "shards": None},  # killed: page down
+               {"t": 2.0, "node": "B2", "shards": []},
+               {"t": 4.0, "node": "A", "shards": [0, 1]},
+               {"t": 4.0, "node": "B2", "shards": [1]},  # shard 0 still nowhere
+               {"t": 6.0, "node": "A", "shards": [0, 1]},
+               {"t": 6.0, "node": "B1", "shards": [0]},
+               {"t": 6.0, "node": "B2", "shards": [1]},
+               {"t": 8.0, "node": "B2", "shards": [1]}]  # after publishing stopped
+    assert _shard_gaps(samples, 7.0, node_of, 2) == {"A": {"0": 2.0, "1": 2.0},
+                                                     "B": {"0": 6.0, "1": 4.0}}
+    assert _shard_seconds(samples, 7.0) == {"A": {"0": 6.0, "1": 6.0},
+                                            "B1": {"0": 2.0, "1": 2.0}, "B2": {"1": 2.0}}
