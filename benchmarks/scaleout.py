@@ -479,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   settings={k: v for k, v in vars(args).items() if not k.startswith("worker")}
                   | {"out": str(args.out)})
     if args.memory_subscriptions:  # memory per replica at more subscriptions, no events
-        m = Workload(args.memory_subscriptions, args.clients, 0, args.shards, args.seed)
+        m = Workload(args.memory_subscriptions, args.clients, 1, args.shards, args.seed)
         with tempfile.TemporaryDirectory() as tmp:
             for r in args.replicas:
                 records += node_case(args.bootstrap, m, r, args, Path(tmp), "dls-memory",
