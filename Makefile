@@ -65,7 +65,7 @@ bench-propagation: setup ## subscribe() to first delivery across A-B-C on the lo
 	$(PY) -m benchmarks.propagation --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/propagation.json
 
 CHAOS_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATION)) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(CHAOS_PORT),--port $(CHAOS_PORT))
-chaos: setup ## Fault harness on its own Kafka (~15 min; SEED, DURATION, SCENARIOS, CHAOS_PORT) -> benchmarks/results/chaos.json
+chaos: setup ## Fault harness on its own Kafka (~25 min with the replica scenarios; SEED, DURATION, SCENARIOS, CHAOS_PORT) -> benchmarks/results/chaos.json
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS) --out benchmarks/results/chaos.json
 
 .PHONY: soak
