@@ -383,8 +383,12 @@ class BrokerState:
             raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                            field="id", value=dup)
         owners, lens, flat = self._registry.gather(codes)
-        asked = np.fromiter(map(self._clients.get, clients, repeat(-1)), dtype=np.int64,
-                            count=len(clients))
+        try:  # dict.get with a default takes twice as long as a plain look-up
+            asked = np.fromiter(map(self._clients.__getitem__, clients), dtype=np.int64,
+                                count=len(clients))
+        except KeyError:
+            asked = np.fromiter(map(self._clients.get, clients, repeat(-1)), dtype=np.int64,
+                                count=len(clients))
         wrong = np.flatnonzero(asked != owners)
         if wrong.size:
             i = int(wrong[0])

@@ -69,8 +69,13 @@ class IdIndex(Protocol):
         """The ids of registered seqs."""
         ...
 
-    def renumber(self, seqs: np.ndarray) -> None:
-        """Give the registered ``seqs`` (sorted, all of them) the seqs 0, 1, 2, ..."""
+    def renumber(self, seqs: np.ndarray, new: np.ndarray | None = None,
+                 top: int | None = None) -> None:
+        """Give the registered ``seqs`` (sorted, all of them) the rising seqs ``new``.
+
+        ``new`` defaults to 0, 1, 2, ...; ``top`` (the next free seq after, by default one
+        past the last) leaves the seqs between without an id.
+        """
         ...
 
     def nbytes(self) -> int:
@@ -141,10 +146,12 @@ class DictIdIndex:
         by_seq = {q: sid for sid, q in self.map.items() if q in want}
         return [by_seq[q] for q in seqs.tolist()]
 
-    def renumber(self, seqs: np.ndarray) -> None:
-        """Give the registered ``seqs`` (sorted, all of them) the seqs 0, 1, 2, ..."""
-        new = {q: i for i, q in enumerate(seqs.tolist())}
-        self.map = {sid: new[q] for sid, q in self.map.items()}
+    def renumber(self, seqs: np.ndarray, new: np.ndarray | None = None,
+                 top: int | None = None) -> None:
+        """Give the registered ``seqs`` (sorted, all of them) the rising seqs ``new``."""
+        to = range(len(seqs)) if new is None else new.tolist()
+        moved = dict(zip(seqs.tolist(), to, strict=True))
+        self.map = {sid: moved[q] for sid, q in self.map.items()}
 
     def nbytes(self) -> int:
         """Bytes the index keeps."""
@@ -214,7 +221,8 @@ class HashIdIndex:
         cap = max(64, int(need_live / _TARGET_LOAD) + 1)
         bits = max(16, cap.bit_length() + 1, (top_seq + 2).bit_length() + 1)
         dtype = np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64
-        seqs = self.live()
+        seqs = np.empty(self._live, dtype=np.int64)
+        seqs = seqs[:_K.id_live(self._table, self._bits, seqs)]  # any order will do
         table = np.zeros(cap, dtype=dtype)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, seqs, seqs)
         self._table, self._bits, self._used = table, bits, len(seqs)
@@ -285,21 +293,29 @@ class HashIdIndex:
         return [raw[a:b].decode("utf-8", "surrogatepass")
                 for a, b in zip(out_off[:-1].tolist(), out_off[1:].tolist(), strict=True)]
 
-    def renumber(self, seqs: np.ndarray) -> None:
-        """Give the registered ``seqs`` (sorted, all of them) the seqs 0, 1, 2, ..."""
+    def renumber(self, seqs: np.ndarray, new: np.ndarray | None = None,
+                 top: int | None = None) -> None:
+        """Give the registered ``seqs`` (sorted, all of them) the rising seqs ``new``.
+
+        The arena keeps only their bytes, the offsets only seqs below ``top``, and the
+        table is rebuilt (no tombstones).
+        """
         seqs = np.ascontiguousarray(seqs, dtype=np.int64)
         n = len(seqs)
-        size = int((self._off[seqs + 1].astype(np.int64) - self._off[seqs]).sum())
+        new = np.arange(n, dtype=np.int64) if new is None else np.ascontiguousarray(
+            new, dtype=np.int64)
+        top = (int(new[-1]) + 1 if n else 0) if top is None else top
+        lens = np.zeros(top, dtype=np.int64)
+        lens[new] = self._off[seqs + 1].astype(np.int64) - self._off[seqs]
+        size = int(lens.sum())
         arena = np.empty(max(256, size), dtype=np.uint8)
-        off: np.ndarray = np.empty(max(65, n + 1),
+        _K.id_gather(self._arena, self._off, seqs, arena, np.empty(n + 1, dtype=np.int64), 0)
+        off: np.ndarray = np.zeros(max(65, top + 1),
                                    dtype=np.int64 if size > _M32 else np.uint32)
-        out_off = np.empty(n + 1, dtype=np.int64)
-        end = _K.id_gather(self._arena, self._off, seqs, arena, out_off, 0)
-        off[:n + 1] = out_off
-        self._arena, self._off, self._at, self._top = arena, off, int(end), n
-        new = np.arange(n, dtype=np.int64)
+        off[1:top + 1] = np.cumsum(lens)
+        self._arena, self._off, self._at, self._top = arena, off, size, top
         cap = max(64, int(n / _TARGET_LOAD) + 1)
-        bits = max(16, cap.bit_length() + 1, (n + 2).bit_length() + 1)
+        bits = max(16, cap.bit_length() + 1, (top + 2).bit_length() + 1)
         table = np.zeros(cap, dtype=np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, new, new)
         self._table, self._bits, self._used = table, bits, n

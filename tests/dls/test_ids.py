@@ -45,10 +45,10 @@ def _run(index: Any, program: list[tuple[str, Any]]) -> list[Any]:
             codes, _ = index.codes(ids)
             index.discard(ids, codes)
             out.append(len(index))
-        elif op == "renumber":
+        elif op == "renumber":  # odd seqs, gaps between and after: ids_of must skip them
             seqs = index.live()
-            index.renumber(seqs)
-            nxt = len(seqs)
+            nxt = 2 * len(seqs) + 3
+            index.renumber(seqs, 2 * np.arange(len(seqs)) + 1, nxt)
             out.append(nxt)
         out.append((index.live().tolist(), index.ids_of(index.live()), len(index)))
     return out
