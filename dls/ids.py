@@ -275,7 +275,9 @@ class HashIdIndex:
         """Sorted seqs of the registered ids."""
         out = np.empty(self._live, dtype=np.int64)
         got = _K.id_live(self._table, self._bits, out)
-        return np.sort(out[:got])
+        mark = np.zeros(self._top, dtype=np.bool_)  # sorted by marking: no sort
+        mark[out[:got]] = True
+        return np.flatnonzero(mark)
 
     def ids_of(self, seqs: np.ndarray) -> list[str]:
         """The ids of registered seqs."""
