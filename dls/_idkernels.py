@@ -68,7 +68,11 @@ def _mix(k: Any) -> Any:
 
 @njit
 def id_hash(buf: Any, a: Any, b: Any, seed: Any) -> Any:
-    """A 64-bit hash of ``buf[a:b]`` (MurmurHash3's mixing, 8 bytes at a time)."""
+    """A 64-bit hash of ``buf[a:b]`` (MurmurHash3's mixing, 8 bytes at a time).
+
+    Ids of up to 8 bytes and one length go through the finaliser alone, a bijection: two
+    of them never share a hash.
+    """
     h = seed ^ (np.uint64(b - a) * _C2)
     i = a
     while i + 8 <= b:
@@ -78,11 +82,11 @@ def id_hash(buf: Any, a: Any, b: Any, seed: Any) -> Any:
         h ^= _mix(k)
         h = ((h << _R27) | (h >> _R37)) * _FIVE + _N1
         i += 8
-    if i < b:
+    if i < b:  # the last 1 to 7 bytes: the finaliser mixes them (a bijection)
         k = np.uint64(0)
         for j in range(b - i):
             k |= np.uint64(buf[i + j]) << (_EIGHT * np.uint64(j))
-        h ^= _mix(k)
+        h ^= k
     return _fmix(h)
 
 

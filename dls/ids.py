@@ -8,7 +8,7 @@ whose low 32 bits are the seq. Two implementations, with the same answers
 * :class:`HashIdIndex` (compiled kernels, :mod:`dls._idkernels`): the ids' UTF-8 bytes in
   one arena with an offset per seq, and an open-addressing table of 32-bit entries (seq
   and a tag of the id's hash; 64-bit past 2**26 seqs). About 4 + ``len(id)`` bytes per id
-  plus 4 bytes per table slot at a load between 0.55 and 0.8: 17 to 20 bytes per id for
+  plus 4 bytes per table slot at a load between 0.45 and 0.8: 17 to 21 bytes per id for
   the ids ``s0`` .. ``s499999``, where a dict of str keys takes 118;
 * :class:`DictIdIndex`: a dict from id to seq, on the numpy reference path
   (``DLS_NO_JIT=1``).
@@ -35,7 +35,7 @@ __all__ = ["DictIdIndex", "HashIdIndex", "IdIndex", "encode_ids", "make_id_index
 
 _M32 = 0xFFFFFFFF
 _MAX_LOAD = 0.8  # used slots (live and tombstones) over capacity before a rebuild
-_TARGET_LOAD = 0.55  # live ids over capacity right after one
+_TARGET_LOAD = 0.45  # live ids over capacity right after one
 _GROW = 1.25  # arena and offsets grow by at least this factor
 _NARROW_SEQ_BITS = 26  # beyond, the table's entries are 64-bit
 
@@ -163,6 +163,17 @@ class DictIdIndex:
         return iter(self.map)
 
 
+def _layout(cap: int, top: int) -> tuple[int, type]:
+    """(seq bits, entry type) of a table of ``cap`` slots for seqs up to ``top``.
+
+    Twice the seqs the table can hold (or ``top``), so that seqs rise for a while before
+    the next rebuild; the bits above are the tag (32-bit entries up to
+    :data:`_NARROW_SEQ_BITS` seq bits).
+    """
+    bits = max(16, cap.bit_length() + 1, (top + 2).bit_length() + 1)
+    return bits, np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64
+
+
 def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """(bytes, starts, sep, whether an id holds a NUL) of ids, as the kernels take them.
 
@@ -219,11 +230,10 @@ class HashIdIndex:
     def _resize(self, need_live: int, top_seq: int) -> None:
         """A new table for ``need_live`` ids and seqs up to ``top_seq`` (tombstones go)."""
         cap = max(64, int(need_live / _TARGET_LOAD) + 1)
-        bits = max(16, cap.bit_length() + 1, (top_seq + 2).bit_length() + 1)
-        dtype = np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64
+        bits, dtype = _layout(cap, top_seq)
         seqs = np.empty(self._live, dtype=np.int64)
         seqs = seqs[:_K.id_live(self._table, self._bits, seqs)]  # any order will do
-        table = np.zeros(cap, dtype=dtype)
+        table: np.ndarray = np.zeros(cap, dtype=dtype)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, seqs, seqs)
         self._table, self._bits, self._used = table, bits, len(seqs)
 
@@ -317,8 +327,8 @@ class HashIdIndex:
         off[1:top + 1] = np.cumsum(lens)
         self._arena, self._off, self._at, self._top = arena, off, size, top
         cap = max(64, int(n / _TARGET_LOAD) + 1)
-        bits = max(16, cap.bit_length() + 1, (top + 2).bit_length() + 1)
-        table = np.zeros(cap, dtype=np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64)
+        bits, dtype = _layout(cap, top)
+        table: np.ndarray = np.zeros(cap, dtype=dtype)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, new, new)
         self._table, self._bits, self._used = table, bits, n
 
