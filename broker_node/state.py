@@ -50,7 +50,9 @@ from broker_node.links import (
 from broker_node.paper import PaperCounts
 from broker_node.registry import (
     SubscriptionRegistry,
+    client_table,
     first_repeat,
+    look_up,
     sorted_unique_rows,
     take_rows,
 )
@@ -178,6 +180,7 @@ class BrokerState:
         self.label_space_size = label_space_size
         self._clients: dict[str, int] = {}
         self._client_names: list[str] = []
+        self._client_table = client_table()  # compiled batch look-ups (None: the dict)
         self._position_fns: dict[tuple[int, int], PositionFn] = {}
         self._registry = SubscriptionRegistry(label_base, label_space_size)
         if cfg.client_filter == "direct":
@@ -245,10 +248,16 @@ class BrokerState:
             idx = len(self._client_names)
             self._clients[name] = idx
             self._client_names.append(name)
+            if self._client_table is not None:
+                self._client_table.reserve([name], idx)
         return idx
 
     def _client_indexes(self, clients: Sequence[str]) -> np.ndarray:
         """Bank indexes of many clients, creating the new ones (C-level dict lookups)."""
+        if self._client_table is not None:  # compiled: one kernel call
+            got = look_up(self._client_table, clients)
+            if not got.size or got.min() >= 0:
+                return got
         try:  # every client known: one C-level pass
             return np.fromiter(map(self._clients.__getitem__, clients), dtype=np.int64,
                                count=len(clients))
@@ -383,8 +392,11 @@ class BrokerState:
             raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                            field="id", value=dup)
         owners, lens, flat = self._registry.gather(codes)
-        asked = np.fromiter(map(self._clients.get, clients, repeat(-1)), dtype=np.int64,
-                            count=len(clients))
+        if self._client_table is not None:
+            asked = look_up(self._client_table, clients)
+        else:
+            asked = np.fromiter(map(self._clients.get, clients, repeat(-1)), dtype=np.int64,
+                                count=len(clients))
         wrong = np.flatnonzero(asked != owners)
         if wrong.size:
             i = int(wrong[0])

@@ -26,6 +26,7 @@ from dls._jit import njit
 from dls._murmur import _C1, _C2, _F1, _F2, _S31, _S33
 
 __all__ = [
+    "copy_rows",
     "id_codes",
     "id_discard",
     "id_gather",
@@ -67,7 +68,11 @@ def _mix(k: Any) -> Any:
 
 @njit
 def id_hash(buf: Any, a: Any, b: Any, seed: Any) -> Any:
-    """A 64-bit hash of ``buf[a:b]`` (MurmurHash3's mixing, 8 bytes at a time)."""
+    """A 64-bit hash of ``buf[a:b]`` (MurmurHash3's mixing, 8 bytes at a time).
+
+    Ids of up to 8 bytes and one length go through the finaliser alone, a bijection: two
+    of them never share a hash.
+    """
     h = seed ^ (np.uint64(b - a) * _C2)
     i = a
     while i + 8 <= b:
@@ -77,11 +82,11 @@ def id_hash(buf: Any, a: Any, b: Any, seed: Any) -> Any:
         h ^= _mix(k)
         h = ((h << _R27) | (h >> _R37)) * _FIVE + _N1
         i += 8
-    if i < b:
+    if i < b:  # the last 1 to 7 bytes: the finaliser mixes them (a bijection)
         k = np.uint64(0)
         for j in range(b - i):
             k |= np.uint64(buf[i + j]) << (_EIGHT * np.uint64(j))
-        h ^= _mix(k)
+        h ^= k
     return _fmix(h)
 
 
@@ -342,6 +347,21 @@ def id_gather(arena: Any, off: Any, seqs: Any, out: Any, out_off: Any, sep: Any)
     return at
 
 
+@njit
+def copy_rows(labels: Any, offsets: Any, rows: Any, where: Any, out: Any, out_off: Any,
+              base: Any) -> None:
+    """Row ``rows[i]`` of the CSR ``(offsets, labels)``, plus ``base``, at ``out_off[where[i]]``.
+
+    The registry's gather of stored labels (:meth:`SubscriptionRegistry.gather`).
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        at = out_off[where[i]]
+        for p in range(np.int64(offsets[r]), np.int64(offsets[r + 1])):
+            out[at] = np.uint64(labels[p]) + base
+            at += 1
+
+
 def warm_up() -> None:
     """Call every kernel once on tiny inputs of the types :class:`HashIdIndex` passes."""
     raw = np.frombuffer(b"a\0bc", dtype=np.uint8)
@@ -365,5 +385,9 @@ def warm_up() -> None:
         seqs = np.arange(2, dtype=np.int64)
         id_rebuild(table, 16, seed, arena, off, seqs, seqs)
     out_off = np.empty(3, dtype=np.int64)
+    rows = np.zeros(1, dtype=np.int64)
+    for label_type in (np.uint8, np.uint16, np.uint32, np.uint64):
+        copy_rows(np.zeros(2, dtype=label_type), np.array([0, 2], dtype=np.int32), rows, rows,
+                  np.empty(2, dtype=np.uint64), out_off, np.uint64(0))
     id_gather(arena, off, np.arange(2, dtype=np.int64), np.empty(8, dtype=np.uint8),
               out_off, 1)

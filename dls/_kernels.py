@@ -158,12 +158,13 @@ def _grouped(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
 
 
 @njit
-def _grouped_by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
-    """:func:`_grouped` through the labels: the batch's clients are sorted by label.
+def _by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
+    """A batch's clients sorted by label, and its ``(row, label)`` entries by block.
 
-    The scatter into blocks then moves one ``(row, label)`` entry per label and hash
-    (at most ``table.size``) instead of one update per pair and hash, and the updates are
-    written out block after block, in order; inside a block they come label by label.
+    Returns ``(entries, lab_start, clients)``: the clients of label ``t`` are
+    ``clients[lab_start[t]:lab_start[t + 1]]``, and ``entries`` holds ``(row << 32) | t``
+    for every label of the batch and each of its rows, block by block (``row >> shift``),
+    label by label inside a block.
     """
     n = idx.shape[0]
     n_lab, r = table.shape
@@ -173,7 +174,7 @@ def _grouped_by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -
     for t in range(n_lab):
         lab_start[t + 1] += lab_start[t]
     fill = lab_start[:-1].copy()
-    clients = np.empty(n, dtype=np.int64)  # the clients of label t: lab_start[t]..[t + 1]
+    clients = np.empty(n, dtype=np.int32)
     for i in range(n):
         t = idx[i]
         clients[fill[t]] = cli[i]
@@ -186,7 +187,7 @@ def _grouped_by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -
                 start[(np.int64(table[t, j]) >> shift) + 1] += 1
     for b in range(n_blocks):
         start[b + 1] += start[b]
-    entries = np.empty(start[n_blocks], dtype=np.int64)  # (row << 32) | label, by block
+    entries = np.empty(start[n_blocks], dtype=np.int64)
     for t in range(n_lab):
         if lab_start[t + 1] > lab_start[t]:
             for j in range(r):
@@ -194,13 +195,24 @@ def _grouped_by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -
                 b = row >> shift
                 entries[start[b]] = (row << 32) | t
                 start[b] += 1
-    out = np.empty(n * r, dtype=np.int64)
+    return entries, lab_start, clients
+
+
+@njit
+def _grouped_by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
+    """:func:`_grouped` through the labels (:func:`_by_label`), written out in order.
+
+    The scatter into blocks moves one ``(row, label)`` entry per label and hash (at most
+    ``table.size``) instead of one update per pair and hash.
+    """
+    entries, lab_start, clients = _by_label(table, idx, cli, shift, n_rows)
+    out = np.empty(idx.shape[0] * table.shape[1], dtype=np.int64)
     at = 0
     for e in range(entries.shape[0]):
         high = (entries[e] >> 32) << 32
         t = entries[e] & _LOW32
         for q in range(lab_start[t], lab_start[t + 1]):
-            out[at] = high | clients[q]
+            out[at] = high | np.int64(clients[q])
             at += 1
     return out
 
@@ -295,61 +307,159 @@ def bank_remove(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturati
 
 
 # Packed 4-bit counters: client c's counter of row p is nibble c & 1 of byte (p, c >> 1).
-_FOUR = np.int64(4)
-_NIBBLE = np.int64(15)
+
+
+_U1 = np.uint64(1)
+_U4 = np.uint64(4)
+_U6 = np.uint64(6)
+_U15 = np.uint64(15)
+_MAGIC = np.uint64(0x9E3779B97F4A7C15)  # a sum the block reads are compared with
+
+
+@njit
+def _by_label_pays(table: Any, idx: Any) -> Any:
+    """Whether a batch goes through its labels (many pairs per row of the table)."""
+    return idx.shape[0] >= 2 * table.shape[0]
+
+
+@njit
+def _warm_pays(counts: Any, bits: Any, n_updates: Any) -> Any:
+    """Whether reading every block in first pays: half an update per cache line or more."""
+    return 2 * n_updates >= (counts.size + bits.size * 8) // 64
+
+
+@njit
+def _warm(counts: Any, bits: Any, block: Any, shift: Any) -> Any:
+    """Read a block of rows in line after line (the prefetcher streams it into cache).
+
+    Updating a block straight away waits for each missed line in turn (the block comes
+    from L3 or memory); read in order first, it arrives at streaming speed: 0.32 -> 0.23
+    us per subscription at d = 3, 0.72 -> 0.48 at d = 4 (1,000 clients, 500K, 1 MiB
+    blocks). Returns a sum of no meaning, so that the reads stay.
+    """
+    acc = np.uint64(0)
+    for r in range(block << shift, min(counts.shape[0], (block + 1) << shift)):
+        for j in range(0, counts.shape[1], 64):
+            acc += np.uint64(counts[r, j])
+        for j in range(0, bits.shape[1], 8):
+            acc += bits[r, j]
+    return acc
 
 
 @njit
 def bank_add_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, saturating: Any,
                     top: Any, shift: Any) -> Any:
-    """:func:`bank_add` on packed 4-bit counters, which saturate at ``top`` (always -1)."""
-    updates = _grouped(table, idx, cli, shift, counts.shape[0])
+    """:func:`bank_add` on packed 4-bit counters, which saturate at ``top`` (always -1).
+
+    A batch that goes through its labels is applied straight from its entries, block by
+    block, each entry's row for the clients of its label (no list of updates is written).
+    """
+    tp = np.uint64(top)
+    if _by_label_pays(table, idx):
+        entries, lab_start, clients = _by_label(table, idx, cli, shift, counts.shape[0])
+        warm = _warm_pays(counts, bits, idx.shape[0] * table.shape[1])
+        block = -1
+        acc = np.uint64(0)
+        for e in range(entries.shape[0]):
+            if warm and (entries[e] >> 32) >> shift != block:
+                block = (entries[e] >> 32) >> shift
+                acc += _warm(counts, bits, block, shift)
+            p = np.uint64(entries[e] >> 32)  # unsigned indexes: no wraparound checks
+            t = entries[e] & _LOW32
+            for q in range(lab_start[t], lab_start[t + 1]):
+                c = np.uint64(clients[q])
+                h = c >> _U1
+                sh = (c & _U1) * _U4
+                byte = np.uint64(counts[p, h])
+                v = (byte >> sh) & _U15
+                if v >= tp:
+                    continue
+                counts[p, h] = byte + (_U1 << sh)
+                bits[p, c >> _U6] |= np.uint64(v == 0) << (c & _LOW6)
+        return -1 - np.int64(acc == _MAGIC)  # -1 or -2: the reads count, nothing failed
+    updates = _grouped_by_update(table, idx, cli, shift, counts.shape[0])
     for t in range(updates.shape[0]):
-        u = updates[t]
-        p = u >> 32
-        c = u & _LOW32
-        h = c >> 1
-        sh = (c & 1) * _FOUR
-        byte = np.int64(counts[p, h])
-        v = (byte >> sh) & _NIBBLE
-        if v >= top:
+        u = np.uint64(updates[t])
+        p = u >> np.uint64(32)
+        c = u & np.uint64(0xFFFFFFFF)
+        h = c >> _U1
+        sh = (c & _U1) * _U4
+        byte = np.uint64(counts[p, h])
+        v = (byte >> sh) & _U15
+        if v >= tp:
             continue
-        counts[p, h] = byte + (np.int64(1) << sh)
-        bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
+        counts[p, h] = byte + (_U1 << sh)
+        bits[p, c >> _U6] |= np.uint64(v == 0) << (c & _LOW6)
     return -1
+
+
+@njit
+def _packed_dec(counts: Any, bits: Any, p: Any, c: Any, tp: Any) -> Any:
+    """Decrement one packed counter unless saturated; False when it is 0 already."""
+    h = c >> _U1
+    sh = (c & _U1) * _U4
+    byte = np.uint64(counts[p, h])
+    v = (byte >> sh) & _U15
+    if v == tp:
+        return True
+    if v == 0:
+        return False
+    counts[p, h] = byte - (_U1 << sh)
+    bits[p, c >> _U6] &= ~(np.uint64(v == 1) << (c & _LOW6))
+    return True
+
+
+@njit
+def _packed_undo(counts: Any, bits: Any, p: Any, c: Any, tp: Any) -> None:
+    """Undo :func:`_packed_dec` (a saturated counter was skipped and still is)."""
+    h = c >> _U1
+    sh = (c & _U1) * _U4
+    byte = np.uint64(counts[p, h])
+    v = (byte >> sh) & _U15
+    if v != tp:
+        counts[p, h] = byte + (_U1 << sh)
+        bits[p, c >> _U6] |= np.uint64(v == 0) << (c & _LOW6)
 
 
 @njit
 def bank_remove_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any,
                        saturating: Any, top: Any, shift: Any) -> Any:
-    """:func:`bank_remove` on packed 4-bit counters (saturated ones stay), all or nothing."""
-    updates = _grouped(table, idx, cli, shift, counts.shape[0])
-    for t in range(updates.shape[0]):
-        u = updates[t]
-        p = u >> 32
-        c = u & _LOW32
-        h = c >> 1
-        sh = (c & 1) * _FOUR
-        byte = np.int64(counts[p, h])
-        v = (byte >> sh) & _NIBBLE
-        if v == top:
-            continue
-        if v == 0:
-            for t2 in range(t):  # a saturated counter was skipped and still is
-                u = updates[t2]
-                p = u >> 32
-                c = u & _LOW32
-                h = c >> 1
-                sh = (c & 1) * _FOUR
-                byte = np.int64(counts[p, h])
-                v = (byte >> sh) & _NIBBLE
-                if v == top:
+    """:func:`bank_remove` on packed 4-bit counters (saturated ones stay), all or nothing.
+
+    Applied straight from the entries as :func:`bank_add_packed` does; a counter that
+    would go below zero undoes every decrement made, in the same order.
+    """
+    tp = np.uint64(top)
+    if _by_label_pays(table, idx):
+        entries, lab_start, clients = _by_label(table, idx, cli, shift, counts.shape[0])
+        warm = _warm_pays(counts, bits, idx.shape[0] * table.shape[1])
+        block = -1
+        acc = np.uint64(0)
+        for e in range(entries.shape[0]):
+            if warm and (entries[e] >> 32) >> shift != block:
+                block = (entries[e] >> 32) >> shift
+                acc += _warm(counts, bits, block, shift)
+            p = np.uint64(entries[e] >> 32)
+            t = entries[e] & _LOW32
+            for q in range(lab_start[t], lab_start[t + 1]):
+                if _packed_dec(counts, bits, p, np.uint64(clients[q]), tp):
                     continue
-                counts[p, h] = byte + (np.int64(1) << sh)
-                bits[p, c >> 6] |= np.uint64(v == 0) << (np.uint64(c) & _LOW6)
-            return t
-        counts[p, h] = byte - (np.int64(1) << sh)
-        bits[p, c >> 6] &= ~(np.uint64(v == 1) << (np.uint64(c) & _LOW6))
+                for e2 in range(e + 1):
+                    p2 = np.uint64(entries[e2] >> 32)
+                    t2 = entries[e2] & _LOW32
+                    for q2 in range(lab_start[t2], q if e2 == e else lab_start[t2 + 1]):
+                        _packed_undo(counts, bits, p2, np.uint64(clients[q2]), tp)
+                return e
+        return -1 - np.int64(acc == _MAGIC)
+    updates = _grouped_by_update(table, idx, cli, shift, counts.shape[0])
+    for t in range(updates.shape[0]):
+        u = np.uint64(updates[t])
+        if _packed_dec(counts, bits, u >> np.uint64(32), u & np.uint64(0xFFFFFFFF), tp):
+            continue
+        for t2 in range(t):
+            u = np.uint64(updates[t2])
+            _packed_undo(counts, bits, u >> np.uint64(32), u & np.uint64(0xFFFFFFFF), tp)
+        return t
     return -1
 
 

@@ -42,6 +42,12 @@ _BLOCK_BYTES = 64 * 2**10
 """Counters of one block of rows that a compiled update applies its updates to at a time
 (grouped first, so that the block stays in cache; 64 KiB was fastest at 1,024 clients)."""
 
+_PACKED_BLOCK_BYTES = 2**20
+"""The same for packed 4-bit counters, whose kernels read a block in, line after line,
+before updating it when a batch has many updates (1 MiB was fastest at 1,024 clients,
+d = 3 and 4, on a machine with 1 MiB of L2 per core: 64 KiB took 15 % more at d = 3,
+20 % more at d = 4)."""
+
 _NO_VALID = np.zeros(0, dtype=np.bool_)
 _NO_EXCLUDE = np.zeros(0, dtype=np.int64)
 
@@ -305,7 +311,8 @@ class BitsetBank:
         """
         sat = self._saturation()
         row_bytes = max(1, self._counts.shape[1] * self._count_dtype.itemsize)
-        shift = max(0, (_BLOCK_BYTES // row_bytes).bit_length() - 1)
+        block = _PACKED_BLOCK_BYTES if self._packed else _BLOCK_BYTES
+        shift = max(0, (block // row_bytes).bit_length() - 1)
         if sat is not None:
             return True, sat, shift
         return False, int(np.iinfo(self._count_dtype).max), shift

@@ -8,7 +8,7 @@ whose low 32 bits are the seq. Two implementations, with the same answers
 * :class:`HashIdIndex` (compiled kernels, :mod:`dls._idkernels`): the ids' UTF-8 bytes in
   one arena with an offset per seq, and an open-addressing table of 32-bit entries (seq
   and a tag of the id's hash; 64-bit past 2**26 seqs). About 4 + ``len(id)`` bytes per id
-  plus 4 bytes per table slot at a load between 0.55 and 0.8: 17 to 20 bytes per id for
+  plus 4 bytes per table slot at a load between 0.45 and 0.8: 17 to 21 bytes per id for
   the ids ``s0`` .. ``s499999``, where a dict of str keys takes 118;
 * :class:`DictIdIndex`: a dict from id to seq, on the numpy reference path
   (``DLS_NO_JIT=1``).
@@ -35,7 +35,7 @@ __all__ = ["DictIdIndex", "HashIdIndex", "IdIndex", "encode_ids", "make_id_index
 
 _M32 = 0xFFFFFFFF
 _MAX_LOAD = 0.8  # used slots (live and tombstones) over capacity before a rebuild
-_TARGET_LOAD = 0.55  # live ids over capacity right after one
+_TARGET_LOAD = 0.45  # live ids over capacity right after one
 _GROW = 1.25  # arena and offsets grow by at least this factor
 _NARROW_SEQ_BITS = 26  # beyond, the table's entries are 64-bit
 
@@ -69,8 +69,13 @@ class IdIndex(Protocol):
         """The ids of registered seqs."""
         ...
 
-    def renumber(self, seqs: np.ndarray) -> None:
-        """Give the registered ``seqs`` (sorted, all of them) the seqs 0, 1, 2, ..."""
+    def renumber(self, seqs: np.ndarray, new: np.ndarray | None = None,
+                 top: int | None = None) -> None:
+        """Give the registered ``seqs`` (sorted, all of them) the rising seqs ``new``.
+
+        ``new`` defaults to 0, 1, 2, ...; ``top`` (the next free seq after, by default one
+        past the last) leaves the seqs between without an id.
+        """
         ...
 
     def nbytes(self) -> int:
@@ -141,10 +146,12 @@ class DictIdIndex:
         by_seq = {q: sid for sid, q in self.map.items() if q in want}
         return [by_seq[q] for q in seqs.tolist()]
 
-    def renumber(self, seqs: np.ndarray) -> None:
-        """Give the registered ``seqs`` (sorted, all of them) the seqs 0, 1, 2, ..."""
-        new = {q: i for i, q in enumerate(seqs.tolist())}
-        self.map = {sid: new[q] for sid, q in self.map.items()}
+    def renumber(self, seqs: np.ndarray, new: np.ndarray | None = None,
+                 top: int | None = None) -> None:
+        """Give the registered ``seqs`` (sorted, all of them) the rising seqs ``new``."""
+        to = range(len(seqs)) if new is None else new.tolist()
+        moved = dict(zip(seqs.tolist(), to, strict=True))
+        self.map = {sid: moved[q] for sid, q in self.map.items()}
 
     def nbytes(self) -> int:
         """Bytes the index keeps."""
@@ -154,6 +161,17 @@ class DictIdIndex:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.map)
+
+
+def _layout(cap: int, top: int) -> tuple[int, type]:
+    """(seq bits, entry type) of a table of ``cap`` slots for seqs up to ``top``.
+
+    Twice the seqs the table can hold (or ``top``), so that seqs rise for a while before
+    the next rebuild; the bits above are the tag (32-bit entries up to
+    :data:`_NARROW_SEQ_BITS` seq bits).
+    """
+    bits = max(16, cap.bit_length() + 1, (top + 2).bit_length() + 1)
+    return bits, np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64
 
 
 def encode_ids(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int, bool]:
@@ -212,10 +230,10 @@ class HashIdIndex:
     def _resize(self, need_live: int, top_seq: int) -> None:
         """A new table for ``need_live`` ids and seqs up to ``top_seq`` (tombstones go)."""
         cap = max(64, int(need_live / _TARGET_LOAD) + 1)
-        bits = max(16, cap.bit_length() + 1, (top_seq + 2).bit_length() + 1)
-        dtype = np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64
-        seqs = self.live()
-        table = np.zeros(cap, dtype=dtype)
+        bits, dtype = _layout(cap, top_seq)
+        seqs = np.empty(self._live, dtype=np.int64)
+        seqs = seqs[:_K.id_live(self._table, self._bits, seqs)]  # any order will do
+        table: np.ndarray = np.zeros(cap, dtype=dtype)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, seqs, seqs)
         self._table, self._bits, self._used = table, bits, len(seqs)
 
@@ -267,7 +285,9 @@ class HashIdIndex:
         """Sorted seqs of the registered ids."""
         out = np.empty(self._live, dtype=np.int64)
         got = _K.id_live(self._table, self._bits, out)
-        return np.sort(out[:got])
+        mark = np.zeros(self._top, dtype=np.bool_)  # sorted by marking: no sort
+        mark[out[:got]] = True
+        return np.flatnonzero(mark)
 
     def ids_of(self, seqs: np.ndarray) -> list[str]:
         """The ids of registered seqs."""
@@ -285,22 +305,30 @@ class HashIdIndex:
         return [raw[a:b].decode("utf-8", "surrogatepass")
                 for a, b in zip(out_off[:-1].tolist(), out_off[1:].tolist(), strict=True)]
 
-    def renumber(self, seqs: np.ndarray) -> None:
-        """Give the registered ``seqs`` (sorted, all of them) the seqs 0, 1, 2, ..."""
+    def renumber(self, seqs: np.ndarray, new: np.ndarray | None = None,
+                 top: int | None = None) -> None:
+        """Give the registered ``seqs`` (sorted, all of them) the rising seqs ``new``.
+
+        The arena keeps only their bytes, the offsets only seqs below ``top``, and the
+        table is rebuilt (no tombstones).
+        """
         seqs = np.ascontiguousarray(seqs, dtype=np.int64)
         n = len(seqs)
-        size = int((self._off[seqs + 1].astype(np.int64) - self._off[seqs]).sum())
+        new = np.arange(n, dtype=np.int64) if new is None else np.ascontiguousarray(
+            new, dtype=np.int64)
+        top = (int(new[-1]) + 1 if n else 0) if top is None else top
+        lens = np.zeros(top, dtype=np.int64)
+        lens[new] = self._off[seqs + 1].astype(np.int64) - self._off[seqs]
+        size = int(lens.sum())
         arena = np.empty(max(256, size), dtype=np.uint8)
-        off: np.ndarray = np.empty(max(65, n + 1),
+        _K.id_gather(self._arena, self._off, seqs, arena, np.empty(n + 1, dtype=np.int64), 0)
+        off: np.ndarray = np.zeros(max(65, top + 1),
                                    dtype=np.int64 if size > _M32 else np.uint32)
-        out_off = np.empty(n + 1, dtype=np.int64)
-        end = _K.id_gather(self._arena, self._off, seqs, arena, out_off, 0)
-        off[:n + 1] = out_off
-        self._arena, self._off, self._at, self._top = arena, off, int(end), n
-        new = np.arange(n, dtype=np.int64)
+        off[1:top + 1] = np.cumsum(lens)
+        self._arena, self._off, self._at, self._top = arena, off, size, top
         cap = max(64, int(n / _TARGET_LOAD) + 1)
-        bits = max(16, cap.bit_length() + 1, (n + 2).bit_length() + 1)
-        table = np.zeros(cap, dtype=np.uint32 if bits <= _NARROW_SEQ_BITS else np.uint64)
+        bits, dtype = _layout(cap, top)
+        table: np.ndarray = np.zeros(cap, dtype=dtype)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, new, new)
         self._table, self._bits, self._used = table, bits, n
 

@@ -135,3 +135,25 @@ def test_registry_compacts_when_most_seqs_are_dead(monkeypatch):
     st.subscribe_many(["c0"], ["s9-0"], np.array([0, 1]), np.array([base], dtype=np.uint64))
     st.unsubscribe_many([want[sid][0] for sid in ids], ids)
     assert len(st) == 1 and st.subscription("s9-0")[0] == "c0"
+
+
+def test_registry_closes_the_gaps_of_batches_gone(monkeypatch):
+    """Batches gone leave seqs behind; the live ones are renumbered back to back."""
+    import broker_node.registry as registry_mod
+
+    monkeypatch.setattr(registry_mod, "_COMPACT_MIN", 8)
+    st = BrokerState.for_space("B", ["A"], SPACE)
+    base = SPACE.app_prefix
+    batches = [[f"s{b}-{i}" for i in range(10)] for b in range(4)]
+    for b, ids in enumerate(batches):
+        flat = (base + np.arange(b, b + 10)).astype(np.uint64)
+        st.subscribe_many(["c1"] * 10, ids, np.arange(11), flat)
+    st.unsubscribe_many(["c1"] * 20, batches[0] + batches[1])
+    st.unsubscribe_many(["c1"], [batches[2][4]])  # a dead row inside a live batch
+    reg = st._registry
+    assert sorted(reg.batches) == [0, 10] and reg._next == 20
+    ids, owners, offsets, flat = reg.live()
+    assert ids == [s for s in batches[2] + batches[3] if s != batches[2][4]]
+    assert st.subscription(batches[3][9])[1].tolist() == [base + 12]
+    st.unsubscribe_many(["c1"] * 19, ids)
+    assert len(st) == 0 and reg.batches == {}

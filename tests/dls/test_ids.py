@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dls import _jit
+from dls import ids as ids_mod
 from dls.ids import DictIdIndex, HashIdIndex, make_id_index
 
 compiled = pytest.mark.skipif(not _jit.ENABLED, reason=_jit.REASON or "numba absent")
@@ -45,10 +46,10 @@ def _run(index: Any, program: list[tuple[str, Any]]) -> list[Any]:
             codes, _ = index.codes(ids)
             index.discard(ids, codes)
             out.append(len(index))
-        elif op == "renumber":
+        elif op == "renumber":  # odd seqs, gaps between and after: ids_of must skip them
             seqs = index.live()
-            index.renumber(seqs)
-            nxt = len(seqs)
+            nxt = 2 * len(seqs) + 3
+            index.renumber(seqs, 2 * np.arange(len(seqs)) + 1, nxt)
             out.append(nxt)
         out.append((index.live().tolist(), index.ids_of(index.live()), len(index)))
     return out
@@ -71,11 +72,16 @@ def test_hash_index_answers_as_the_dict(program: list[tuple[str, Any]]) -> None:
 
 @compiled
 @settings(max_examples=100, deadline=None)
-@given(program=_programs())
-def test_colliding_tags_never_confuse_two_ids(program: list[tuple[str, Any]]) -> None:
-    index = HashIdIndex()
-    index._bits = 32  # uint32 entries, no tag bits: every probe compares bytes
-    assert _run(index, program) == _run(DictIdIndex(), program)
+@given(program=_programs(), layout=st.sampled_from([(32, np.uint32), (40, np.uint64)]))
+def test_colliding_tags_never_confuse_two_ids(program: list[tuple[str, Any]],
+                                              layout: tuple[int, type]) -> None:
+    """No tag bits (every probe compares bytes), or 64-bit entries: the same answers."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ids_mod, "_layout", lambda cap, top: layout)
+        index = HashIdIndex()
+        index._bits, index._table = layout[0], np.zeros(64, dtype=layout[1])
+        assert _run(index, program) == _run(DictIdIndex(), program)
+        assert index._table.dtype == layout[1]
 
 
 @compiled
