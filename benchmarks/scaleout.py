@@ -208,7 +208,11 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
                     and all(pg.get("dls_subscriptions", 0) > 0 for pg in pages)):
                 break
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"replicas not ready ({pages}); see {tmp}")
+                tails = "\n".join(
+                    f"--- replica {i} (exit {p.poll()}):\n" + "\n".join(
+                        (tmp / f"{prefix}-r{i}.log").read_text(errors="replace")
+                        .splitlines()[-15:]) for i, p in enumerate(procs))
+                raise RuntimeError(f"replicas not ready ({pages}):\n{tails}")
             time.sleep(0.5)
         time.sleep(2.0)  # the group settles
         mem = [rss_mb(p.pid) for p in procs]

@@ -39,6 +39,7 @@ from broker_node.metrics import MetricsServer, NodeCollector
 from broker_node.service import NodeService
 from connectors.exceptions import ConnectorError
 from connectors.kafka import close_consumer, consumer_config, ensure_partitioned_topic
+from dls.bank import warm_up_kernels
 from dls.space import ContentSpace
 
 __all__ = ["Engine", "ReplicaSet"]
@@ -156,6 +157,9 @@ class ReplicaSet:
             BaseException: The error of an engine that failed (after stopping the others).
         """
         s = self.settings
+        # The compiled kernels once, before the engines start together on their threads.
+        if warm_s := warm_up_kernels():
+            log.info("node %s: compiled kernels ready in %.2f s", s.node, warm_s)
         try:
             ensure_partitioned_topic(s.bootstrap, self.topic, s.shards,
                                      kafka=s.kafka_security())

@@ -27,6 +27,7 @@ the design is in docs/architecture.md#the-client-filter-bank.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Protocol, runtime_checkable
 
@@ -57,6 +58,9 @@ _COLS_TABLE_MAX_BYTES = 16 * 2**20
 """Largest position table the CBF bank keeps a transposed copy of for matching."""
 
 
+_WARM_UP = threading.Lock()
+
+
 def warm_up_kernels() -> float:
     """Compile (or load from the disk cache) every kernel, for the types a broker passes.
 
@@ -69,8 +73,12 @@ def warm_up_kernels() -> float:
     from dls import _idkernels, _kernels
 
     t0 = time.perf_counter()
-    _kernels.warm_up()
-    _idkernels.warm_up()
+    # One thread at a time: a process running several engines starts them together, and
+    # numba loading and writing its disk cache from several threads at once was seen to
+    # crash the process (SIGSEGV) when the cache was cold.
+    with _WARM_UP:
+        _kernels.warm_up()
+        _idkernels.warm_up()
     return time.perf_counter() - t0
 
 

@@ -87,3 +87,27 @@ def test_warm_up_covers_what_a_broker_calls() -> None:
     out = subprocess.run([sys.executable, "-c", NODE_WORK], cwd=ROOT,  # noqa: S603
                          capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "[]"
+
+
+WARM_UP_TOGETHER = """
+import threading
+from dls.bank import warm_up_kernels
+threads = [threading.Thread(target=warm_up_kernels) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("ok")
+"""
+
+
+def test_engines_warming_up_together_on_a_cold_cache_do_not_crash(tmp_path: Path) -> None:
+    """Regression: a replica process starts its shards' engines together, each warming the
+    kernels up on its thread; on an empty disk cache numba crashed the process (SIGSEGV,
+    twice in two runs) until the warm-up was made one thread at a time."""
+    if not _jit.ENABLED:
+        pytest.skip(_jit.REASON)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = subprocess.run([sys.executable, "-c", WARM_UP_TOGETHER], cwd=ROOT, env=env,  # noqa: S603
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
