@@ -39,6 +39,7 @@ from broker_node.metrics import MetricsServer, NodeCollector
 from broker_node.service import NodeService
 from connectors.exceptions import ConnectorError
 from connectors.kafka import close_consumer, consumer_config, ensure_partitioned_topic
+from connectors.topics import Topics
 from dls.bank import warm_up_kernels
 from dls.space import ContentSpace
 
@@ -166,6 +167,7 @@ class ReplicaSet:
         except ConnectorError as exc:
             raise BrokerError(f"node {s.node}: {exc} (the shards topic has one partition per "
                               f"shard)", field="shards", value=s.shards) from exc
+        self._misdirected()
         consumer = Consumer(consumer_config(
             s.bootstrap, s.replica_group,
             **{"partition.assignment.strategy": "cooperative-sticky",
@@ -190,6 +192,34 @@ class ReplicaSet:
                     raise failed[0].error  # type: ignore[misc]
         finally:
             self.close()
+
+    def _misdirected(self) -> None:
+        """Say so loudly when the unsharded inputs of this sharded node hold messages.
+
+        No engine reads them: a writer that does not know the network is sharded (a client
+        with ``shards`` 1, or the Spark mapping job, which does not split by shard yet)
+        wrote there, and its subscriptions and events are not routed.
+        """
+        s = self.settings
+        t = Topics(s.topic_prefix)
+        names = [t.node_subscribe(s.node), t.node_unsubscribe(s.node), t.node_publish(s.node)]
+        reader = Consumer(consumer_config(s.bootstrap, f"{s.replica_group}-check",
+                                          **s.kafka_security()))
+        try:
+            known = reader.list_topics(timeout=10).topics
+            for name in names:
+                if name in known:
+                    low, high = reader.get_watermark_offsets(TopicPartition(name, 0),
+                                                             timeout=10)
+                    if high > low:
+                        log.error("node %s is sharded (%d shards) but %s holds %d messages "
+                                  "no engine reads: a writer does not split by shard (SDK "
+                                  "clients need shards=%d; the Spark job does not split yet)",
+                                  s.node, s.shards, name, high - low, s.shards)
+        except KafkaException as exc:
+            log.debug("node %s: unsharded inputs not checked (%s)", s.node, exc)
+        finally:
+            reader.close()
 
     def close(self) -> None:
         """Stop every engine, then leave the group (its shards go to the other processes)."""

@@ -219,3 +219,28 @@ def test_replicas_share_a_nodes_shards_and_hand_them_over_losing_nothing(
         for key in list(reps.sets):
             reps.stop(key)
     assert not reps.errors, reps.errors
+
+
+def test_a_sharded_node_says_when_its_unsharded_inputs_hold_messages(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A writer that does not split by shard (shards=1 in a client, the Spark job) writes
+    where no engine reads: the node cannot route it, but it says so, naming the topic."""
+    space_path = tmp_path / "space.json"
+    space_path.write_text(json.dumps(SPEC))
+    settings = NodeSettings(node="A", space=space_path, bootstrap=kafka_bootstrap,
+                            topic_prefix=topic_prefix, shards=SHARDS)
+    rs = ReplicaSet(settings)
+    with caplog.at_level("ERROR", logger="dlsroute.node"):
+        rs._misdirected()  # noqa: SLF001
+    assert not caplog.records  # nothing written there: nothing said
+    unsharded = Client(kafka_bootstrap, "A", "x", ContentSpace.from_json(space_path),
+                       topic_prefix=topic_prefix)  # shards=1: the wrong setting
+    unsharded.publish({"sym": "IBM", "price": 1.0})
+    unsharded.flush()
+    with caplog.at_level("ERROR", logger="dlsroute.node"):
+        rs._misdirected()  # noqa: SLF001
+    (rec,) = caplog.records
+    assert Topics(topic_prefix).node_publish("A") in rec.getMessage()
+    assert "holds 1 messages no engine reads" in rec.getMessage()
+    unsharded.close()
