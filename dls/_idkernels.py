@@ -247,7 +247,8 @@ def id_codes(table: Any, s: Any, seed: Any, arena: Any, off: Any, buf: Any, star
     """
     n = starts.shape[0] - 1
     fmask = (_ONE << np.uint64(s)) - _ONE
-    seen = np.zeros((table.shape[0] >> 6) + 1, dtype=np.uint64)  # slots met, to find a repeat
+    small = n <= 32  # a few ids: compared with each other, no bitmap of the table's slots
+    seen = np.zeros(1 if small else (table.shape[0] >> 6) + 1, dtype=np.uint64)
     hs = np.empty(_CHUNK, dtype=np.uint64)
     repeat = -1
     acc = np.uint64(0)
@@ -264,6 +265,11 @@ def id_codes(table: Any, s: Any, seed: Any, arena: Any, off: Any, buf: Any, star
             q = np.int64(np.uint64(table[hit]) & fmask) - 1
             codes[i] = (hit << 32) | q
             if repeat >= 0:
+                continue
+            if small:
+                for j in range(i):
+                    if codes[j] == codes[i]:
+                        repeat = i
                 continue
             bit = _ONE << (np.uint64(hit) & _LOW6)
             if seen[hit >> 6] & bit:
