@@ -379,17 +379,16 @@ def warm_up() -> None:
     id_stage(raw, np.array([0, 1, 4]), 0, arena, 0, off, 0)
     seed = np.uint64(7)
     flags = np.zeros(2, dtype=np.int8)
-    for dtype in (np.uint32, np.uint64):
-        table = np.zeros(8, dtype=dtype)
-        id_insert(table, 16, seed, arena, off, 0, 2, flags)
-        codes = np.empty(2, dtype=np.int64)
-        id_codes(table, 16, seed, arena, off, raw, starts, 1, codes)
-        live = np.empty(8, dtype=np.int64)
-        id_live(table, 16, live)
-        id_discard(table, 16, codes)
-        table[:] = 0
-        seqs = np.arange(2, dtype=np.int64)
-        id_rebuild(table, 16, seed, arena, off, seqs, seqs)
+    # 32-bit entries only: 64-bit ones (past 2**26 seqs) compile when first needed
+    table = np.zeros(8, dtype=np.uint32)
+    id_insert(table, 16, seed, arena, off, 0, 2, flags)
+    codes = np.empty(2, dtype=np.int64)
+    id_codes(table, 16, seed, arena, off, raw, starts, 1, codes)
+    id_live(table, 16, np.empty(8, dtype=np.int64))
+    id_discard(table, 16, codes)
+    table[:] = 0
+    seqs = np.arange(2, dtype=np.int64)
+    id_rebuild(table, 16, seed, arena, off, seqs, seqs)
     out_off = np.empty(3, dtype=np.int64)
     rows = np.zeros(1, dtype=np.int64)
     for label_type in (np.uint8, np.uint16, np.uint32, np.uint64):
