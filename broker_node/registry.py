@@ -34,6 +34,7 @@ def _smallest_uint(top: int) -> type:
 
 _M32 = 0xFFFFFFFF
 _COMPACT_MIN = 1 << 16  # dead seqs below this never trigger a compaction
+_MERGE_ROWS = 1024  # a batch smaller than this takes the next one in (single subscribes)
 
 
 class _Codes(Mapping[str, int]):
@@ -73,7 +74,9 @@ class SubscriptionRegistry:
     (uint16 for the 32,768 labels of d = 3, g = 32), its offsets as int32 (int64 past
     2**31 labels) and its clients in the narrowest unsigned type that holds the batch's
     largest client index. :meth:`get`, :meth:`gather` and :meth:`live` give uint64 labels
-    and int64 clients, as before. A batch goes with its last live row; when its batches
+    and int64 clients, as before. A batch of fewer than 1,024 rows takes the next batch in
+    (subscriptions one at a time make few batches, and a per-call cost that does not grow
+    with them). A batch goes with its last live row; when its batches
     hold more dead rows than live (and at least 65,536), the live rows are copied into one
     batch and renumbered from 0 (:meth:`_compact`); when more seqs lie outside the live
     batches than inside (their ids' bytes are still in the index), the batches are
@@ -86,6 +89,7 @@ class SubscriptionRegistry:
         self.index: IdIndex = make_id_index()
         self.batches: dict[int, list[Any]] = {}  # first seq -> [offsets, labels, clients, live]
         self._starts = np.zeros(0, dtype=np.int64)  # the batches' first seqs, sorted
+        self._rows = 0  # rows of the batches (live or dead)
         self._next = 0  # the next free seq
         self._reserved = 0  # the first seq of the last reserved batch
         self._base = np.uint64(0)
@@ -171,8 +175,25 @@ class SubscriptionRegistry:
         offs = offsets.astype(np.int32 if len(labels) < 2**31 else np.int64)
         top = int(clients.max()) if len(clients) else 0
         cli: np.ndarray = clients.astype(_smallest_uint(top))
+        self._rows += len(clients)
+        if len(self._starts):
+            last = int(self._starts[-1])
+            entry = self.batches[last]
+            rows = len(entry[0]) - 1
+            if last + rows == start and rows < _MERGE_ROWS:  # a small batch grows
+                total = len(entry[1]) + len(stored)
+                joined = np.concatenate([entry[0].astype(np.int64),
+                                         offs[1:].astype(np.int64) + int(entry[0][-1])])
+                entry[0] = joined.astype(np.int32 if total < 2**31 else np.int64)
+                entry[1] = np.concatenate([entry[1], stored])
+                entry[2] = np.concatenate([entry[2], cli])  # the wider client type
+                entry[3] += len(clients)
+                return
         self.batches[start] = [offs, stored, cli, len(clients)]
-        self._starts = np.array(sorted(self.batches), dtype=np.int64)
+        if len(self._starts) and start < self._starts[-1]:  # pragma: no cover - seqs rise
+            self._starts = np.array(sorted(self.batches), dtype=np.int64)
+        else:
+            self._starts = np.append(self._starts, np.int64(start))
 
     def get(self, sub_id: str) -> tuple[int, np.ndarray]:
         """(client index, labels) of a registered id."""
@@ -246,13 +267,17 @@ class SubscriptionRegistry:
         """Forget ids (``codes`` are theirs); a batch goes once its last id is gone."""
         self.index.discard(sub_ids, codes)
         seqs = np.asarray(codes, dtype=np.int64) & _M32
+        gone = False
         for start, group in self._groups(seqs):
             entry = self.batches[start]
             entry[3] -= len(group)
             if entry[3] == 0:
                 del self.batches[start]
-        self._starts = np.array(sorted(self.batches), dtype=np.int64)
-        rows = sum(len(entry[0]) - 1 for entry in self.batches.values())
+                self._rows -= len(entry[0]) - 1
+                gone = True
+        if gone:
+            self._starts = np.array(sorted(self.batches), dtype=np.int64)
+        rows = self._rows
         live = len(self.index)
         if rows - live >= max(_COMPACT_MIN, live):
             self._compact()
@@ -285,6 +310,7 @@ class SubscriptionRegistry:
         self.index.renumber(seqs)
         self.batches.clear()
         self._starts = np.zeros(0, dtype=np.int64)
+        self._rows = 0
         self._next = len(seqs)
         if len(seqs):
             offsets = np.zeros(len(seqs) + 1, dtype=np.int64)

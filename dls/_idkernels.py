@@ -247,7 +247,8 @@ def id_codes(table: Any, s: Any, seed: Any, arena: Any, off: Any, buf: Any, star
     """
     n = starts.shape[0] - 1
     fmask = (_ONE << np.uint64(s)) - _ONE
-    seen = np.zeros((table.shape[0] >> 6) + 1, dtype=np.uint64)  # slots met, to find a repeat
+    small = n <= 32  # a few ids: compared with each other, no bitmap of the table's slots
+    seen = np.zeros(1 if small else (table.shape[0] >> 6) + 1, dtype=np.uint64)
     hs = np.empty(_CHUNK, dtype=np.uint64)
     repeat = -1
     acc = np.uint64(0)
@@ -264,6 +265,11 @@ def id_codes(table: Any, s: Any, seed: Any, arena: Any, off: Any, buf: Any, star
             q = np.int64(np.uint64(table[hit]) & fmask) - 1
             codes[i] = (hit << 32) | q
             if repeat >= 0:
+                continue
+            if small:
+                for j in range(i):
+                    if codes[j] == codes[i]:
+                        repeat = i
                 continue
             bit = _ONE << (np.uint64(hit) & _LOW6)
             if seen[hit >> 6] & bit:
@@ -373,17 +379,16 @@ def warm_up() -> None:
     id_stage(raw, np.array([0, 1, 4]), 0, arena, 0, off, 0)
     seed = np.uint64(7)
     flags = np.zeros(2, dtype=np.int8)
-    for dtype in (np.uint32, np.uint64):
-        table = np.zeros(8, dtype=dtype)
-        id_insert(table, 16, seed, arena, off, 0, 2, flags)
-        codes = np.empty(2, dtype=np.int64)
-        id_codes(table, 16, seed, arena, off, raw, starts, 1, codes)
-        live = np.empty(8, dtype=np.int64)
-        id_live(table, 16, live)
-        id_discard(table, 16, codes)
-        table[:] = 0
-        seqs = np.arange(2, dtype=np.int64)
-        id_rebuild(table, 16, seed, arena, off, seqs, seqs)
+    # 32-bit entries only: 64-bit ones (past 2**26 seqs) compile when first needed
+    table = np.zeros(8, dtype=np.uint32)
+    id_insert(table, 16, seed, arena, off, 0, 2, flags)
+    codes = np.empty(2, dtype=np.int64)
+    id_codes(table, 16, seed, arena, off, raw, starts, 1, codes)
+    id_live(table, 16, np.empty(8, dtype=np.int64))
+    id_discard(table, 16, codes)
+    table[:] = 0
+    seqs = np.arange(2, dtype=np.int64)
+    id_rebuild(table, 16, seed, arena, off, seqs, seqs)
     out_off = np.empty(3, dtype=np.int64)
     rows = np.zeros(1, dtype=np.int64)
     for label_type in (np.uint8, np.uint16, np.uint32, np.uint64):

@@ -142,6 +142,7 @@ def test_registry_closes_the_gaps_of_batches_gone(monkeypatch):
     import broker_node.registry as registry_mod
 
     monkeypatch.setattr(registry_mod, "_COMPACT_MIN", 8)
+    monkeypatch.setattr(registry_mod, "_MERGE_ROWS", 0)  # four batches stay four
     st = BrokerState.for_space("B", ["A"], SPACE)
     base = SPACE.app_prefix
     batches = [[f"s{b}-{i}" for i in range(10)] for b in range(4)]
@@ -157,3 +158,23 @@ def test_registry_closes_the_gaps_of_batches_gone(monkeypatch):
     assert st.subscription(batches[3][9])[1].tolist() == [base + 12]
     st.unsubscribe_many(["c1"] * 19, ids)
     assert len(st) == 0 and reg.batches == {}
+
+
+def test_subscriptions_one_at_a_time_share_batches():
+    """Small batches take the next ones in: few batches, the same answers."""
+    st = BrokerState.for_space("B", ["A"], SPACE)
+    base = SPACE.app_prefix
+    for i in range(3000):
+        st.subscribe(f"c{i % 5}", f"s{i}", [base + i % 300, base + 300 + i % 7])
+    reg = st._registry
+    assert len(reg.batches) == 3 and reg._rows == 3000  # 1,024 rows, 1,024, the rest
+    assert st.memory_bytes() == parts_by_hand(st)
+    for i in (0, 1023, 1024, 2999):
+        client, labels = st.subscription(f"s{i}")
+        assert client == f"c{i % 5}"
+        assert labels.tolist() == sorted([base + i % 300, base + 300 + i % 7])
+    for i in range(0, 3000, 2):
+        st.unsubscribe(f"c{i % 5}", f"s{i}")
+    ids, owners, offsets, flat = reg.live()
+    assert ids == [f"s{i}" for i in range(1, 3000, 2)]
+    assert owners.tolist() == [i % 5 for i in range(1, 3000, 2)]

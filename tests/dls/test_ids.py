@@ -133,3 +133,17 @@ def test_dict_index_flags_known_and_repeated_ids() -> None:
     codes, rep = index.codes(["b", "x", "b"])
     assert codes.tolist() == [1, -1, 1] and rep == 2
     assert np.array_equal(index.live(), [0, 1])
+
+
+@compiled
+@pytest.mark.parametrize("size", [5, 100])
+def test_repeats_in_small_and_large_batches(size: int) -> None:
+    """Up to 32 ids are compared with each other, more through a bitmap: same answers."""
+    ids = [f"id{i}" for i in range(size)]
+    asked = [*ids[: size - 2], "nope", "nope", ids[size // 2], ids[1]]
+    for index in (HashIdIndex(), DictIdIndex()):
+        assert index.reserve(ids, 0) is None
+        codes, rep = index.codes(asked)
+        assert rep == size  # ids[size // 2] again; the unknown "nope" twice is no repeat
+        assert [int(c) & M32 for c in codes[: size - 2]] == list(range(size - 2))
+        assert codes[size - 2] == codes[size - 1] == -1
