@@ -34,7 +34,8 @@ class Measured:
     cpu_us_per_event: float  # one engine, CPU per routed event (scaleout: dls, 1 replica)
     cpu_us_unsharded: float  # the unsharded node on the same workload
     engine_events_s: float  # events/s of one engine alone in its process (the unsharded node)
-    state_bytes_per_part: float  # state bytes per subscription part (scaleout, 1 replica)
+    state_bytes_per_part: float  # state bytes per further subscription part (marginal)
+    engine_fixed_bytes: float  # an engine's state with no subscription (its fixed part)
     parts_per_subscription: float  # shard parts a subscription is split into
     labels_per_subscription: float
     shards_measured: int
@@ -56,8 +57,13 @@ def _one(records: list[dict[str, Any]], **want: Any) -> dict[str, Any]:
     raise LookupError(f"no record with {want}")
 
 
-def measured(scaleout: Path, recovery: Path) -> Measured:
-    """The costs the model uses, from the records."""
+def measured(scaleout: Path, recovery: Path, memory: Path | None = None) -> Measured:
+    """The costs the model uses, from the records.
+
+    The state's bytes: a line through one replica's state at the main run's subscriptions
+    and at ``memory``'s (``scaleout --memory-subscriptions``), per subscription part, its
+    intercept shared by the engines; without ``memory``, all of it per part.
+    """
     so, rec = _records(scaleout), _records(recovery)
     cpu = _one(so, system="dls", metric="cpu_per_event", replicas=1)
     base = _one(so, system="dls-unsharded", metric="cpu_per_event", replicas=1)
@@ -79,14 +85,23 @@ def measured(scaleout: Path, recovery: Path) -> Measured:
     # the labels per subscription that spread as measured over s shards by the hash:
     # parts = s (1 - (1 - 1/s)^L)
     labels = math.log(1 - parts / s) / math.log(1 - 1 / s) if parts < s else float(s)
+    small_bytes, small_parts = state["value"] * 2**20, p["subscription_parts"]
+    per_part, fixed = small_bytes / small_parts, 0.0
+    if memory is not None and memory.exists():
+        more = _one(_records(memory), system="dls-memory", metric="state_per_replica",
+                    replicas=1)
+        big_bytes, big_parts = more["value"] * 2**20, more["params"]["subscription_parts"]
+        per_part = (big_bytes - small_bytes) / (big_parts - small_parts)
+        fixed = (small_bytes - per_part * small_parts) / p["shards"]
     return Measured(
         cpu_us_per_event=cpu["value"], cpu_us_unsharded=base["value"],
         engine_events_s=rate["value"],
-        state_bytes_per_part=state["value"] * 2**20 / p["subscription_parts"],
+        state_bytes_per_part=per_part, engine_fixed_bytes=fixed,
         parts_per_subscription=parts, labels_per_subscription=labels,
         shards_measured=s, recovery_s_fixed=small - per_sub * 10_000,
         recovery_s_per_sub=per_sub,
-        sources={"scaleout": str(scaleout), "recovery": str(recovery)})
+        sources={"scaleout": str(scaleout), "recovery": str(recovery),
+                 "memory": str(memory) if memory is not None else ""})
 
 
 @dataclass(frozen=True)
@@ -116,7 +131,7 @@ def plan(m: Measured, t: Target) -> dict[str, float]:
     # (the measured parts per subscription check this at the measured shard count)
     per_sub = shards * (1 - (1 - 1 / shards) ** m.labels_per_subscription)
     parts = subs_per_node * per_sub
-    state_mb = parts * m.state_bytes_per_part / 2**20
+    state_mb = (parts * m.state_bytes_per_part + shards * m.engine_fixed_bytes) / 2**20
     memory_per_replica = state_mb / replicas + t.process_mb
     # topics of one node per shard: subscribe, unsubscribe, publish, snapshot (2 partitions),
     # link and forward topics in and out per neighbour; plus the shards topic and the
@@ -148,7 +163,7 @@ def render(m: Measured, t: Target, p: dict[str, float]) -> str:
     return "\n".join([
         BEGIN,
         "",
-        "Measured (`" + m.sources["scaleout"] + "`, `" + m.sources["recovery"] + "`):",
+        "Measured (" + ", ".join(f"`{v}`" for v in m.sources.values() if v) + "):",
         "",
         "| cost | value |",
         "|---|---|",
@@ -156,7 +171,8 @@ def render(m: Measured, t: Target, p: dict[str, float]) -> str:
         f"| CPU per routed event, the unsharded node, same workload | {n(m.cpu_us_unsharded)} µs |",
         f"| events/s of one engine alone in a process (the unsharded node) | "
         f"{n(m.engine_events_s)} |",
-        f"| state per subscription part | {n(m.state_bytes_per_part)} B |",
+        f"| state per further subscription part / an engine's fixed state | "
+        f"{n(m.state_bytes_per_part)} B / {m.engine_fixed_bytes / 2**20:,.1f} MB |",
         f"| shard parts per subscription ({m.shards_measured} shards; as if "
         f"{n(m.labels_per_subscription)} labels hashed each) | {n(m.parts_per_subscription)} |",
         f"| restart (snapshot): fixed, per live subscription (line through 10K and 1M) | "
@@ -198,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scaleout", type=Path, default=Path("benchmarks/results/scaleout.json"))
     ap.add_argument("--recovery", type=Path, default=Path("benchmarks/results/recovery.json"))
+    ap.add_argument("--memory", type=Path,
+                    default=Path("benchmarks/results/scaleout_memory.json"))
     ap.add_argument("--out", type=Path, default=Path("docs/scaling.md"))
     ap.add_argument("--subscriptions", type=float, default=10e6)
     ap.add_argument("--clients", type=float, default=1e6)
@@ -210,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--neighbours", type=int, default=3)
     ap.add_argument("--process-mb", type=float, default=250.0)
     a = ap.parse_args(argv)
-    m = measured(a.scaleout, a.recovery)
+    m = measured(a.scaleout, a.recovery, a.memory)
     t = Target(a.subscriptions, a.clients, a.events, a.nodes, a.reach, a.utilisation,
                a.clients_per_delivery_partition, a.partitions_per_broker, a.neighbours,
                a.process_mb)
