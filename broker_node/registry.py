@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from broker_node.exceptions import DuplicateSubscriptionError
+from broker_node.exceptions import DuplicateSubscriptionError, UnknownSubscriptionError
 from dls import _jit
 from dls.ids import HashIdIndex, IdIndex, make_id_index
 
@@ -46,7 +46,8 @@ class _Codes(Mapping[str, int]):
     def __getitem__(self, sub_id: str) -> int:
         code = self._r.code(sub_id)
         if code < 0:
-            raise KeyError(sub_id)
+            raise UnknownSubscriptionError(f"unknown subscription id {sub_id!r}", field="id",
+                                           value=sub_id)
         return code
 
     def __contains__(self, sub_id: object) -> bool:
@@ -199,7 +200,8 @@ class SubscriptionRegistry:
         """(client index, labels) of a registered id."""
         code = self.code(sub_id)
         if code < 0:
-            raise KeyError(sub_id)
+            raise UnknownSubscriptionError(f"unknown subscription id {sub_id!r}", field="id",
+                                           value=sub_id)
         seq = code & _M32
         start = int(self._starts[np.searchsorted(self._starts, seq, side="right") - 1])
         offsets, labels, clients, _ = self.batches[start]

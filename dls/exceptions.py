@@ -16,6 +16,7 @@ __all__ = [
     "DLSError",
     "EventError",
     "FilterParamsError",
+    "IdIndexError",
     "IncompatibleFiltersError",
     "LabelBudgetError",
     "LabelError",
@@ -70,6 +71,10 @@ class LabelError(DLSError, ValueError):
 
 class LabelTypeError(LabelError, TypeError):
     """A label (or an array of labels) that is not an integer."""
+
+
+class IdIndexError(DLSError, ValueError):
+    """An id index asked to break its own order (a seq below the next free one)."""
 
 
 class AbsentLabelError(DLSError, KeyError):

@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from dls import _jit
+from dls.exceptions import IdIndexError
 
 if _jit.ENABLED:
     from dls import _idkernels as _K
@@ -247,7 +248,8 @@ class HashIdIndex:
         """Register ``ids`` as seqs ``first...``, all or none (:meth:`IdIndex.reserve`)."""
         n = len(ids)
         if first < self._top:
-            raise ValueError(f"seq {first} is below the next free one ({self._top})")
+            raise IdIndexError(f"seq {first} is below the next free one ({self._top})",
+                               field="first", value=first)
         buf, starts, sep, nul = encode_ids(ids)
         self._ensure(n, first + n)
         at = self._at
