@@ -84,9 +84,6 @@ class Outcome:
     clients: list[str] = field(default_factory=list)  # their delivery topics may be new
     #: (client, subscription id) of each subscription applied (not replayed): acknowledged
     acks: list[tuple[str, str]] = field(default_factory=list)
-    #: (client, subscription id) of each cancelled subscription removed (finalize): the
-    #: node records each removal on its unsubscribe topic (HEADER_REMOVED)
-    removed: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -166,9 +163,7 @@ class Controls:
         done = []
         due, passed = self._due, self.progress.passed
         while due and passed(due[0][0]):
-            sid = heapq.heappop(due)[1]
-            if sid in self.retiring:  # else removed already, by its replayed record
-                done.append(sid)
+            done.append(heapq.heappop(due)[1])
         if not done:
             return out
         clients = [self.retiring[sid][0] for sid in done]
@@ -179,7 +174,6 @@ class Controls:
         self.progress.local_want = bool(self.retiring)
         self.metrics.unsubscriptions_done += len(done)
         self._links(links, False, out)
-        out.removed = list(zip(clients, done, strict=True))
         return out
 
     def subscribe_caught_up(self, at: float) -> None:
@@ -303,14 +297,6 @@ class Controls:
 
     def _unsubscribe(self, rec: Unsubscribe, replay: bool, out: Outcome) -> DeadLetter | None:
         client, sid = rec.client, rec.sub_id
-        if rec.removed:  # the node's own record that it removed this one
-            if self.retiring.get(sid, ("",))[0] == client:  # replayed: remove it here again
-                links = self.state.unsubscribe_many([client], [sid])
-                del self.retiring[sid]
-                self.cancelled.add((client, sid))
-                self.progress.local_want = bool(self.retiring)
-                self._links(links, replay, out)
-            return None  # read back live: removed already
         if self.retiring.get(sid, ("",))[0] == client or (client, sid) in self.cancelled:
             self.metrics.duplicates += 0 if replay else 1  # cancelled already: a repeat
             return None

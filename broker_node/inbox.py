@@ -34,7 +34,6 @@ from connectors.topics import (
     HEADER_LINK_SEQ,
     HEADER_ORIGIN,
     HEADER_PUBLISHED,
-    HEADER_REMOVED,
     HEARTBEAT_KEY,
     Topics,
     decode_label,
@@ -163,12 +162,11 @@ class Subscribe:
 
 @dataclass(frozen=True)
 class Unsubscribe:
-    """A LabelUnsubscription (``removed``: the node's own record of a removal)."""
+    """A LabelUnsubscription."""
 
     msg: Message
     client: str
     sub_id: str
-    removed: bool = False
 
 
 @dataclass(frozen=True)
@@ -500,9 +498,7 @@ class Inbox:
                     return self._wrong_shard(msg, int(wrong[0]).to_bytes(8, "big"))
             return Subscribe(msg, rec["client"], rec["id"], rec["labels"])
         if want == "LabelUnsubscription":
-            removed = topic == self.unsubscribe_topic and any(  # never a client's own topic
-                k == HEADER_REMOVED for k, _ in message_headers(msg))
-            return Unsubscribe(msg, rec["client"], rec["id"], removed)
+            return Unsubscribe(msg, rec["client"], rec["id"])
         if want == "Heartbeat":
             source = self.forward_source[topic]
             if rec["source"] != source:

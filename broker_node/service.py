@@ -53,7 +53,7 @@ from connectors.kafka import (
     ensure_partitioned_topic,
     ensure_topics,
 )
-from connectors.serde import encode_heartbeat, encode_label_unsubscription, encode_link
+from connectors.serde import encode_heartbeat, encode_link
 from connectors.topic_settings import enforce_topic_config
 from connectors.topics import (
     CONTROL_TOPIC_CONFIG,
@@ -61,7 +61,6 @@ from connectors.topics import (
     HEADER_CLIENTS,
     HEADER_LINK_EPOCH,
     HEADER_LINK_SEQ,
-    HEADER_REMOVED,
     HEADER_SHARD,
     HEARTBEAT_KEY,
     delivery_partition,
@@ -545,12 +544,6 @@ class NodeService(ClientInputs):
         if self.controls.finalizable():
             outcome = self.controls.finalize()
             self._send_links(outcome.links)
-            # The removal as an input: a restart replays it where it happened (HEADER_REMOVED).
-            for client, sid in outcome.removed:
-                assert self.committer is not None  # noqa: S101
-                self.committer.produce(self.inbox.unsubscribe_topic,
-                                       encode_label_unsubscription(client, sid),
-                                       [(HEADER_REMOVED, b"1")])
         assert self.committer is not None  # noqa: S101
         if self.progress.end_batch(self.committer.batch):
             self.committer.need(self.committer.batch)

@@ -63,7 +63,6 @@ __all__ = [
     "HEADER_LABEL",
     "HEADER_ORIGIN",
     "HEADER_PUBLISHED",
-    "HEADER_REMOVED",
     "HEADER_SHARD",
     "MAX_SHARDS",
     "MAX_TOPIC_LENGTH",
@@ -121,11 +120,6 @@ HEARTBEAT_KEY = b"dls-heartbeat"
 HEADER_ACK = "dls-ack"
 """Header of an acknowledgement on a delivery topic: the subscription id its node applied
 (UTF-8); such a message has no value and is no event."""
-HEADER_REMOVED = "dls-removed"
-"""Header of a LabelUnsubscription a node writes to its own unsubscribe topic when it
-removes a cancelled subscription (the order rule's wait is over): the removal becomes an
-input, so that a restarted node replays it where it happened instead of holding the
-subscription, whose labels it has withdrawn, as retiring again."""
 HEADER_SHARD = "dls-shard"
 """Header of an acknowledgement from the engine of one label shard: its number, UTF-8
 decimal (a client of a sharded network waits for each shard its subscription went to)."""
