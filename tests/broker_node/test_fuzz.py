@@ -64,7 +64,6 @@ from connectors.topics import (
     HEADER_EVENT_ID,
     HEADER_LABEL,
     HEADER_ORIGIN,
-    HEADER_REMOVED,
     Topics,
 )
 from dls.space import ContentSpace
@@ -82,7 +81,6 @@ assert BASE > 0 and all(not BASE <= x < BASE + SIZE for x in OUTSIDE)
 NODE, NEIGHBOURS, POOL = "A", ("B", "C"), ("ann", "bob", "cy")
 T = Topics("dls")
 SUB, UNSUB, PUB = T.node_subscribe(NODE), T.node_unsubscribe(NODE), T.node_publish(NODE)
-OWN_UNSUB = UNSUB  # where the node records its removals
 LINK = {n: T.link(n, NODE) for n in NEIGHBOURS}
 FWD = {n: T.forward(n, NODE) for n in NEIGHBOURS}
 SCHEMA_OF = {SUB: "LabelSubscription", UNSUB: "LabelUnsubscription",
@@ -502,9 +500,8 @@ def _outputs(svc: NodeService, start: int) -> tuple[list[Any], list[Any], list[A
     """(dead letters, link messages, deliveries and forwards) sent since ``start``."""
     sent = svc.committer.producer.sent[start:]  # type: ignore[union-attr]
     dead = [s for s in sent if s[0] == T.deadletter]
-    # link control, and the node's own records of removals (HEADER_REMOVED)
-    links = [s for s in sent if s[0].startswith("dls.link.") or s[0] == OWN_UNSUB]
-    events = [s for s in sent if s[0] != T.deadletter and s not in links]
+    links = [s for s in sent if s[0].startswith("dls.link.")]
+    events = [s for s in sent if s[0] != T.deadletter and not s[0].startswith("dls.link.")]
     return dead, links, events
 
 
@@ -520,14 +517,9 @@ def _by_partition(sent: list[Any]) -> dict[tuple[str, int], list[Any]]:
     return out
 
 
-def _link_labels(links: list[Any]) -> Counter[tuple[str, str, Any]]:
-    out: Counter[tuple[str, str, Any]] = Counter()
-    for topic, value, headers, _ in links:
-        if topic == OWN_UNSUB:
-            assert dict(headers) == {HEADER_REMOVED: b"1"}
-            _, rec = SERDE.decode(value)
-            out[("removed", rec["client"], rec["id"])] += 1
-            continue
+def _link_labels(links: list[Any]) -> Counter[tuple[str, str, int]]:
+    out: Counter[tuple[str, str, int]] = Counter()
+    for topic, value, _, _ in links:
         rec = decode_link(value)
         out.update((topic.rsplit(".", 1)[1], rec["kind"], int(x)) for x in rec["labels"])
     return out
