@@ -531,9 +531,13 @@ def passthrough(bootstrap: str, source: str, group: str, n: int | None, batch: i
     return samples
 
 
-def delete_run_topics(bootstrap: str, prefix: str, groups: Iterable[str]) -> int:
-    """Delete the topics under ``prefix.`` and the run's consumer groups (best effort)."""
-    client = admin(bootstrap)
+def delete_run_topics(bootstrap: str, prefix: str, groups: Iterable[str] = (),
+                      kafka: Mapping[str, Any] | None = None) -> int:
+    """Delete the topics under ``prefix.`` and the run's consumer groups (best effort).
+
+    ``kafka``: the admin client's further settings (a secure broker's).
+    """
+    client = admin(bootstrap, **(kafka or {}))
     names = [t for t in client.list_topics(timeout=30).topics if t.startswith(prefix + ".")]
     for i in range(0, len(names), 500):
         for fut in client.delete_topics(names[i:i + 500], operation_timeout=60).values():

@@ -61,10 +61,9 @@ import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.core import map_boxes, write_results
-from benchmarks.kafka import produce_all
+from benchmarks.kafka import delete_run_topics, produce_all
 from benchmarks.workload import WorkloadParams, attr_names, generate, space_spec
 from connectors.kafka import (
-    admin,
     consume_batch,
     consumer_config,
     ensure_topics,
@@ -272,7 +271,7 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
                 p.kill()
     if system == "dls" and route:
         out += passthrough_case(bootstrap, base, w, r, args, tmp, params)
-    _delete(bootstrap, prefix)
+    delete_run_topics(bootstrap, prefix)
     return out
 
 
@@ -378,17 +377,6 @@ def _rec(system: str, params: dict[str, Any], metric: str, value: float, unit: s
          ) -> dict[str, Any]:
     return {"benchmark": "scaleout", "system": system, "params": dict(params),
             "metric": metric, "value": value, "unit": unit}
-
-
-def _delete(bootstrap: str, prefix: str) -> None:
-    client = admin(bootstrap)
-    names = [n for n in client.list_topics(timeout=30).topics if n.startswith(prefix + ".")]
-    if names:
-        for fut in client.delete_topics(names).values():
-            try:
-                fut.result(30)
-            except Exception as exc:  # noqa: BLE001 - a leftover topic is only clutter
-                log.warning("topic not deleted: %s", exc)
 
 
 def plot(records: list[dict[str, Any]], path: Path) -> bool:

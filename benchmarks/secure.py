@@ -53,10 +53,10 @@ import numpy as np
 from confluent_kafka import Producer
 
 from benchmarks.core import write_results
-from benchmarks.kafka import drive, passthrough, produce_all, window
+from benchmarks.kafka import delete_run_topics, drive, passthrough, produce_all, window
 from broker_node.config import NodeSettings
 from broker_node.service import NodeService
-from connectors.kafka import admin, ensure_topics, producer_config
+from connectors.kafka import ensure_topics, producer_config
 from connectors.kafka_config import load_kafka_config
 from connectors.serde import encode_label_subscription, encode_raw_event
 from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, Topics, encode_label
@@ -154,19 +154,8 @@ def run_round(profile: str, bootstrap: str, kafka: Mapping[str, str], node_confi
         service.close()
         if principal is not None:
             access.remove_principal(bootstrap, dict(kafka), principal)
-    _delete(bootstrap, kafka, prefix)
+    delete_run_topics(bootstrap, prefix, kafka=kafka)
     return records
-
-
-def _delete(bootstrap: str, kafka: Mapping[str, str], prefix: str) -> None:
-    client = admin(bootstrap, **kafka)
-    names = [n for n in client.list_topics(timeout=30).topics if n.startswith(prefix + ".")]
-    if names:
-        for future in client.delete_topics(names).values():
-            try:
-                future.result(30)
-            except Exception as exc:  # noqa: BLE001 - a leftover topic is only clutter
-                log.warning("topic not deleted: %s", exc)
 
 
 def summary(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from dls._jit import njit
-from dls._murmur import _C1, _C2, _F1, _F2, _S31, _S33
+from dls._kernels import _fmix64 as _fmix
+from dls._murmur import _C1, _C2, _S31, _S33
 
 __all__ = [
     "copy_rows",
@@ -47,16 +48,6 @@ _FIVE = np.uint64(5)
 _N1 = np.uint64(0x52DCE729)
 _THIRTY2 = np.uint64(32)
 _LOW6 = np.uint64(63)
-
-
-@njit
-def _fmix(h: Any) -> Any:
-    h ^= h >> _S33
-    h *= _F1
-    h ^= h >> _S33
-    h *= _F2
-    h ^= h >> _S33
-    return h
 
 
 @njit

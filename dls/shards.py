@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from dls._murmur import _F1, _F2, _S33
+from dls._murmur import _F1, _F2
 from dls.exceptions import DLSError
+from dls.hashing import _fmix64
 
 __all__ = ["check_shards", "label_shard", "label_shards"]
 
@@ -47,12 +48,7 @@ def label_shard(label: int, shards: int) -> int:
 
 def label_shards(labels: np.ndarray, shards: int) -> np.ndarray:
     """The shard of each label (uint64 array) as an int64 array, like :func:`label_shard`."""
-    k = np.asarray(labels, dtype=np.uint64)
     if shards == 1:
-        return np.zeros(k.shape, dtype=np.int64)
-    k = k ^ (k >> _S33)
-    k = k * _F1
-    k ^= k >> _S33
-    k *= _F2
-    k ^= k >> _S33
+        return np.zeros(np.shape(labels), dtype=np.int64)
+    k = _fmix64(np.array(labels, dtype=np.uint64))  # a copy: mixed in place
     return (k % np.uint64(shards)).astype(np.int64)
