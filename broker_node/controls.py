@@ -69,10 +69,24 @@ from dls.space import ContentSpace
 
 log = logging.getLogger("dlsroute.node")
 
-__all__ = ["CANCELLED_MEMORY", "Controls", "Outcome"]
+__all__ = ["CANCELLED_MEMORY", "PROBE_LABELS", "Controls", "Outcome", "probe_links"]
 
 #: How many cancelled subscriptions (at least) the node remembers.
 CANCELLED_MEMORY = 100_000
+
+#: labels per probe message (8 bytes each: well under Kafka's 1 MB default message size)
+PROBE_LABELS = 50_000
+
+
+def probe_links(state: BrokerState, neighbour: str) -> list[LinkMessage]:
+    """A (re)started node's first link control to ``neighbour``: what the state advertises it.
+
+    At least one message (its number counts even without labels), in chunks of
+    :data:`PROBE_LABELS` labels.
+    """
+    labels = state.advertised_to(neighbour)
+    return [LinkMessage(neighbour, ADVERTISE, labels[i:i + PROBE_LABELS])
+            for i in range(0, max(len(labels), 1), PROBE_LABELS)]
 
 
 @dataclass
