@@ -1,0 +1,175 @@
+"""The exact check at a client's node: which label-matched clients an event really matches.
+
+Routing between nodes is by label only. The node a client is attached to holds the
+client's subscriptions, and with them what an exact check needs (:mod:`dls.edge`): per
+subscription, the bounds of each numeric attribute and the allowed cells of each discrete
+one. A label-matched candidate is then one of three things for a given label:
+
+* **sure**: one of its subscriptions holds the label's cell wholly (an interior cell), so
+  every event of that label matches it: delivered without reading the value;
+* **check**: its subscriptions that hold the label all cut the cell (boundary cells):
+  delivered when the event's numeric values lie inside the bounds of one of them;
+* **none**: no subscription of it holds the label at all (the client's filter answered a
+  false positive): not delivered, whatever the value.
+
+:meth:`EdgeTable.verdicts` decides this once per label and candidate (a route plan keeps
+it); :func:`values_match` checks an event's numeric values against the rows a "check"
+verdict names. A subscription whose ``where`` the node could not compile (a raw writer may
+send labels alone) makes its client *sure* for every label (delivered by label, as
+without the check): the check may only ever remove an event that no subscription of the
+client matches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dls.edge import needs_values, numeric_bounds
+from dls.predicates import DiscreteConstraint, Subscription
+from dls.space import ContentSpace, DiscreteAttribute
+
+__all__ = ["CHECK", "NONE", "SURE", "EdgeTable", "Verdict", "values_match"]
+
+SURE, CHECK, NONE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the edge does with one candidate client for one label."""
+
+    kind: int  # SURE, CHECK or NONE
+    bounds: np.ndarray | None = None  # CHECK: (rows, numeric attributes, 2) float64
+    subs: tuple[Subscription, ...] = ()  # CHECK: rows a numeric value set restricts
+
+
+_SURE = Verdict(SURE)
+_NONE = Verdict(NONE)
+
+
+def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, object]) -> bool:
+    """True when the event's numeric ``values`` (space order) lie in one row's bounds.
+
+    ``event``: its attributes, for the rows whose numeric constraint is a set of values.
+    """
+    if verdict.kind != CHECK:
+        return verdict.kind == SURE
+    b = verdict.bounds
+    assert b is not None  # noqa: S101 - a CHECK verdict has its bounds
+    if len(b) and bool(((b[:, :, 0] <= values) & (values <= b[:, :, 1])).all(axis=1).any()):
+        return True
+    return any(s.matches(event) for s in verdict.subs)
+
+
+class EdgeTable:
+    """Each local subscription's exact constraints, by client (rows reused after removal)."""
+
+    def __init__(self, space: ContentSpace) -> None:
+        """An empty table for ``space``."""
+        self.space = space
+        attrs = space.attributes
+        self._numeric = [i for i, a in enumerate(attrs) if not isinstance(a, DiscreteAttribute)]
+        self._discrete = [i for i, a in enumerate(attrs) if isinstance(a, DiscreteAttribute)]
+        self._words = [(attrs[i].n_cells + 63) // 64 for i in self._discrete]
+        self._bounds = np.zeros((0, len(self._numeric), 2), dtype=np.float64)
+        self._allowed = [np.zeros((0, w), dtype=np.uint64) for w in self._words]
+        self._rows: dict[tuple[str, str], int] = {}  # (client, id) -> row
+        self._by_client: dict[str, list[int]] = {}
+        self._free: list[int] = []
+        self._unchecked: dict[str, int] = {}  # client -> subscriptions without a where
+        self._sets: dict[int, Subscription] = {}  # rows with a numeric set of values
+
+    def __len__(self) -> int:
+        """How many subscriptions the table holds (checked or not)."""
+        return len(self._rows) + sum(self._unchecked.values())
+
+    def memory_bytes(self) -> int:
+        """The bytes of the table's arrays (the dicts' entries not counted)."""
+        return int(self._bounds.nbytes + sum(a.nbytes for a in self._allowed))
+
+    def add(self, client: str, sub_id: str, sub: Subscription | None) -> None:
+        """Hold subscription ``sub_id`` of ``client``; None: its ``where`` is unknown."""
+        if sub is None:
+            self._unchecked[client] = self._unchecked.get(client, 0) + 1
+            return
+        row = self._free.pop() if self._free else self._grow()
+        self._bounds[row] = numeric_bounds(sub)
+        for k, i in enumerate(self._discrete):
+            self._allowed[k][row] = self._mask(sub, i, self._words[k])
+        if needs_values(sub):
+            self._sets[row] = sub
+        self._rows[client, sub_id] = row
+        self._by_client.setdefault(client, []).append(row)
+
+    def remove(self, client: str, sub_id: str) -> None:
+        """Forget a subscription (one held without a where: any one of its client's)."""
+        row = self._rows.pop((client, sub_id), None)
+        if row is None:
+            left = self._unchecked.get(client, 0) - 1
+            if left > 0:
+                self._unchecked[client] = left
+            else:
+                self._unchecked.pop(client, None)
+            return
+        rows = self._by_client[client]
+        rows.remove(row)
+        if not rows:
+            del self._by_client[client]
+        self._sets.pop(row, None)
+        self._free.append(row)
+
+    def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:
+        """The verdict of each candidate client for events of ``label``."""
+        cells = self.space.decompose(label)
+        return [self._verdict(cells, c) for c in clients]
+
+    # -- inside -----------------------------------------------------------------------------
+    def _verdict(self, cells: tuple[int, ...], client: str) -> Verdict:
+        if self._unchecked.get(client):
+            return _SURE
+        rows = np.asarray(self._by_client.get(client, ()), dtype=np.int64)
+        if not rows.size:
+            return _NONE
+        holds = np.ones(len(rows), dtype=bool)
+        interior = np.ones(len(rows), dtype=bool)
+        attrs = self.space.attributes
+        for k, i in enumerate(self._discrete):
+            word, bit = divmod(cells[i], 64)
+            holds &= (self._allowed[k][rows, word] >> np.uint64(bit)) & np.uint64(1) == 1
+        bounds = self._bounds[rows]
+        for j, i in enumerate(self._numeric):
+            a, cell = attrs[i], cells[i]
+            lo, hi = bounds[:, j, 0], bounds[:, j, 1]
+            c_lo, c_hi = a.cells(lo), a.cells(hi)
+            holds &= (c_lo <= cell) & (cell <= c_hi)
+            inside_lo = (lo <= a.low) | (c_lo < cell)  # type: ignore[union-attr]
+            inside_hi = (hi >= a.high) | (cell < c_hi)  # type: ignore[union-attr]
+            interior &= inside_lo & inside_hi
+        sets = np.fromiter((int(r) in self._sets for r in rows), dtype=bool, count=len(rows))
+        if (holds & interior & ~sets).any():
+            return _SURE
+        if not holds.any():
+            return _NONE
+        plain = holds & ~sets
+        return Verdict(CHECK, bounds[plain],
+                       tuple(self._sets[int(r)] for r in rows[holds & sets]))
+
+    def _grow(self) -> int:
+        row = len(self._bounds)
+        size = max(16, 2 * row)
+        self._bounds = np.resize(self._bounds, (size, *self._bounds.shape[1:]))
+        self._allowed = [np.resize(a, (size, a.shape[1])) for a in self._allowed]
+        self._free.extend(range(size - 1, row, -1))
+        return row
+
+    def _mask(self, sub: Subscription, i: int, words: int) -> np.ndarray:
+        attr = self.space.attributes[i]
+        assert isinstance(attr, DiscreteAttribute)  # noqa: S101 - _discrete holds these
+        out = np.zeros(words, dtype=np.uint64)
+        c = sub.constraints.get(attr.name)
+        cells = ([attr.cell(v) for v in c.values] if isinstance(c, DiscreteConstraint)
+                 else range(attr.n_cells))
+        for cell in cells:
+            out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
+        return out
