@@ -23,6 +23,7 @@ client matches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -120,17 +121,48 @@ class EdgeTable:
         self._free.append(row)
 
     def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:
-        """The verdict of each candidate client for events of ``label``."""
+        """The verdict of each candidate client for events of ``label`` (one numpy pass)."""
         cells = self.space.decompose(label)
-        return [self._verdict(cells, c) for c in clients]
+        out: list[Verdict] = [_SURE] * len(clients)
+        owners: list[int] = []
+        held: list[list[int]] = []
+        for k, c in enumerate(clients):
+            mine = self._by_client.get(c)
+            if self._unchecked.get(c):
+                continue  # delivered by label
+            if not mine:
+                out[k] = _NONE
+                continue
+            owners.append(k)
+            held.append(mine)
+        if not owners:
+            return out
+        sizes = np.fromiter(map(len, held), np.int64, len(held))
+        rows = np.fromiter(chain.from_iterable(held), np.int64, int(sizes.sum()))
+        holds, interior = self._classify(rows, cells)
+        sets = (np.array([r in self._sets for r in rows.tolist()], dtype=np.bool_)
+                if self._sets else np.zeros(len(rows), dtype=np.bool_))
+        starts = np.r_[0, np.cumsum(sizes)[:-1]]
+        sure = np.logical_or.reduceat(holds & interior & np.logical_not(sets), starts).tolist()
+        some = np.logical_or.reduceat(holds, starts).tolist()
+        ends = (starts + sizes).tolist()
+        for j, k in enumerate(owners):
+            if sure[j]:
+                continue
+            if not some[j]:
+                out[k] = _NONE
+                continue
+            lo, hi = int(starts[j]), ends[j]
+            h, st = holds[lo:hi], sets[lo:hi]
+            own = rows[lo:hi]
+            out[k] = Verdict(CHECK, self._bounds[own[h & np.logical_not(st)]],
+                             tuple(self._sets[int(r)] for r in own[h & st]))
+        return out
 
     # -- inside -----------------------------------------------------------------------------
-    def _verdict(self, cells: tuple[int, ...], client: str) -> Verdict:
-        if self._unchecked.get(client):
-            return _SURE
-        rows = np.asarray(self._by_client.get(client, ()), dtype=np.int64)
-        if not rows.size:
-            return _NONE
+    def _classify(self, rows: np.ndarray, cells: tuple[int, ...]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: whether its subscription holds the cells, and wholly (an interior cell)."""
         holds = np.ones(len(rows), dtype=bool)
         interior = np.ones(len(rows), dtype=bool)
         attrs = self.space.attributes
@@ -146,14 +178,7 @@ class EdgeTable:
             inside_lo = (lo <= a.low) | (c_lo < cell)  # type: ignore[union-attr]
             inside_hi = (hi >= a.high) | (cell < c_hi)  # type: ignore[union-attr]
             interior &= inside_lo & inside_hi
-        sets = np.fromiter((int(r) in self._sets for r in rows), dtype=bool, count=len(rows))
-        if (holds & interior & ~sets).any():
-            return _SURE
-        if not holds.any():
-            return _NONE
-        plain = holds & ~sets
-        return Verdict(CHECK, bounds[plain],
-                       tuple(self._sets[int(r)] for r in rows[holds & sets]))
+        return holds, interior
 
     def _grow(self) -> int:
         row = len(self._bounds)
