@@ -73,6 +73,11 @@ class NodeSettings(BaseSettings):
         description="the one shard an engine serves (set by the process for each shard "
                     "it is given; not a setting of a config file)")
     mode: Literal["exact", "paper"] = "exact"
+    exact_delivery: bool = Field(
+        default=True,
+        description="check label-matched deliveries against the clients' subscriptions "
+                    "(their where), so that clients receive exactly their matches; false: "
+                    "deliver by label, false positives included, as the paper does")
     client_filter: Literal["cbf", "direct"] = "cbf"
     routing_filter: Literal["cbf", "direct"] = "cbf"
     batch_size: int = Field(default=1000, ge=1, le=100_000)

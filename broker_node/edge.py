@@ -12,6 +12,9 @@ one. A label-matched candidate is then one of three things for a given label:
 * **none**: no subscription of it holds the label at all (the client's filter answered a
   false positive): not delivered, whatever the value.
 
+A client the table holds nothing of is *sure* for every label: the table may only ever
+remove what it knows no subscription matches, never what it was not told of.
+
 :meth:`EdgeTable.verdicts` decides this once per label and candidate (a route plan keeps
 it); :func:`values_match` checks an event's numeric values against the rows a "check"
 verdict names. A subscription whose ``where`` the node could not compile (a raw writer may
@@ -22,16 +25,19 @@ client matches.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 
 from dls.edge import needs_values, numeric_bounds
+from dls.exceptions import DLSError
 from dls.predicates import DiscreteConstraint, Subscription
 from dls.space import ContentSpace, DiscreteAttribute
 
-__all__ = ["CHECK", "NONE", "SURE", "EdgeTable", "Verdict", "values_match"]
+__all__ = ["CHECK", "NONE", "SURE", "Checks", "EdgeTable", "Verdict", "checked", "split_routes",
+           "values_match"]
 
 SURE, CHECK, NONE = 0, 1, 2
 
@@ -71,6 +77,8 @@ class EdgeTable:
         self.space = space
         attrs = space.attributes
         self._numeric = [i for i, a in enumerate(attrs) if not isinstance(a, DiscreteAttribute)]
+        #: the names of the numeric attributes, in the order of a row's bounds
+        self.numeric_names = tuple(attrs[i].name for i in self._numeric)
         self._discrete = [i for i, a in enumerate(attrs) if isinstance(a, DiscreteAttribute)]
         self._words = [(attrs[i].n_cells + 63) // 64 for i in self._discrete]
         self._bounds = np.zeros((0, len(self._numeric), 2), dtype=np.float64)
@@ -79,19 +87,27 @@ class EdgeTable:
         self._by_client: dict[str, list[int]] = {}
         self._free: list[int] = []
         self._unchecked: dict[str, int] = {}  # client -> subscriptions without a where
+        self._unchecked_ids: set[tuple[str, str]] = set()
         self._sets: dict[int, Subscription] = {}  # rows with a numeric set of values
 
     def __len__(self) -> int:
         """How many subscriptions the table holds (checked or not)."""
-        return len(self._rows) + sum(self._unchecked.values())
+        return len(self._rows) + len(self._unchecked_ids)
 
     def memory_bytes(self) -> int:
         """The bytes of the table's arrays (the dicts' entries not counted)."""
         return int(self._bounds.nbytes + sum(a.nbytes for a in self._allowed))
 
     def add(self, client: str, sub_id: str, sub: Subscription | None) -> None:
-        """Hold subscription ``sub_id`` of ``client``; None: its ``where`` is unknown."""
+        """Hold subscription ``sub_id`` of ``client``; None: its ``where`` is unknown.
+
+        A repeat (the same client and id again) changes nothing, as in the state.
+        """
+        key = (client, sub_id)
+        if key in self._rows or key in self._unchecked_ids:
+            return
         if sub is None:
+            self._unchecked_ids.add(key)
             self._unchecked[client] = self._unchecked.get(client, 0) + 1
             return
         row = self._free.pop() if self._free else self._grow()
@@ -104,14 +120,16 @@ class EdgeTable:
         self._by_client.setdefault(client, []).append(row)
 
     def remove(self, client: str, sub_id: str) -> None:
-        """Forget a subscription (one held without a where: any one of its client's)."""
+        """Forget a subscription (none held: nothing changes)."""
         row = self._rows.pop((client, sub_id), None)
         if row is None:
-            left = self._unchecked.get(client, 0) - 1
-            if left > 0:
-                self._unchecked[client] = left
-            else:
-                self._unchecked.pop(client, None)
+            if (client, sub_id) in self._unchecked_ids:
+                self._unchecked_ids.remove((client, sub_id))
+                left = self._unchecked[client] - 1
+                if left:
+                    self._unchecked[client] = left
+                else:
+                    del self._unchecked[client]
             return
         rows = self._by_client[client]
         rows.remove(row)
@@ -128,11 +146,8 @@ class EdgeTable:
         held: list[list[int]] = []
         for k, c in enumerate(clients):
             mine = self._by_client.get(c)
-            if self._unchecked.get(c):
-                continue  # delivered by label
-            if not mine:
-                out[k] = _NONE
-                continue
+            if not mine or self._unchecked.get(c):
+                continue  # held without a where, or not given to the edge: by label
             owners.append(k)
             held.append(mine)
         if not owners:
@@ -198,3 +213,63 @@ class EdgeTable:
         for cell in cells:
             out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
         return out
+
+
+#: What the edge left to decide per event for one plan: (client index, verdict) of each
+#: candidate whose verdict is CHECK.
+Checks = tuple[tuple[int, Verdict], ...]
+
+
+def split_routes(edge: EdgeTable, names: Sequence[str], labels: list[int], offsets: np.ndarray,
+                 clients: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Checks], list[int]]:
+    """Split routed candidates (``clients[offsets[e]:offsets[e + 1]]`` for ``labels[e]``).
+
+    Returns the SURE candidates in the same form, the CHECK ones per event, and the number
+    of NONE ones per event (false positives of the client filters, removed).
+    """
+    n = len(labels)
+    checks: list[Checks] = [()] * n
+    removed = [0] * n
+    if not len(clients):
+        return offsets, clients, checks, removed
+    keep = np.ones(len(clients), dtype=bool)
+    bounds = offsets.tolist()
+    idx = clients.tolist()
+    for e in range(n):
+        a, b = bounds[e], bounds[e + 1]
+        if a == b:
+            continue
+        mine = idx[a:b]
+        verdicts = edge.verdicts(labels[e], [names[i] for i in mine])
+        ck = []
+        for j, (i, v) in enumerate(zip(mine, verdicts, strict=True)):
+            if v.kind == SURE:
+                continue
+            keep[a + j] = False
+            if v.kind == CHECK:
+                ck.append((i, v))
+            else:
+                removed[e] += 1
+        checks[e] = tuple(ck)
+    event_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    new_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(event_of[keep], minlength=n), out=new_offsets[1:])
+    return new_offsets, clients[keep], checks, removed
+
+
+def checked(edge: EdgeTable, checks: Checks, value: bytes | None) -> list[int] | None:
+    """The clients of ``checks`` whose subscriptions the event ``value`` matches.
+
+    None when the value cannot be read (not a RawEvent, or a numeric attribute missing or
+    not a number): the caller delivers by label to all of them.
+    """
+    from connectors.serde import decode_raw_event
+
+    try:
+        attrs = decode_raw_event(value or b"")["attrs"]
+        values = np.array([attrs[a] for a in edge.numeric_names], dtype=np.float64)
+    except (DLSError, KeyError, TypeError, ValueError):
+        return None
+    if np.isnan(values).any():
+        return None
+    return [i for i, v in checks if values_match(v, values, attrs)]

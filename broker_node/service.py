@@ -126,7 +126,7 @@ class NodeService(ClientInputs):
         #: a (re)started node numbers its link afresh: see _probe
         self._probe_due = bool(s.neighbours)
         self._reacks: list[tuple[str, str]] = []
-        self.router = Router(s, t, self.state, self.metrics)
+        self.router = Router(s, t, self.state, self.metrics, self.controls.edge)
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
         self.committer: Committer | None = None  # made at start (or by connect)

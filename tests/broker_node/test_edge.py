@@ -58,6 +58,9 @@ def test_the_edge_delivers_exactly_what_the_subscriptions_match(t, rnd):
         values = _numeric_values(space, event)
         for client, verdict in zip(CLIENTS, table.verdicts(label, CLIENTS), strict=True):
             mine = [s for c, _, s in live if c == client]
+            if not mine:  # the table was told of nothing of it: by label
+                assert verdict.kind == SURE
+                continue
             want = any(s.matches(event) for s in mine)
             assert values_match(verdict, values, event) == want, (client, event, mine)
             holds = any(label in set(s.labels(budget=10**7).tolist()) for s in mine)
@@ -73,13 +76,17 @@ def test_sure_check_and_none():
     table.add("bob", "2", None)  # labels alone: delivered by label
     label = lambda sym, price: event_label(space, {"sym": sym, "price": price})  # noqa: E731
     kinds = lambda lab: [v.kind for v in table.verdicts(lab, ["alice", "bob", "carol"])]  # noqa: E731
-    assert kinds(label("A", 35)) == [SURE, SURE, NONE]  # cell 3 is interior
-    assert kinds(label("A", 21)) == [CHECK, SURE, NONE]  # cell 2 is cut at 25
-    assert kinds(label("B", 35)) == [NONE, SURE, NONE]  # alice holds no B cell
+    # carol: nothing given to the table, so by label
+    assert kinds(label("A", 35)) == [SURE, SURE, SURE]  # cell 3 is interior
+    assert kinds(label("A", 21)) == [CHECK, SURE, SURE]  # cell 2 is cut at 25
+    assert kinds(label("B", 35)) == [NONE, SURE, SURE]  # alice holds no B cell
     v = table.verdicts(label("A", 21), ["alice"])[0]
     assert not values_match(v, np.array([21.0]), {"sym": "A", "price": 21.0})
     assert values_match(v, np.array([25.0]), {"sym": "A", "price": 25.0})
+    table.add("alice", "3", Subscription(space, "sym = B and price < 10"))
+    assert kinds(label("B", 35)) == [NONE, SURE, SURE]
     table.remove("bob", "2")
     table.remove("alice", "1")
-    assert kinds(label("A", 35)) == [NONE, NONE, NONE]
+    table.remove("alice", "3")
+    table.remove("alice", "3")  # nothing held: nothing changes
     assert len(table) == 0
