@@ -194,12 +194,12 @@ class NodeService(ClientInputs):
         ensure_topics(s.bootstrap, [t.deadletter]
                       + [t.forward(s.node, n) for n in s.neighbours]
                       + [t.forward(n, s.node) for n in s.neighbours],
-                      kafka=s.kafka_security())
+                      kafka=s.kafka_security(), **s.topic_replication())
         if s.shared_delivery_partitions:
             try:
                 ensure_partitioned_topic(s.bootstrap, t.shared_deliver,
                                          s.shared_delivery_partitions,
-                                         kafka=s.kafka_security())
+                                         kafka=s.kafka_security(), **s.topic_replication())
             except ConnectorError as exc:
                 raise BrokerError(f"node {s.node}: {exc}", field="shared_delivery_partitions",
                                   value=s.shared_delivery_partitions) from exc
@@ -243,7 +243,8 @@ class NodeService(ClientInputs):
                 topic and the setting.
         """
         s = self.settings
-        ensure_topics(s.bootstrap, names, config=config, kafka=s.kafka_security())
+        ensure_topics(s.bootstrap, names, config=config, kafka=s.kafka_security(),
+                      **s.topic_replication())
         try:
             enforce_topic_config(s.bootstrap, names, config, why=why, kafka=s.kafka_security())
         except ConnectorError as exc:
@@ -584,6 +585,7 @@ class NodeService(ClientInputs):
         """Create the delivery topics of clients first seen in this batch, in one call."""
         if self._new_topics:
             ensure_topics(self.settings.bootstrap, sorted(self._new_topics),
-                          kafka=self.settings.kafka_security())
+                          kafka=self.settings.kafka_security(),
+                          **self.settings.topic_replication())
             self._delivery_topics |= self._new_topics
             self._new_topics.clear()
