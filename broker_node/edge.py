@@ -12,7 +12,7 @@ one. A label-matched candidate is then one of three things for a given label:
 * **none**: no subscription of it holds the label at all (the client's filter answered a
   false positive): not delivered, whatever the value.
 
-A client the table holds nothing of is *sure* for every label: the table may only ever
+A client never given to the table is *sure* for every label: the table may only ever
 remove what it knows no subscription matches, never what it was not told of.
 
 :meth:`EdgeTable.verdicts` decides this once per label and candidate (a route plan keeps
@@ -88,6 +88,7 @@ class EdgeTable:
         self._free: list[int] = []
         self._unchecked: dict[str, int] = {}  # client -> subscriptions without a where
         self._unchecked_ids: set[tuple[str, str]] = set()
+        self._known: set[str] = set()  # clients given to the table (a few bytes per client)
         self._sets: dict[int, Subscription] = {}  # rows with a numeric set of values
 
     def __len__(self) -> int:
@@ -106,6 +107,7 @@ class EdgeTable:
         key = (client, sub_id)
         if key in self._rows or key in self._unchecked_ids:
             return
+        self._known.add(client)
         if sub is None:
             self._unchecked_ids.add(key)
             self._unchecked[client] = self._unchecked.get(client, 0) + 1
@@ -146,8 +148,11 @@ class EdgeTable:
         held: list[list[int]] = []
         for k, c in enumerate(clients):
             mine = self._by_client.get(c)
-            if not mine or self._unchecked.get(c):
-                continue  # held without a where, or not given to the edge: by label
+            if self._unchecked.get(c) or c not in self._known:
+                continue  # held without a where, or never given to the edge: by label
+            if not mine:
+                out[k] = _NONE
+                continue
             owners.append(k)
             held.append(mine)
         if not owners:

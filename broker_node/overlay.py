@@ -13,6 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from broker_node.edge import EdgeTable, values_match
 from broker_node.exceptions import BrokerError, TopologyError, UnknownSubscriptionError
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.topics import NAME_RE
@@ -108,6 +111,7 @@ class OverlayStats:
     deliveries: int = 0
     false_positives: int = 0
     matched: int = 0
+    edge_removed: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -125,12 +129,20 @@ _OP_FIELDS = {
 class Overlay:
     """Brokers wired along a topology, with exact-filtering clients attached."""
 
-    def __init__(self, space: ContentSpace, topology: Topology, **config: Any):
-        """Create one broker per node; ``config`` goes to :class:`BrokerConfig`."""
+    def __init__(self, space: ContentSpace, topology: Topology, *,
+                 exact_delivery: bool = False, **config: Any):
+        """Create one broker per node; ``config`` goes to :class:`BrokerConfig`.
+
+        ``exact_delivery``: each node checks its label-matched clients against their
+        subscriptions (:mod:`broker_node.edge`), as a node service does by default; then
+        ``delivered`` equals ``matched``. Off (the paper's network): by label.
+        """
         self.space = space
         self.topology = topology
         self.nodes = {n: BrokerState.for_space(n, topology.neighbours(n), space, **config)
                       for n in topology.nodes}
+        self.edges = ({n: EdgeTable(space) for n in topology.nodes} if exact_delivery
+                      else None)
         self._client_subs: dict[tuple[str, str], dict[str, Subscription]] = {}
         self.stats = OverlayStats()
         self.last_visited: list[str] = []
@@ -160,6 +172,8 @@ class Overlay:
         sub = Subscription(self.space, where)
         labels = sub.labels()
         msgs = state.subscribe(client, sub_id, labels)
+        if self.edges is not None:
+            self.edges[node].add(client, sub_id, sub)
         self._client_subs.setdefault((node, client), {})[sub_id] = sub
         self.stats.subscriptions += 1
         self.stats.subscription_labels += len(labels)
@@ -170,6 +184,8 @@ class Overlay:
         """Remove a subscription, then let the overlay settle."""
         state = self._node(node)
         msgs = state.unsubscribe(client, sub_id)
+        if self.edges is not None:
+            self.edges[node].remove(client, sub_id)
         subs = self._client_subs.get((node, client), {})
         if subs.pop(sub_id, None) is None:  # pragma: no cover - state already checked it
             raise UnknownSubscriptionError(f"unknown subscription id {sub_id!r}", field="id",
@@ -194,6 +210,8 @@ class Overlay:
             clients, onward = state.route_one(
                 label, origin_client=client if came_from is None else None,
                 origin_node=came_from)
+            if self.edges is not None and clients:
+                clients = self._exact(self.edges[at], label, clients, attrs)
             for c in clients:
                 delivered.append((at, c))
                 subs = self._client_subs.get((at, c), {})
@@ -207,6 +225,16 @@ class Overlay:
         self.stats.deliveries += len(delivered)
         self.stats.matched += len(matched)
         return sorted(delivered), sorted(matched)
+
+    def _exact(self, edge: EdgeTable, label: int, clients: list[str],
+               attrs: Mapping[str, Any]) -> list[str]:
+        """The label-matched ``clients`` the event really matches (the node's exact check)."""
+        values = np.array([attrs[a] for a in edge.numeric_names], dtype=np.float64)
+        event = dict(attrs)
+        kept = [c for c, v in zip(clients, edge.verdicts(label, clients), strict=True)
+                if values_match(v, values, event)]
+        self.stats.edge_removed += len(clients) - len(kept)
+        return kept
 
     # -- trace ops -------------------------------------------------------------------------
     def apply(self, op: Any) -> dict[str, Any] | None:

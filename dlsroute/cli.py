@@ -19,11 +19,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     summary = simulate_files(args.space, args.topology, args.ops, args.out, mode=args.mode,
                              client_filter=args.client_filter,
-                             routing_filter=args.routing_filter)
+                             routing_filter=args.routing_filter,
+                             exact_delivery=args.exact_delivery)
     brief = {k: summary[k] for k in ("mode", "subscriptions", "unsubscriptions", "publishes",
                                      "subscription_labels", "forwarded_subscription_labels",
                                      "forwarded_unsubscription_labels", "deliveries",
-                                     "false_positives", "matched")}
+                                     "false_positives", "matched", "edge_removed")}
     brief["rejected"] = len(summary["rejected"])
     print(json.dumps(brief))
     for r in summary["rejected"]:
@@ -310,6 +311,10 @@ def _add_simulate(sub: Any) -> None:
                    help="aggregation rule: exact counts (default) or the paper's CBF rule")
     s.add_argument("--client-filter", choices=["cbf", "direct"], default="cbf")
     s.add_argument("--routing-filter", choices=["cbf", "direct"], default="cbf")
+    s.add_argument("--exact-delivery", action=argparse.BooleanOptionalAction, default=True,
+                   help="each node checks its clients' deliveries against their "
+                        "subscriptions, as a node does by default (delivered = matched); "
+                        "--no-exact-delivery: by label, as the paper's network")
     s.set_defaults(func=_cmd_simulate)
 
 

@@ -19,3 +19,7 @@ def test_kafka_demo_misses_nothing(kafka_bootstrap: str) -> None:
     # 3 s at 300 quotes/s, and the twelve clients in the table.
     assert "events: 900 published" in text, text
     assert len(re.findall(r"^[ABC]:[a-z-]+ +\d+ +\d+ +\d+ +\d+ +0$", text, re.M)) == 12, text
+    # Exact delivery: the clients' nodes removed the network's false positives.
+    assert " 0 false positives (0.00%) reached clients" in text, text
+    removed = re.search(r"the clients' nodes removed (\d+) before writing them", text)
+    assert removed is not None and int(removed.group(1)) > 0, text

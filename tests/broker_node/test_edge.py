@@ -58,7 +58,7 @@ def test_the_edge_delivers_exactly_what_the_subscriptions_match(t, rnd):
         values = _numeric_values(space, event)
         for client, verdict in zip(CLIENTS, table.verdicts(label, CLIENTS), strict=True):
             mine = [s for c, _, s in live if c == client]
-            if not mine:  # the table was told of nothing of it: by label
+            if not any(c == client for c, _, _ in subs):  # never told of it: by label
                 assert verdict.kind == SURE
                 continue
             want = any(s.matches(event) for s in mine)
@@ -90,3 +90,4 @@ def test_sure_check_and_none():
     table.remove("alice", "3")
     table.remove("alice", "3")  # nothing held: nothing changes
     assert len(table) == 0
+    assert kinds(label("A", 35)) == [NONE, NONE, SURE]  # alice and bob have nothing left

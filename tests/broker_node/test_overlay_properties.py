@@ -109,10 +109,11 @@ def scenarios(draw):
 
 @settings(max_examples=250, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(scenarios())
-def test_exact_mode_never_misses_and_matched_equals_brute_force(scenario):
+@given(scenarios(), st.booleans())
+def test_exact_mode_never_misses_and_matched_equals_brute_force(scenario, exact_delivery):
+    """With exact delivery at the clients' nodes, what is delivered is what matches."""
     space, topo, config, ops = scenario
-    overlay = Overlay(space, topo, **config)
+    overlay = Overlay(space, topo, exact_delivery=exact_delivery, **config)
     live: dict[tuple[str, str, str], Subscription] = {}
     for op in ops:
         if op["op"] == "subscribe":
@@ -135,3 +136,5 @@ def test_exact_mode_never_misses_and_matched_equals_brute_force(scenario):
             delivered = {tuple(x) for x in record["delivered"]}
             assert set(want) <= delivered, f"false negative: {set(want) - delivered}"
             assert [tuple(x) for x in record["matched"]] == want
+            if exact_delivery:
+                assert sorted(delivered) == want, f"delivered {delivered - set(want)} too"

@@ -57,3 +57,24 @@ def test_simulate_cli_end_to_end(tmp_path, capsys):
     assert summary["forwarded_unsubscription_labels"] > 0
     assert summary["deliveries"] == 2 and summary["false_positives"] == 0
     assert '"subscriptions": 2' in capsys.readouterr().out
+
+
+def test_simulate_delivers_exactly_unless_told_to_route_by_label(tmp_path):
+    ops = [{"op": "subscribe", "node": "A", "client": "c1", "id": "s1",
+            "where": "price between 12 and 18"}]
+    ops += [{"op": "publish", "node": "C", "client": "p", "id": f"e{i}",
+             "attrs": {"price": p, "sym": "A"}} for i, p in enumerate([10, 11.9, 12, 15, 18.5])]
+    lines = "\n".join(json.dumps(o) for o in ops) + "\n"
+    args = ["simulate", "--space", str(write(tmp_path, "s.json", SPACE_SPEC)),
+            "--topology", str(write(tmp_path, "t.json", LINE)),
+            "--ops", str(write(tmp_path, "o.jsonl", lines))]
+    summaries = {}
+    for flag in ("--exact-delivery", "--no-exact-delivery"):
+        out = tmp_path / f"out{flag}.jsonl"
+        assert main([*args, "--out", str(out), flag]) == 0
+        summaries[flag] = json.loads(out.read_text().splitlines()[-1])["summary"]
+    on, off = summaries["--exact-delivery"], summaries["--no-exact-delivery"]
+    assert on["matched"] == off["matched"] == 2  # 12 and 15
+    assert on["deliveries"] == 2 and on["false_positives"] == 0
+    assert on["edge_removed"] == 3  # 10, 11.9 and 18.5 share the subscription's cells
+    assert off["deliveries"] == 5 and off["false_positives"] == 3 and off["edge_removed"] == 0
