@@ -35,6 +35,7 @@ __all__ = [
     "id_insert",
     "id_live",
     "id_rebuild",
+    "id_remap",
     "id_stage",
     "sep_starts",
     "warm_up",
@@ -327,6 +328,18 @@ def id_equal(arena: Any, off: Any, seqs: Any, buf: Any, starts: Any, sep: Any) -
 
 
 @njit
+def id_remap(table: Any, s: Any, new_of_old: Any) -> None:
+    """Give every live entry of the table the seq ``new_of_old[seq]`` (tags and slots stay)."""
+    fmask = (_ONE << np.uint64(s)) - _ONE
+    keep = ~fmask
+    for slot in range(table.shape[0]):
+        e = np.uint64(table[slot])
+        f = e & fmask
+        if f != 0 and f != fmask:
+            table[slot] = (e & keep) | (np.uint64(new_of_old[np.int64(f) - 1]) + _ONE)
+
+
+@njit
 def id_live(table: Any, s: Any, out: Any) -> Any:
     """The live seqs (in slot order) into ``out``; returns how many."""
     fmask = (_ONE << np.uint64(s)) - _ONE
@@ -392,6 +405,7 @@ def warm_up() -> None:
     codes = np.empty(2, dtype=np.int64)
     id_codes(table, 16, seed, arena, off, raw, starts, 1, codes)
     id_live(table, 16, np.empty(8, dtype=np.int64))
+    id_remap(table, 16, np.arange(2, dtype=np.uint32))
     id_equal(arena, off, np.arange(2, dtype=np.int64), raw, starts, 1)
     id_discard(table, 16, codes)
     table[:] = 0
