@@ -296,10 +296,13 @@ class BrokerState:
         if arr.dtype.kind == "i" and arr.min() < 0:
             raise BrokerError(f"{what}: negative label {int(arr.min())}", field="labels",
                               value=int(arr.min()))
-        arr = arr.astype(np.uint64)
+        arr = arr.astype(np.uint64, copy=False)
         if self.label_base is not None and self.label_space_size is not None:
-            rel = arr - np.uint64(self.label_base)
-            bad = (arr < np.uint64(self.label_base)) | (rel >= np.uint64(self.label_space_size))
+            low, high = np.uint64(self.label_base), np.uint64(self.label_space_size)
+            if arr.min() >= low and arr.max() - low < high:  # two passes, no temporaries
+                return arr
+            rel = arr - low
+            bad = (arr < low) | (rel >= high)
             if bad.any():
                 label = int(arr[bad][0])
                 raise BrokerError(f"{what}: label {label:#x} is outside this node's label "
@@ -392,8 +395,9 @@ class BrokerState:
             raise UnknownSubscriptionError(f"subscription id {dup!r} repeats in one batch",
                                            field="id", value=dup)
         owners, lens, flat = self._registry.gather(codes)
-        if self._client_table is not None:
-            asked = look_up(self._client_table, clients)
+        if self._client_table is not None:  # names compared with the owners' (no hashing)
+            wrong_at = self._client_table.first_other(owners, clients)
+            asked = owners if wrong_at < 0 else look_up(self._client_table, clients)
         else:
             asked = np.fromiter(map(self._clients.get, clients, repeat(-1)), dtype=np.int64,
                                 count=len(clients))

@@ -30,10 +30,12 @@ __all__ = [
     "copy_rows",
     "id_codes",
     "id_discard",
+    "id_equal",
     "id_gather",
     "id_insert",
     "id_live",
     "id_rebuild",
+    "id_remap",
     "id_stage",
     "sep_starts",
     "warm_up",
@@ -311,6 +313,33 @@ def id_rebuild(table: Any, s: Any, seed: Any, arena: Any, off: Any, seqs: Any,
 
 
 @njit
+def id_equal(arena: Any, off: Any, seqs: Any, buf: Any, starts: Any, sep: Any) -> Any:
+    """The first ``i`` whose id ``i`` of ``buf`` is not the arena's id of ``seqs[i]`` (-1: none).
+
+    Compares bytes only (no hashing, no probe); ``seqs`` name ids whose bytes are in the
+    arena.
+    """
+    for i in range(seqs.shape[0]):
+        q = seqs[i]
+        if not _same(arena, np.int64(off[q]), np.int64(off[q + 1]), buf, starts[i],
+                     starts[i + 1] - sep):
+            return i
+    return -1
+
+
+@njit
+def id_remap(table: Any, s: Any, new_of_old: Any) -> None:
+    """Give every live entry of the table the seq ``new_of_old[seq]`` (tags and slots stay)."""
+    fmask = (_ONE << np.uint64(s)) - _ONE
+    keep = ~fmask
+    for slot in range(table.shape[0]):
+        e = np.uint64(table[slot])
+        f = e & fmask
+        if f != 0 and f != fmask:
+            table[slot] = (e & keep) | (np.uint64(new_of_old[np.int64(f) - 1]) + _ONE)
+
+
+@njit
 def id_live(table: Any, s: Any, out: Any) -> Any:
     """The live seqs (in slot order) into ``out``; returns how many."""
     fmask = (_ONE << np.uint64(s)) - _ONE
@@ -376,6 +405,8 @@ def warm_up() -> None:
     codes = np.empty(2, dtype=np.int64)
     id_codes(table, 16, seed, arena, off, raw, starts, 1, codes)
     id_live(table, 16, np.empty(8, dtype=np.int64))
+    id_remap(table, 16, np.arange(2, dtype=np.uint32))
+    id_equal(arena, off, np.arange(2, dtype=np.int64), raw, starts, 1)
     id_discard(table, 16, codes)
     table[:] = 0
     seqs = np.arange(2, dtype=np.int64)

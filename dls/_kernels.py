@@ -22,15 +22,15 @@ every hash step uses uint64 constants, and positions are converted explicitly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic
 
 from dls._cbfkernels import cbf_add, cbf_min, cbf_remove
+from dls._intrinsics import bswap as _bswap
+from dls._intrinsics import ctz as _ctz
+from dls._intrinsics import popcount as _popcount
+from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
 from dls._murmur import _C1, _C2, _F1, _F2, _LEN, _S31, _S33
 
@@ -48,29 +48,6 @@ __all__ = [
     "row_counts",
     "warm_up",
 ]
-
-
-# -- LLVM intrinsics --------------------------------------------------------------------
-def _unary(emit: Callable[[Any, Any], Any]) -> Any:
-    """A numba intrinsic of one integer argument whose LLVM code is ``emit(builder, x)``."""
-    def typer(typingctx: Any, src: Any) -> Any:
-        if not isinstance(src, types.Integer):
-            return None
-
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            return emit(builder, args[0])
-
-        return src(src), codegen
-
-    return intrinsic(typer)
-
-
-_popcount: Any = _unary(lambda b, x: b.ctpop(x))
-"""Set bits of an integer (LLVM ctpop)."""
-_ctz: Any = _unary(lambda b, x: b.cttz(x, ir.Constant(ir.IntType(1), 0)))
-"""Trailing zero bits of a non-zero integer (LLVM cttz)."""
-_bswap: Any = _unary(lambda b, x: b.bswap(x))
-"""An integer with its bytes in reverse order (LLVM bswap)."""
 
 
 # -- hashing ----------------------------------------------------------------------------
@@ -329,6 +306,25 @@ def _warm_pays(counts: Any, bits: Any, n_updates: Any) -> Any:
     return 2 * n_updates >= (counts.size + bits.size * 8) // 64
 
 
+_AHEAD = 8  # entries ahead whose clients are prefetched (their label's start: twice that)
+
+
+@njit
+def _ahead(entries: Any, lab_start: Any, clients: Any, e: Any) -> None:
+    """Prefetch what entry ``e + _AHEAD`` reads first (and the label start of the next).
+
+    An entry's updates wait for its label's start and then its first clients, two misses
+    in turn that the loop's other work cannot hide (each entry's clients lie elsewhere);
+    loaded ahead, they overlap: 0.62 -> 0.52 us per subscription for the bank's part of an
+    insert at d = 4, g = 16, 500K subscriptions, 1,000 clients (min of 4, a loaded machine).
+    """
+    n = entries.shape[0]
+    if e + 2 * _AHEAD < n:
+        _prefetch(lab_start, entries[e + 2 * _AHEAD] & _LOW32)
+    if e + _AHEAD < n:
+        _prefetch(clients, lab_start[entries[e + _AHEAD] & _LOW32])
+
+
 @njit
 def _warm(counts: Any, bits: Any, block: Any, shift: Any) -> Any:
     """Read a block of rows in line after line (the prefetcher streams it into cache).
@@ -365,6 +361,7 @@ def bank_add_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, satu
             if warm and (entries[e] >> 32) >> shift != block:
                 block = (entries[e] >> 32) >> shift
                 acc += _warm(counts, bits, block, shift)
+            _ahead(entries, lab_start, clients, e)
             p = np.uint64(entries[e] >> 32)  # unsigned indexes: no wraparound checks
             t = entries[e] & _LOW32
             for q in range(lab_start[t], lab_start[t + 1]):
@@ -440,6 +437,7 @@ def bank_remove_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any,
             if warm and (entries[e] >> 32) >> shift != block:
                 block = (entries[e] >> 32) >> shift
                 acc += _warm(counts, bits, block, shift)
+            _ahead(entries, lab_start, clients, e)
             p = np.uint64(entries[e] >> 32)
             t = entries[e] & _LOW32
             for q in range(lab_start[t], lab_start[t + 1]):

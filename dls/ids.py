@@ -311,14 +311,24 @@ class HashIdIndex:
                  top: int | None = None) -> None:
         """Give the registered ``seqs`` (sorted, all of them) the rising seqs ``new``.
 
-        The arena keeps only their bytes, the offsets only seqs below ``top``, and the
-        table is rebuilt (no tombstones).
+        The arena keeps only their bytes and the offsets only seqs below ``top``. The
+        table keeps its slots (an id's slot depends on its hash, not its seq): each live
+        entry gets its new seq in one pass, no id hashed again (tombstones stay, until a
+        rebuild for room); it is rebuilt only when the new seqs do not fit its entries.
+        Like a dict, the table does not shrink when ids go, so that a registry emptied and
+        filled again does not rebuild it at every step of its growth (at d = 3, 500K
+        subscriptions in batches of 50,000 after a full delete: 0.08 us per subscription
+        of rebuilds).
         """
         seqs = np.ascontiguousarray(seqs, dtype=np.int64)
         n = len(seqs)
         new = np.arange(n, dtype=np.int64) if new is None else np.ascontiguousarray(
             new, dtype=np.int64)
         top = (int(new[-1]) + 1 if n else 0) if top is None else top
+        new_of_old = None
+        if n and top + 2 < 1 << self._bits:  # the new seqs fit the table's entries
+            new_of_old = np.zeros(self._top, dtype=np.uint32)
+            new_of_old[seqs] = new
         lens = np.zeros(top, dtype=np.int64)
         lens[new] = self._off[seqs + 1].astype(np.int64) - self._off[seqs]
         size = int(lens.sum())
@@ -328,11 +338,35 @@ class HashIdIndex:
                                    dtype=np.int64 if size > _M32 else np.uint32)
         off[1:top + 1] = np.cumsum(lens)
         self._arena, self._off, self._at, self._top = arena, off, size, top
-        cap = max(64, int(n / _TARGET_LOAD) + 1)
+        if new_of_old is not None:  # the slots stay (a hash picks them): seqs rewritten
+            _K.id_remap(self._table, self._bits, new_of_old)
+            return
+        if not n:
+            self._table[:] = 0
+            self._used = 0
+            return
+        cap = max(64, int(n / _TARGET_LOAD) + 1, len(self._table))
         bits, dtype = _layout(cap, top)
         table: np.ndarray = np.zeros(cap, dtype=dtype)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, new, new)
         self._table, self._bits, self._used = table, bits, n
+
+    def first_other(self, seqs: np.ndarray, ids: Sequence[str]) -> int:
+        """The first ``i`` whose ``ids[i]`` is not the id of seq ``seqs[i]`` (-1: none).
+
+        The seqs must have their bytes in the index (registered, or registered once and
+        not renumbered since): a byte comparison, no look-up.
+        """
+        seqs = np.ascontiguousarray(seqs, dtype=np.int64)
+        if len(seqs) != len(ids):
+            raise IdIndexError(f"{len(seqs)} seqs for {len(ids)} ids", field="ids",
+                               value=len(ids))
+        if not len(ids):
+            return -1
+        if int(seqs.min()) < 0 or int(seqs.max()) >= self._top:
+            raise IdIndexError("a seq has no id", field="seqs", value=int(seqs.max()))
+        buf, starts, sep, _ = encode_ids(ids)
+        return int(_K.id_equal(self._arena, self._off, seqs, buf, starts, sep))
 
     def nbytes(self) -> int:
         """Bytes the index keeps."""

@@ -147,3 +147,41 @@ def test_repeats_in_small_and_large_batches(size: int) -> None:
         assert rep == size  # ids[size // 2] again; the unknown "nope" twice is no repeat
         assert [int(c) & M32 for c in codes[: size - 2]] == list(range(size - 2))
         assert codes[size - 2] == codes[size - 1] == -1
+
+
+@compiled
+@settings(max_examples=40, deadline=None)
+@given(st.lists(IDS, min_size=1, max_size=20, unique=True), st.data())
+def test_first_other_compares_the_ids_of_seqs(ids: list[str], data: Any) -> None:
+    """first_other names the first id that is not the one of its seq, as the dict would."""
+    index = HashIdIndex()
+    assert index.reserve(ids, 0) is None
+    seqs = data.draw(st.lists(st.integers(0, len(ids) - 1), min_size=1, max_size=10))
+    asked = [data.draw(st.sampled_from([ids[q], *ids])) for q in seqs]
+    want = next((i for i, (q, sid) in enumerate(zip(seqs, asked, strict=True))
+                 if ids[q] != sid), -1)
+    assert index.first_other(np.array(seqs), asked) == want
+
+
+@compiled
+def test_first_other_refuses_seqs_without_ids() -> None:
+    index = HashIdIndex()
+    assert index.reserve(["a", "b"], 0) is None
+    assert index.first_other(np.zeros(0, dtype=np.int64), []) == -1
+    for seqs, ids in ((np.array([2]), ["a"]), (np.array([0, 1]), ["a"])):
+        with pytest.raises(ids_mod.IdIndexError):
+            index.first_other(seqs, ids)
+
+
+@compiled
+def test_renumber_keeps_the_table_capacity() -> None:
+    """Like a dict, the table does not shrink when ids go (no rebuilds as it fills again)."""
+    index = HashIdIndex()
+    ids = [f"s{i}" for i in range(5_000)]
+    assert index.reserve(ids, 0) is None
+    cap = len(index._table)
+    codes, _ = index.codes(ids)
+    index.discard(ids, codes)
+    index.renumber(index.live())
+    assert len(index) == 0 and len(index._table) == cap
+    assert index.reserve(ids, 0) is None and len(index._table) == cap
