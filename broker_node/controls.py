@@ -201,12 +201,6 @@ class Controls:
         self._links(links, False, out)
         return out
 
-    def edge_unknown(self, clients: Sequence[str], ids: Sequence[str]) -> None:
-        """Subscriptions held without their where (a snapshot's): delivered by label."""
-        if self.edge is not None:
-            for client, sid in zip(clients, ids, strict=True):
-                self.edge.add(client, sid, None)
-
     def _edge_add(self, client: str, sid: str, where: str | None) -> None:
         """Give the exact check a subscription just applied (compiled once, if it can be)."""
         edge = self.edge

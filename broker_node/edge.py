@@ -25,6 +25,7 @@ client matches.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -36,8 +37,8 @@ from dls.exceptions import DLSError
 from dls.predicates import DiscreteConstraint, Subscription
 from dls.space import ContentSpace, DiscreteAttribute
 
-__all__ = ["CHECK", "NONE", "SURE", "Checks", "EdgeTable", "Verdict", "checked", "split_routes",
-           "values_match"]
+__all__ = ["CHECK", "NONE", "SURE", "Checks", "EdgeRows", "EdgeTable", "Verdict", "checked",
+           "split_routes", "values_match"]
 
 SURE, CHECK, NONE = 0, 1, 2
 
@@ -67,6 +68,16 @@ def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, object])
     if len(b) and bool(((b[:, :, 0] <= values) & (values <= b[:, :, 1])).all(axis=1).any()):
         return True
     return any(s.matches(event) for s in verdict.subs)
+
+
+@dataclass(frozen=True)
+class EdgeRows:
+    """The checked subscriptions of a snapshot: their indexes there, bounds, masks, sets."""
+
+    index: np.ndarray  # int64: which of the snapshot's subscriptions these rows are
+    bounds: np.ndarray  # (rows, numeric attributes, 2) float64
+    masks: list[np.ndarray]  # per discrete attribute, (rows, words) uint64
+    sets: dict[int, str]  # subscription index -> its JSON where (a numeric set of values)
 
 
 class EdgeTable:
@@ -139,6 +150,41 @@ class EdgeTable:
             del self._by_client[client]
         self._sets.pop(row, None)
         self._free.append(row)
+
+    def export(self, clients: Sequence[str], ids: Sequence[str]) -> EdgeRows:
+        """The rows of the given subscriptions that are checked, for a snapshot."""
+        rows = np.array([self._rows.get(k, -1) for k in zip(clients, ids, strict=True)],
+                        dtype=np.int64)
+        index = np.flatnonzero(rows >= 0)
+        held = rows[index]
+        sets = {int(i): json.dumps(self._sets[int(r)].to_json())
+                for i, r in zip(index.tolist(), held.tolist(), strict=True) if r in self._sets}
+        return EdgeRows(index, self._bounds[held], [a[held] for a in self._allowed], sets)
+
+    def restore(self, clients: Sequence[str], ids: Sequence[str], rows: EdgeRows | None
+                ) -> None:
+        """Hold the subscriptions of a snapshot (those without rows go by label)."""
+        fits = rows is not None and rows.bounds.shape[1:] == (len(self._numeric), 2) and [
+            m.shape[1] for m in rows.masks] == self._words
+        at = {} if rows is None or not fits else dict(
+            zip(rows.index.tolist(), range(len(rows.index)), strict=True))
+        for i, (client, sid) in enumerate(zip(clients, ids, strict=True)):
+            j = at.get(i)
+            key = (client, sid)
+            if j is None or rows is None:
+                self.add(client, sid, None)
+                continue
+            if key in self._rows or key in self._unchecked_ids:
+                continue
+            self._known.add(client)
+            row = self._free.pop() if self._free else self._grow()
+            self._bounds[row] = rows.bounds[j]
+            for k, m in enumerate(rows.masks):
+                self._allowed[k][row] = m[j]
+            if i in rows.sets:
+                self._sets[row] = Subscription(self.space, json.loads(rows.sets[i]))
+            self._rows[key] = row
+            self._by_client.setdefault(client, []).append(row)
 
     def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:
         """The verdict of each candidate client for events of ``label`` (one numpy pass)."""

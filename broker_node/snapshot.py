@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from confluent_kafka import Message
 
+from broker_node.edge import EdgeRows
 from broker_node.exceptions import BrokerError
 from broker_node.inbox import message_headers, offset_of, topic_of
 from broker_node.registry import take_rows
@@ -99,6 +100,8 @@ class SnapshotData:
     applied_seq: dict[str, int] = field(default_factory=dict)
     #: the epoch of the newest link control applied from each neighbour
     link_epoch: dict[str, int] = field(default_factory=dict)
+    #: the exact check's rows of the subscriptions, in their order (None: not kept)
+    edge: EdgeRows | None = None
 
     def __len__(self) -> int:
         return len(self.sub_ids)
@@ -120,7 +123,9 @@ def capture(state: BrokerState, controls: Controls, *, group: str,
         cancelled_old=list(controls.cancelled.old), cancelled_new=list(controls.cancelled.new),
         pending=[p.msg for p in controls.pending.values()],
         retiring=dict(controls.retiring), applied_seq=dict(controls.progress.applied_seq),
-        link_epoch=dict(controls.link_epoch))
+        link_epoch=dict(controls.link_epoch),
+        edge=None if controls.edge is None else controls.edge.export(
+            [state.clients[i] for i in owners.tolist()], ids))
 
 
 def unusable(data: SnapshotData, state: BrokerState, group: str) -> str | None:
@@ -158,10 +163,10 @@ def restore(data: SnapshotData, state: BrokerState, controls: Controls) -> None:
     for a in range(0, len(data), RESTORE_ROWS):
         b = min(len(data), a + RESTORE_ROWS)
         lo, hi = int(data.offsets[a]), int(data.offsets[b])
-        owned = [names[i] for i in owners[a:b].tolist()]
-        state.subscribe_many(owned, data.sub_ids[a:b], data.offsets[a:b + 1] - lo,
-                             data.labels[lo:hi])
-        controls.edge_unknown(owned, data.sub_ids[a:b])  # no where in a snapshot: by label
+        state.subscribe_many([names[i] for i in owners[a:b].tolist()], data.sub_ids[a:b],
+                             data.offsets[a:b + 1] - lo, data.labels[lo:hi])
+    if controls.edge is not None:
+        controls.edge.restore([names[i] for i in owners.tolist()], data.sub_ids, data.edge)
     for n, ls in data.received.items():
         if ls.size and n in state.neighbours:
             state.on_link(n, ADVERTISE, ls)
@@ -199,6 +204,14 @@ def encode(data: SnapshotData) -> bytes:
     arrays["retiring_ms"] = np.array([u for _, u in data.retiring.values()], dtype=np.int64)
     meta["applied_seq"] = data.applied_seq
     meta["link_epoch"] = data.link_epoch
+    if data.edge is not None:
+        e = data.edge
+        meta["edge"] = {"numeric": e.bounds.shape[1], "words": [m.shape[1] for m in e.masks],
+                        "sets": {str(i): t for i, t in e.sets.items()}}
+        arrays["edge_index"] = _narrow(e.index)
+        arrays["edge_bounds"] = e.bounds.reshape(-1)
+        for k, m in enumerate(e.masks):
+            arrays[f"edge_mask{k}"] = m.reshape(-1)
     header = json.dumps({"format": FORMAT, "meta": meta, "arrays": [
         [name, a.dtype.str, len(a)] for name, a in arrays.items()]}).encode()
     return b"".join([_MAGIC, _LEN.pack(len(header)), header,
@@ -249,7 +262,18 @@ def decode(buf: bytes | bytearray | memoryview) -> SnapshotData:
         pending=_get_messages(arrays, "pending", meta["pending"]),
         retiring=_get_retiring(arrays, meta),
         applied_seq={str(k): int(v) for k, v in meta.get("applied_seq", {}).items()},
-        link_epoch={str(k): int(v) for k, v in meta.get("link_epoch", {}).items()})
+        link_epoch={str(k): int(v) for k, v in meta.get("link_epoch", {}).items()},
+        edge=_get_edge(arrays, meta.get("edge")))
+
+
+def _get_edge(arrays: dict[str, np.ndarray], meta: dict[str, Any] | None) -> EdgeRows | None:
+    if meta is None:
+        return None
+    index = arrays["edge_index"].astype(np.int64)
+    n = len(index)
+    bounds = arrays["edge_bounds"].reshape(n, int(meta["numeric"]), 2)
+    masks = [arrays[f"edge_mask{k}"].reshape(n, int(w)) for k, w in enumerate(meta["words"])]
+    return EdgeRows(index, bounds, masks, {int(i): str(t) for i, t in meta["sets"].items()})
 
 
 def _get_retiring(arrays: dict[str, np.ndarray], meta: dict[str, Any]

@@ -35,6 +35,7 @@ from connectors.serde import (
     encode_link,
 )
 from connectors.topics import Topics
+from dls.predicates import Subscription
 from dls.space import ContentSpace
 
 SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100, "granules": 4},
@@ -73,6 +74,12 @@ class Node:
             value = encode_label_subscription(client, sid, self.labels[list(picks)])
             return Message(topic=SUB, partition=0, offset=self.offset, timestamp=ts,
                            value=value)
+        if kind == "subw":  # with its where, as the SDK writes it
+            _, client, sid, where = op
+            value = encode_label_subscription(
+                client, sid, Subscription(self.space, where).labels(), where)
+            return Message(topic=SUB, partition=0, offset=self.offset, timestamp=ts,
+                           value=value)
         if kind == "unsub":
             _, client, sid = op
             return Message(topic=UNSUB, partition=0, offset=self.offset, timestamp=ts,
@@ -88,6 +95,18 @@ class Node:
             for origin in (None, "B", "C"):
                 clients, nodes = self.state.route_one(label, origin_node=origin)
                 out.append((sorted(clients), sorted(nodes)))
+        return out
+
+    def edge(self) -> list[tuple[int, tuple[float, ...], int]]:
+        """The exact check's verdict for each label and client (kind, bounds, sets)."""
+        edge = self.controls.edge
+        assert edge is not None
+        out = []
+        for label in self.labels.tolist():
+            for v in edge.verdicts(label, ["ann", "bob", "cyd"]):
+                b = () if v.bounds is None else tuple(sorted(
+                    tuple(r.ravel().tolist()) for r in v.bounds))
+                out.append((v.kind, b, len(v.subs)))
         return out
 
     def memory(self) -> tuple[set[bytes], dict[str, tuple[str, int]]]:
@@ -106,8 +125,11 @@ def space_path(tmp_path: Path) -> Path:
 IDS = st.sampled_from(["s1", "s2", "s3", "s4", "s5", "s6", "é\u2603", "a\0b", ""])
 CLIENTS = st.sampled_from(["ann", "bob", "cyd"])
 PICKS = st.sets(st.integers(0, 15), min_size=1, max_size=5).map(sorted)
+WHERES = st.sampled_from(["x < 30", "x between 10 and 60 and y > 55", "y >= 50",
+                          "x in (5, 50, 77)", "x > 25 and x < 75"])
 OPS = st.lists(st.one_of(
     st.tuples(st.just("sub"), CLIENTS, IDS, PICKS),
+    st.tuples(st.just("subw"), CLIENTS, IDS, WHERES),
     st.tuples(st.just("unsub"), CLIENTS, IDS),
     st.tuples(st.just("link"), st.sampled_from(["advertise", "withdraw"]), PICKS)),
     max_size=40)
@@ -136,6 +158,7 @@ def test_a_restored_state_is_the_state_and_stays_so(space_path: Path, before: li
     assert fresh.memory()[0] == node.memory()[0]
     assert fresh.memory()[1].keys() == node.memory()[1].keys()
     assert fresh.state.clients == node.state.clients  # the same bank order
+    assert fresh.edge() == node.edge()  # the exact check too
     # The memories act the same on what comes next (a reused cancelled id, a subscription
     # that a waiting unsubscription cancels).
     fresh.offset = node.offset
@@ -143,6 +166,7 @@ def test_a_restored_state_is_the_state_and_stays_so(space_path: Path, before: li
     fresh.apply(after)
     assert state_digest(fresh.state) == state_digest(node.state)
     assert fresh.routes() == node.routes()
+    assert fresh.edge() == node.edge()
 
 
 def test_the_digest_tells_states_apart(space_path: Path) -> None:
