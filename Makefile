@@ -101,3 +101,19 @@ kafka-status: ## Is the local Kafka running and answering? (SECURE=1: the secure
 
 kafka-clean: ## Stop the local Kafka and delete its data (jars are kept; SECURE=1: the secure one)
 	$(KAFKA_ENV) $(KAFKA_SH) clean
+
+# ---------------------------------------------------------------- containers (docker/)
+# An engine with host networking only (no bridge, no iptables rules; root): engine-up,
+# engine-down. Images from Debian packages and this checkout, tagged by a hash of their
+# inputs (rebuilt only when those change): images. The container tests: test-containers.
+.PHONY: images engine-up engine-down test-containers
+
+engine-up: ## Start a Docker engine, host network only (root; installs docker.io if absent)
+	bash docker/engine.sh install
+	bash docker/engine.sh up
+
+engine-down: ## Stop the Docker engine that engine-up started
+	bash docker/engine.sh down
+
+images: setup ## Build dlsroute-base/-kafka/-node from Debian packages and this checkout (engine needed)
+	PYTHON=$(PY) bash docker/images.sh build
