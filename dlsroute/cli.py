@@ -130,7 +130,8 @@ def _sdk_client(args: argparse.Namespace) -> Any:
     return Client(args.bootstrap, args.node, args.client, args.space,
                   topic_prefix=args.topic_prefix,
                   shared_delivery_partitions=args.shared_delivery_partitions,
-                  client_inputs=args.client_inputs, kafka_config=args.kafka_config)
+                  client_inputs=args.client_inputs, kafka_config=args.kafka_config,
+                  shards=args.shards)
 
 
 def _cmd_subscribe(args: argparse.Namespace) -> int:
@@ -185,6 +186,8 @@ def _add_sdk_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--client-inputs", action="store_true",
                    help="write the client's own input topics (the node's client_inputs: the "
                         "secure layout)")
+    s.add_argument("--shards", type=int, default=1, metavar="N",
+                   help="the nodes' shards (label shards of the network; 1: unsharded)")
     add_kafka_config_arg(s)
 
 

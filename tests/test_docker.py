@@ -65,19 +65,70 @@ def test_dockerfile_installs_the_wheel_its_first_stage_builds():
     assert {"pyproject.toml", "README.md"} <= copied
 
 
+def _compose(env: dict[str, str] | None = None) -> dict:
+    """docker/compose.yaml with ``${VAR:-default}`` substituted as compose does."""
+    env = env or {}
+    text = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2),
+                  (DOCKER / "compose.yaml").read_text())
+    assert "${" not in text  # every variable has a default
+    return yaml.safe_load(text)
+
+
 def test_compose_parses_and_points_at_real_files():
-    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
-    services = compose["services"]
-    assert {"kafka", "node-a", "node-b", "node-c"} <= set(services)
+    services = _compose()["services"]
+    assert set(services) == {"kafka-1", "kafka-2", "kafka-3", "node-a", "node-b", "node-c"}
     for name, svc in services.items():
-        if "build" not in svc:
-            continue
-        context = (DOCKER / svc["build"]["context"]).resolve()
-        assert (context / svc["build"]["dockerfile"]).is_file(), name
-        for arg in svc["command"]:
+        assert svc["network_mode"] == "host", name  # the engine of CI has no bridge
+        assert svc["restart"] == "unless-stopped", name  # a killed container comes back
+        if "build" in svc:
+            context = (DOCKER / svc["build"]["context"]).resolve()
+            assert (context / svc["build"]["dockerfile"]).is_file(), name
+        for arg in svc.get("command", []):
             m = re.match(r"^/app/examples/(.+)$", arg)
             if m:
                 assert (DOCKER / "examples" / m.group(1)).is_file(), arg
+
+
+def test_compose_takes_public_images_or_the_local_ones():
+    public = _compose()["services"]
+    assert {public[f"kafka-{i}"]["image"] for i in (1, 2, 3)} == {"apache/kafka:4.2.0"}
+    assert {public[f"node-{n}"]["image"] for n in "abc"} == {"dlsroute"}  # built: Dockerfile
+    local = _compose({"DLS_KAFKA_IMAGE": "dlsroute-kafka:1", "DLS_NODE_IMAGE": "dlsroute-node:2"})
+    assert {s["image"] for s in local["services"].values()} == {"dlsroute-kafka:1",
+                                                               "dlsroute-node:2"}
+
+
+def test_compose_runs_three_brokers_and_two_replicas_of_each_node():
+    services = _compose({"DLS_BROKER_PORT_2": "39094", "DLS_CONTROLLER_PORT_3": "39097"})[
+        "services"]
+    brokers = [services[f"kafka-{i}"]["environment"] for i in (1, 2, 3)]
+    assert [b["KAFKA_NODE_ID"] for b in brokers] == ["1", "2", "3"]
+    voters = {b["KAFKA_CONTROLLER_QUORUM_VOTERS"] for b in brokers}
+    assert voters == {"1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:39097"}
+    clients = [b["KAFKA_LISTENERS"].split(",")[0].rpartition(":")[2] for b in brokers]
+    assert clients == ["9092", "39094", "9096"]
+    for i, b in enumerate(brokers):
+        assert b["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://127.0.0.1:{clients[i]}"
+        assert b["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        assert b["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"
+        assert b["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3"
+        assert b["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"
+        assert b["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+        assert len({b["CLUSTER_ID"] for b in brokers}) == 1
+    for n in "abc":
+        node = services[f"node-{n}"]
+        assert node["deploy"]["replicas"] == 2
+        # every replica serves metrics on a free port of its own: none collide
+        assert node["command"][-2:] == ["--metrics-port", "0"]
+        assert node["environment"]["DLS_NODE_BOOTSTRAP"].split(",") == [
+            f"127.0.0.1:{p}" for p in clients]
+        assert set(node["depends_on"]) == {"kafka-1", "kafka-2", "kafka-3"}
+
+
+def test_example_configs_are_sharded_alike():
+    shards = {tomllib.loads(t.read_text()).get("shards", 1)
+              for t in (DOCKER / "examples").glob("node-*.toml")}
+    assert shards == {2}  # replicas of a node share its shards; clients use --shards 2
 
 
 def test_example_configs_load():
