@@ -83,11 +83,11 @@ PY
 
 # Files whose content makes the node image: the packages the wheel is built from, the
 # project metadata and the examples (tracked files and new ones git does not ignore).
-node_sources() {
+node_files() {
     (cd "$REPO" && git ls-files -co --exclude-standard -- dls broker_node connectors spark \
-        dlsroute schemas pyproject.toml README.md docker/examples | LC_ALL=C sort \
-        | xargs -d '\n' sha256sum)
+        dlsroute schemas pyproject.toml README.md docker/examples | LC_ALL=C sort)
 }
+node_sources() { (cd "$REPO" && node_files | xargs -d '\n' sha256sum); }
 
 base_tag() { echo "dlsroute-base:$(echo "$BASE_RECIPE" | sha)"; }
 kafka_tag() {
@@ -198,9 +198,14 @@ build_node() {
     stage="$CACHE/node-stage"
     rm -rf "$stage"
     mkdir -p "$stage/wheels"
-    "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$stage/wheels" "$REPO" >&2
+    # The wheel of exactly the hashed files, built from a copy (never in the checkout, where
+    # a test may be building its own).
+    mkdir -p "$stage/src"
+    (cd "$REPO" && node_files | xargs -d '\n' cp --parents -t "$stage/src")
+    "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$stage/wheels" "$stage/src" >&2
     node_requirements >"$stage/requirements.txt"
     cp -r "$HERE/examples" "$stage/examples"
+    log "node: wheel built ($((SECONDS - t0)) s)"
     # Downloaded here, by this machine's pip (its index, certificates and cache), for the
     # image's Python (CPython 3.11, glibc 2.36, x86_64); installed in the image offline.
     local platforms=() v
@@ -210,17 +215,22 @@ build_node() {
     "$PY" -m pip download --quiet --disable-pip-version-check --dest "$stage/wheels" \
         --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
         "${platforms[@]}" -r "$stage/requirements.txt" >&2
+    log "node: dependencies downloaded ($((SECONDS - t0)) s)"
     cid="dlsroute-node-build-$$"
     # The kernels are compiled once here and their cache kept in the image (numba keys it
     # by source and CPU: another CPU compiles again at start).
-    "$DOCKER" run --name "$cid" --network none -v "$stage:/stage:ro" "$(base_tag)" sh -euc '
+    # At this script's niceness (the engine's processes do not inherit it from the CLI).
+    "$DOCKER" run --name "$cid" --network none -v "$stage:/stage:ro" "$(base_tag)" \
+        nice -n "$(nice)" sh -euc '
         python3 -m venv /opt/dlsroute
         /opt/dlsroute/bin/pip install --quiet --disable-pip-version-check --no-index \
             --no-deps /stage/wheels/*.whl
+        echo "[images.sh] node: installed in the image"
         mkdir -p /app && cp -r /stage/examples /app/examples
         cd /app && /opt/dlsroute/bin/python -c "from dls.bank import warm_up_kernels as w; print(\"kernels compiled in %.1f s\" % w())"
         /opt/dlsroute/bin/dlsroute --help >/dev/null' >&2 \
         || { "$DOCKER" rm -f "$cid" >/dev/null 2>&1; die "node image build failed"; }
+    log "node: container done ($((SECONDS - t0)) s)"
     commit_image "$cid" "$tag" -c 'ENTRYPOINT ["dlsroute"]' -c 'CMD ["--help"]' \
         -c 'WORKDIR /app' -c 'ENV PYTHONUNBUFFERED=1' \
         -c 'ENV PATH=/opt/dlsroute/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \

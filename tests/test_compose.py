@@ -3,6 +3,7 @@ two replica processes per node, on the images ``make images`` built from this ch
 
 Skipped, in one line, when no Docker engine answers or the images are not built; with
 ``DLS_TEST_KAFKA=testcontainers`` (CI, once its engine is up) that is a failure instead.
+``DLS_TEST_KAFKA=local`` leaves it out.
 Ports: ``DLS_TEST_COMPOSE_PORT`` (default 39092) and the five above it.
 """
 
@@ -31,6 +32,7 @@ from tests.containers import (
     containers_required,
     engine_answers,
     image_present,
+    kafka_choice,
     project_images,
 )
 from tests.waiting import wait_for
@@ -78,6 +80,8 @@ class Deployment:
 
 @pytest.fixture(scope="module")
 def deployment() -> Iterator[Deployment]:
+    if kafka_choice() == "local":
+        pytest.skip("compose deployment not started: DLS_TEST_KAFKA=local (no containers)")
     if not engine_answers():
         _unavailable("no Docker engine answers (as root: bash docker/engine.sh up)")
     command = compose_command()
