@@ -83,9 +83,14 @@ PY
 
 # Files whose content makes the node image: the packages the wheel is built from, the
 # project metadata and the examples (tracked files and new ones git does not ignore).
+NODE_INPUTS=(dls broker_node connectors spark dlsroute schemas pyproject.toml README.md docker/examples)
 node_files() {
-    (cd "$REPO" && git ls-files -co --exclude-standard -- dls broker_node connectors spark \
-        dlsroute schemas pyproject.toml README.md docker/examples | LC_ALL=C sort)
+    if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        (cd "$REPO" && git ls-files -co --exclude-standard -- "${NODE_INPUTS[@]}" | LC_ALL=C sort)
+    else  # not a git checkout: every file but caches
+        (cd "$REPO" && find "${NODE_INPUTS[@]}" -type f ! -path '*/__pycache__/*' \
+            ! -name '*.pyc' | LC_ALL=C sort)
+    fi
 }
 node_sources() { (cd "$REPO" && node_files | xargs -d '\n' sha256sum); }
 
