@@ -21,7 +21,7 @@
 #
 # Environment: DOCKER (default docker), DLS_CACHE (default <repo>/.cache; the base's root
 # file system is kept as $DLS_CACHE/images/base-<hash>.tar), DLS_DEBIAN_MIRROR (overrides
-# the mirror read from /etc/apt/sources.list{,.d/*}), PYTHON (default <repo>/.venv/bin/python:
+# the mirror read from /etc/apt/sources.list{,.d/*}; DLS_APT_SOURCES: other files to read), PYTHON (default <repo>/.venv/bin/python:
 # builds the wheel and downloads the node's dependencies with this machine's pip settings).
 #
 # The node image leaves out pyspark (a 450 MB wheel): it serves `dlsroute node` and the SDK
@@ -50,7 +50,10 @@ sha() { sha256sum | cut -c1-16; }
 # main component (deb822 .sources files or one-line lists); never written into the repo.
 debian_mirror() {
     if [[ -n "${DLS_DEBIAN_MIRROR:-}" ]]; then echo "$DLS_DEBIAN_MIRROR"; return; fi
-    python3 - "$SUITE" /etc/apt/sources.list /etc/apt/sources.list.d/* <<'PY'
+    local sources
+    # shellcheck disable=SC2206  # a list of paths (tests give their own)
+    sources=(${DLS_APT_SOURCES:-/etc/apt/sources.list /etc/apt/sources.list.d/*})
+    python3 - "$SUITE" "${sources[@]}" <<'PY'
 import re
 import sys
 

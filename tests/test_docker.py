@@ -201,3 +201,23 @@ def test_the_kafka_entry_script_maps_the_environment_as_apache_kafka_does(tmp_pa
     assert "--standalone" not in format_call  # static voters: no single-voter format
     assert start_call.startswith("-Xmx64m") and start_call.endswith(
         f"kafka.Kafka {tmp_path}/server.properties")
+
+
+def test_the_debian_mirror_is_read_from_the_apt_sources(tmp_path: Path):
+    deb822 = tmp_path / "debian.sources"
+    deb822.write_text("Types: deb\nURIs: http://security.example/debian-security\n"
+                      "Suites: bookworm-security\nComponents: main\n\n"
+                      "Types: deb\n# a comment\nURIs: http://mirror.example/debian\n"
+                      "Suites: bookworm bookworm-updates\nComponents: main contrib\n")
+    one_line = tmp_path / "sources.list"
+    one_line.write_text("# deb http://old.example/debian bookworm main\n"
+                        "deb [arch=amd64] http://line.example/debian bookworm main\n")
+    other = tmp_path / "other.list"
+    other.write_text("deb https://vendor.example/apt stable main\n")
+    env = {"PATH": "/usr/bin:/bin"}
+    for files, want in [(f"{other} {deb822}", "http://mirror.example/debian"),
+                        (f"{other} {one_line}", "http://line.example/debian")]:
+        proc = _bash(str(DOCKER / "images.sh"), "mirror", env={**env, "DLS_APT_SOURCES": files})
+        assert (proc.returncode, proc.stdout.strip()) == (0, want), proc.stderr
+    proc = _bash(str(DOCKER / "images.sh"), "mirror", env={**env, "DLS_APT_SOURCES": str(other)})
+    assert proc.returncode != 0 and "no deb source of bookworm" in proc.stderr
