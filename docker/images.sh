@@ -8,7 +8,7 @@
 #                           apt sources name, then `docker import`
 #   dlsroute-kafka:<hash>   base + the Kafka jars of docker/kafka/pom.xml (kafka.sh fetch)
 #                           + docker/image/kafka-entry.sh (apache/kafka's KAFKA_* environment)
-#   dlsroute-node:<hash>    base + the project's wheel and its dependencies from PyPI in
+#   dlsroute-node:<hash>    base + the project's wheel and its dependencies (PyPI) in
 #                           /opt/dlsroute (pyspark left out: see below), docker/examples in
 #                           /app/examples, the compiled kernels' cache; entry point `dlsroute`
 #
@@ -19,10 +19,11 @@
 #   bash docker/images.sh env       # DLS_KAFKA_IMAGE=... and DLS_NODE_IMAGE=... lines
 #   bash docker/images.sh status    # exit 0 when every image of the current inputs exists
 #
-# Environment: DOCKER (default docker), DLS_CACHE (default <repo>/.cache; the base's root
-# file system is kept as $DLS_CACHE/images/base-<hash>.tar), DLS_DEBIAN_MIRROR (overrides
-# the mirror read from /etc/apt/sources.list{,.d/*}; DLS_APT_SOURCES: other files to read), PYTHON (default <repo>/.venv/bin/python:
-# builds the wheel and downloads the node's dependencies with this machine's pip settings).
+# Environment: DOCKER (default docker); DLS_CACHE (default <repo>/.cache; the base's root
+# file system is kept as $DLS_CACHE/images/base-<hash>.tar); DLS_DEBIAN_MIRROR (overrides
+# the mirror read from /etc/apt/sources.list{,.d/*}; DLS_APT_SOURCES: other files to read);
+# PYTHON (default <repo>/.venv/bin/python: builds the wheel and downloads the node's
+# dependencies with this machine's pip settings, for the image's CPython 3.11).
 #
 # The node image leaves out pyspark (a 450 MB wheel): it serves `dlsroute node` and the SDK
 # commands; the Spark mapping job (`dlsroute spark-map`) needs a full install.
