@@ -88,18 +88,21 @@ kafka-fetch: ## Fetch the Kafka 4.x jars from Maven Central into .cache/kafka (o
 
 # SECURE=1: the secure profile (SASL_SSL + SCRAM-SHA-512, ACLs; 127.0.0.1:9392 by default;
 # admin's settings in .cache/kafka/secure/admin.properties; docs/security.md).
-KAFKA_ENV := SECURE=$(or $(SECURE),0)
+# BROKERS=3: three KRaft servers on KAFKA_PORT..KAFKA_PORT+2 (9092-9094), topics with
+# replication factor 3 and min.insync.replicas 2 (docker/kafka/cluster.sh); the same
+# BROKERS for kafka-down/status/clean.
+KAFKA_ENV := SECURE=$(or $(SECURE),0) BROKERS=$(or $(BROKERS),1)
 
-kafka-up: setup ## Start a local single-node Kafka on 127.0.0.1:9092 (KAFKA_PORT; SECURE=1: SASL_SSL+ACLs on 9392)
+kafka-up: setup ## Start a local Kafka on 127.0.0.1:9092 (KAFKA_PORT; BROKERS=3: a 3-broker cluster on 9092-9094; SECURE=1: SASL_SSL+ACLs on 9392)
 	$(KAFKA_ENV) PYTHON=$(PY) $(KAFKA_SH) up
 
-kafka-down: ## Stop the local Kafka (SECURE=1: the secure one)
+kafka-down: ## Stop the local Kafka (BROKERS=3: the cluster; SECURE=1: the secure one)
 	$(KAFKA_ENV) $(KAFKA_SH) down
 
-kafka-status: ## Is the local Kafka running and answering? (SECURE=1: the secure one)
+kafka-status: ## Is the local Kafka running and answering? (BROKERS=3: every server of the cluster; SECURE=1)
 	$(KAFKA_ENV) PYTHON=$(PY) $(KAFKA_SH) status
 
-kafka-clean: ## Stop the local Kafka and delete its data (jars are kept; SECURE=1: the secure one)
+kafka-clean: ## Stop the local Kafka and delete its data (jars are kept; BROKERS=3: the cluster's; SECURE=1)
 	$(KAFKA_ENV) $(KAFKA_SH) clean
 
 # ---------------------------------------------------------------- containers (docker/)

@@ -14,6 +14,9 @@ Example ``node.toml``::
     neighbours = ["A", "C"]
     bootstrap = "127.0.0.1:9092"
     space = "examples/space.json"
+    # On a cluster of three or more brokers (`make kafka-up BROKERS=3`, or a real one):
+    # replication_factor = 3
+    # min_insync_replicas = 2
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pydantic_settings import (
 )
 
 from broker_node.exceptions import BrokerError
+from connectors.replication import TopicReplication
 from connectors.topics import MAX_SHARDS, NAME_PATTERN, NAME_RE, Topics
 
 __all__ = ["NodeConfigError", "NodeSettings", "load_settings"]
@@ -73,6 +77,11 @@ class NodeSettings(BaseSettings):
         description="the one shard an engine serves (set by the process for each shard "
                     "it is given; not a setting of a config file)")
     mode: Literal["exact", "paper"] = "exact"
+    exact_delivery: bool = Field(
+        default=True,
+        description="check label-matched deliveries against the clients' subscriptions "
+                    "(their where), so that clients receive exactly their matches; false: "
+                    "deliver by label, false positives included, as the paper does")
     client_filter: Literal["cbf", "direct"] = "cbf"
     routing_filter: Literal["cbf", "direct"] = "cbf"
     batch_size: int = Field(default=1000, ge=1, le=100_000)
@@ -180,6 +189,18 @@ class NodeSettings(BaseSettings):
         default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$",
         description="address the metrics page binds to (0.0.0.0: every interface, as in "
                     "the compose deployment)")
+    replication_factor: int | None = Field(
+        default=None, ge=1, le=32767,
+        description="replication factor of every topic the node creates (its inputs, "
+                    "links, forwards, delivery topics, dead letters, snapshots); unset: "
+                    "the cluster's default.replication.factor (1 on one broker; 3 on "
+                    "`make kafka-up BROKERS=3`). A real multi-broker cluster: 3")
+    min_insync_replicas: int | None = Field(
+        default=None, ge=1, le=32767,
+        description="min.insync.replicas of every topic the node creates, at most "
+                    "replication_factor: an acks=all write (every producer's) is "
+                    "acknowledged once this many replicas have it, refused while fewer "
+                    "are in sync; unset: the cluster's default. With 3 replicas: 2")
     kafka_config: Path | None = Field(
         default=None,
         description="a librdkafka properties file (key=value lines: security.protocol, "
@@ -260,6 +281,22 @@ class NodeSettings(BaseSettings):
             raise NodeConfigError(f"shard must be below shards ({shards}), got {v}",
                                   field="shard", value=v)
         return v
+
+    @field_validator("min_insync_replicas")
+    @classmethod
+    def _insync_within_replicas(cls, v: int | None, info: Any) -> int | None:
+        rf = info.data.get("replication_factor")
+        if v is not None and rf is not None and v > rf:
+            raise NodeConfigError(f"min_insync_replicas ({v}) must not exceed "
+                                  f"replication_factor ({rf}): no acks=all write would "
+                                  f"ever have enough in-sync replicas",
+                                  field="min_insync_replicas", value=v)
+        return v
+
+    def topic_replication(self) -> TopicReplication:
+        """The replication settings, for ``**`` into every ``ensure_topics`` of the node."""
+        return TopicReplication(replication=self.replication_factor,
+                                min_insync=self.min_insync_replicas)
 
     @property
     def consumer_group(self) -> str:

@@ -46,6 +46,7 @@ import numpy as np
 from confluent_kafka import Message
 
 from broker_node.config import NodeSettings
+from broker_node.edge import EdgeTable
 from broker_node.exceptions import SubscriptionOwnerError, UnknownSubscriptionError
 from broker_node.inbox import (
     Beat,
@@ -65,14 +66,32 @@ from connectors.kafka import source_of
 from connectors.recent import RecentKeys
 from connectors.topics import decode_labels
 from dls.exceptions import DLSError
+from dls.predicates import Subscription
 from dls.space import ContentSpace
 
 log = logging.getLogger("dlsroute.node")
 
-__all__ = ["CANCELLED_MEMORY", "Controls", "Outcome"]
+__all__ = ["CANCELLED_MEMORY", "PROBE_LABELS", "Controls", "Outcome", "probe_links"]
 
 #: How many cancelled subscriptions (at least) the node remembers.
 CANCELLED_MEMORY = 100_000
+
+#: How many compiled where texts the node keeps for subscriptions that repeat one.
+COMPILED_KEPT = 10_000
+
+#: labels per probe message (8 bytes each: well under Kafka's 1 MB default message size)
+PROBE_LABELS = 50_000
+
+
+def probe_links(state: BrokerState, neighbour: str) -> list[LinkMessage]:
+    """A (re)started node's first link control to ``neighbour``: what the state advertises it.
+
+    At least one message (its number counts even without labels), in chunks of
+    :data:`PROBE_LABELS` labels.
+    """
+    labels = state.advertised_to(neighbour)
+    return [LinkMessage(neighbour, ADVERTISE, labels[i:i + PROBE_LABELS])
+            for i in range(0, max(len(labels), 1), PROBE_LABELS)]
 
 
 @dataclass
@@ -128,6 +147,10 @@ class Controls:
         self.link_epoch: dict[str, int] = {}
         #: the subscribe topic was read up to the end the broker had at this monotonic time
         self.subscribe_read_at = float("-inf")
+        #: the exact check of local deliveries (None: off); its subscriptions follow the state
+        self.edge = (EdgeTable(ContentSpace.from_json(settings.space))
+                     if settings.exact_delivery else None)
+        self._compiled: dict[str, Subscription] = {}  # recent where texts, compiled
 
     def apply(self, msgs: Sequence[Message], *, replay: bool) -> Outcome:
         """Apply control messages in order; runs of subscriptions go in one batch.
@@ -171,10 +194,39 @@ class Controls:
         for sid, client in zip(done, clients, strict=True):
             del self.retiring[sid]
             self.cancelled.add((client, sid))
+            if self.edge is not None:
+                self.edge.remove(client, sid)
         self.progress.local_want = bool(self.retiring)
         self.metrics.unsubscriptions_done += len(done)
         self._links(links, False, out)
         return out
+
+    def edge_unknown(self, clients: Sequence[str], ids: Sequence[str]) -> None:
+        """Subscriptions held without their where (a snapshot's): delivered by label."""
+        if self.edge is not None:
+            for client, sid in zip(clients, ids, strict=True):
+                self.edge.add(client, sid, None)
+
+    def _edge_add(self, client: str, sid: str, where: str | None) -> None:
+        """Give the exact check a subscription just applied (compiled once, if it can be)."""
+        edge = self.edge
+        if edge is None:
+            return
+        sub = self._compiled.get(where) if where else None
+        if sub is None and where:
+            try:
+                sub = Subscription(edge.space, where)
+            except DLSError as exc:
+                log.info("node %s: subscription %r of client %r: its where %r does not "
+                         "compile (%s): delivered by label", self.settings.node, sid, client,
+                         where, exc)
+            else:
+                if len(self._compiled) >= COMPILED_KEPT:
+                    self._compiled.clear()
+                self._compiled[where] = sub
+        if sub is None:
+            self.metrics.edge_unchecked += 1
+        edge.add(client, sid, sub)
 
     def subscribe_caught_up(self, at: float) -> None:
         """The subscribe topic was read up to the end the broker had at ``at`` (monotonic)."""
@@ -230,6 +282,8 @@ class Controls:
             links = self.state.subscribe_many(clients, ids, offsets, np.concatenate(parts))
         except DLSError:
             return False
+        for rec in run:
+            self._edge_add(rec.client, rec.sub_id, rec.where)  # type: ignore[union-attr]
         out.acks += zip(clients, ids, strict=True)  # on replay too: see recovery
         if not replay:
             self.metrics.control_in += len(run)
@@ -284,6 +338,7 @@ class Controls:
         pending = self.pending.get((client, sid))
         labels = decode_labels(rec.labels)
         links = self.state.subscribe(client, sid, labels)
+        self._edge_add(client, sid, rec.where)
         out.acks.append((client, sid))  # on replay too: see recovery
         if not replay:
             out.clients.append(client)

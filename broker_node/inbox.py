@@ -158,6 +158,7 @@ class Subscribe:
     client: str
     sub_id: str
     labels: bytes
+    where: str | None = None  # as written (the SDK's normalised text), for the exact check
 
 
 @dataclass(frozen=True)
@@ -496,7 +497,7 @@ class Inbox:
                 wrong = labels[label_shards(labels, self.shards) != self.shard]
                 if wrong.size:
                     return self._wrong_shard(msg, int(wrong[0]).to_bytes(8, "big"))
-            return Subscribe(msg, rec["client"], rec["id"], rec["labels"])
+            return Subscribe(msg, rec["client"], rec["id"], rec["labels"], rec.get("where"))
         if want == "LabelUnsubscription":
             return Unsubscribe(msg, rec["client"], rec["id"])
         if want == "Heartbeat":

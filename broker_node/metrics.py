@@ -69,6 +69,15 @@ class DeliveryTally:
             self._blocks.append((base, sizes, np.asarray(clients, dtype=np.int64)))
         return base
 
+    def add_direct(self, clients: list[int]) -> None:
+        """Count one delivery to each of ``clients`` outside any plan (the exact check's)."""
+        with self._lock:
+            top = max(clients) + 1
+            if top > len(self._totals):
+                self._totals = np.concatenate([self._totals, np.zeros(
+                    top - len(self._totals), dtype=np.int64)])
+            np.add.at(self._totals, clients, 1)
+
     def count(self, slots: np.ndarray) -> None:
         """Count one use of the plan of each slot (an event routed by it)."""
         with self._lock:
@@ -147,6 +156,14 @@ class Metrics:
         "earlier in the run)")
     route_cache_misses: int = _counter("routing plans made")
     batches: int = _counter("batches committed")
+    edge_removed: int = _counter(
+        "candidate deliveries the exact check removed (false positives of the filters)")
+    edge_checked: int = _counter("events whose value the exact check read")
+    edge_unreadable: int = _counter(
+        "events the exact check could not read (not a RawEvent, or a numeric attribute "
+        "missing or not a number): delivered by label")
+    edge_unchecked: int = _counter(
+        "subscriptions without a where the node could compile: delivered by label")
     #: deliveries by client (``dls_client_deliveries_total``)
     per_client: DeliveryTally = field(default_factory=DeliveryTally)
 

@@ -354,7 +354,7 @@ def _ensure_snapshot_topic(s: NodeSettings, topic: str) -> None:
     """
     try:
         ensure_topics(s.bootstrap, [topic], partitions=2, config=SNAPSHOT_TOPIC_CONFIG,
-                      kafka=s.kafka_security())
+                      kafka=s.kafka_security(), **s.topic_replication())
         enforce_topic_config(s.bootstrap, [topic], SNAPSHOT_TOPIC_CONFIG,
                              why="the node's snapshot topic", kafka=s.kafka_security())
         meta = admin(s.bootstrap, **s.kafka_security()).list_topics(topic, timeout=30)

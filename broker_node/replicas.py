@@ -163,7 +163,7 @@ class ReplicaSet:
             log.info("node %s: compiled kernels ready in %.2f s", s.node, warm_s)
         try:
             ensure_partitioned_topic(s.bootstrap, self.topic, s.shards,
-                                     kafka=s.kafka_security())
+                                     kafka=s.kafka_security(), **s.topic_replication())
         except ConnectorError as exc:
             raise BrokerError(f"node {s.node}: {exc} (the shards topic has one partition per "
                               f"shard)", field="shards", value=s.shards) from exc

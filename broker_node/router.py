@@ -22,6 +22,7 @@ from confluent_kafka import Message
 
 from broker_node.committers import Committer
 from broker_node.config import NodeSettings
+from broker_node.edge import Checks, EdgeTable, checked, split_routes
 from broker_node.inbox import EventRun, Key, publication_ms
 from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
@@ -30,9 +31,9 @@ from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
 __all__ = ["Plan", "Router", "plan_bytes", "slots"]
 
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes,
-#: and the plan's slot in the delivery tally as two ints ``lo, hi``); see
-#: :meth:`Router.plans`.
-Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int]
+#: the plan's slot in the delivery tally as two ints ``lo, hi``, the candidates the exact
+#: check decides per event, and the false positives it removed); see :meth:`Router.plans`.
+Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int, Checks, int]
 
 _lo, _hi = itemgetter(3), itemgetter(4)
 
@@ -53,18 +54,23 @@ def slots(plans: list[Plan]) -> np.ndarray:
 def plan_bytes(plan: Plan, shared: bool) -> int:
     """About how much memory a cached plan holds (with its key and its dict slot)."""
     msgs = plan[0]
+    checks = sum(300 + (v.bounds.nbytes if v.bounds is not None else 0) for _, v in plan[5])
     if shared:  # (partition, (HEADER_CLIENTS, header bytes)) pairs
-        return 250 + sum(len(h[1]) + 150 for _, h in msgs)
-    return 250 + 40 * len(msgs)  # client indexes
+        return 250 + checks + sum(len(h[1]) + 150 for _, h in msgs)
+    return 250 + checks + 40 * len(msgs)  # client indexes
 
 
 class Router:
     """Plans of events (cached) and the production of their deliveries and forwards."""
 
     def __init__(self, settings: NodeSettings, topics: Topics, state: BrokerState,
-                 metrics: Metrics) -> None:
-        """The router of one node (``settings`` may be replaced later: read at each run)."""
+                 metrics: Metrics, edge: EdgeTable | None = None) -> None:
+        """The router of one node (``settings`` may be replaced later: read at each run).
+
+        ``edge``: the exact check of local deliveries (None: deliveries by label alone).
+        """
         self.settings, self.topics, self.state, self.metrics = settings, topics, state, metrics
+        self.edge = edge
         # Key -> Plan of recent events, valid while state.version is _version
         self._cache: dict[Key, Plan] = {}
         self._version = -1
@@ -94,9 +100,14 @@ class Router:
         values = list(map(Message.value, good))
         stamps = list(map(publication_ms, good, carried_of))  # kept on every copy
         n_parts = self.settings.shared_delivery_partitions
+        extra = self._edge(plans, values) if self.edge is not None else None
         if n_parts:
             spreads = list(map(itemgetter(0), plans))
             deliveries = sum(map(itemgetter(1), plans))
+            if extra:
+                for e, passed in extra.items():
+                    spreads[e] = spreads[e] + self.spread_of(passed)
+                    deliveries += len(passed)
             messages = sum(map(len, spreads))
             out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
                                n_parts, stamps)
@@ -109,6 +120,11 @@ class Router:
                 deliveries += count
                 for c in clients:
                     produce(deliver[c], value, carried, -1, ts)
+            if extra:
+                for e, passed in extra.items():
+                    deliveries += len(passed)
+                    for c in passed:
+                        produce(deliver[c], values[e], carried_of[e], -1, stamps[e])
             messages = deliveries
         self.metrics.deliveries += deliveries
         self.metrics.delivery_messages += messages
@@ -133,7 +149,8 @@ class Router:
     def plans(self, keys: list[Key]) -> list[Plan]:
         """The plan of each event ``(label, origin client, origin neighbour)`` of a run.
 
-        A plan is ``(messages, deliveries, neighbours, slot lo, slot hi)``. Messages are
+        A plan is ``(messages, deliveries, neighbours, slot lo, slot hi, checks, removed)``
+        (the last two: :func:`broker_node.edge.split_routes`). Messages are
         ``(partition, (HEADER_CLIENTS, value))`` pairs with a shared delivery topic, else
         the client indexes to deliver to; neighbours are the indexes of those to forward
         to. Each use of a plan is counted in the per-client delivery tally.
@@ -178,7 +195,7 @@ class Router:
             tally.forget()
             return
         tally.forget(keep_from=first)  # keep the plans just made, from slot 0 now
-        self._cache.update({k: (*p[:3], (s - first) & 255, (s - first) >> 8)
+        self._cache.update({k: (*p[:3], (s - first) & 255, (s - first) >> 8, *p[5:])
                             for (k, p), s in zip(made.items(), slots(list(made.values())),
                                                  strict=True)})
         self._cache_bytes = size
@@ -190,24 +207,67 @@ class Router:
                                   np.array([k[1] for k in full], dtype=np.int64),
                                   np.array([k[2] for k in full], dtype=np.int64))
         n = len(keys)
-        base = self.metrics.per_client.add_plans(routes.offsets, routes.clients)
-        counts = np.diff(routes.offsets).tolist()
+        r_offsets, r_clients = routes.offsets, routes.clients
+        if self.edge is not None:
+            r_offsets, r_clients, checks, removed = split_routes(
+                self.edge, self.state.clients, [k[0] for k in full], r_offsets, r_clients)
+        else:
+            checks, removed = [()] * n, [0] * n
+        base = self.metrics.per_client.add_plans(r_offsets, r_clients)
+        counts = np.diff(r_offsets).tolist()
         to: list[list[int]] = [[] for _ in range(n)]
         rows, cols = np.nonzero(routes.neighbours)
         for e, j in zip(rows.tolist(), cols.tolist(), strict=True):
             to[e].append(j)
         msgs: list[list[Any]] = [[] for _ in range(n)]
         if self.settings.shared_delivery_partitions:
-            events, parts, named = self.shared_deliveries(routes.offsets, routes.clients)
+            events, parts, named = self.shared_deliveries(r_offsets, r_clients)
             for e, part, header in zip(events, parts, named, strict=True):
                 msgs[e].append((part, (HEADER_CLIENTS, header)))
         else:
-            offsets = routes.offsets.tolist()
-            clients = routes.clients.tolist()
+            offsets = r_offsets.tolist()
+            clients = r_clients.tolist()
             msgs = [clients[offsets[e]:offsets[e + 1]] for e in range(n)]
         slot = np.arange(base, base + n)
-        return [(tuple(m), c, tuple(t), lo, hi) for m, c, t, lo, hi in zip(
-            msgs, counts, to, (slot & 255).tolist(), (slot >> 8).tolist(), strict=True)]
+        return [(tuple(m), c, tuple(t), lo, hi, ck, rm) for m, c, t, lo, hi, ck, rm in zip(
+            msgs, counts, to, (slot & 255).tolist(), (slot >> 8).tolist(), checks, removed,
+            strict=True)]
+
+    def _edge(self, plans: list[Plan], values: list[bytes | None]) -> dict[int, list[int]]:
+        """The exact check of a run: the clients each checked event goes to, by event.
+
+        Reads an event's value only when its plan has candidates to check; one it cannot
+        read goes to all of them (by label, as without the check) and is counted.
+        """
+        assert self.edge is not None  # noqa: S101 - called with an edge only
+        out: dict[int, list[int]] = {}
+        metrics, removed = self.metrics, 0
+        for e, plan in enumerate(plans):
+            checks = plan[5]
+            removed += plan[6]
+            if not checks:
+                continue
+            passed = checked(self.edge, checks, values[e])
+            metrics.edge_checked += 1
+            if passed is None:
+                metrics.edge_unreadable += 1
+                passed = [c for c, _ in checks]
+            removed += len(checks) - len(passed)
+            if passed:
+                out[e] = passed
+                self.metrics.per_client.add_direct(passed)
+        metrics.edge_removed += removed
+        return out
+
+    def spread_of(self, clients: list[int]) -> tuple[Any, ...]:
+        """Shared-topic messages delivering one event to ``clients``: one per partition."""
+        n_parts = self.settings.shared_delivery_partitions
+        self._learn_clients(n_parts)
+        by_part: dict[int, list[bytes]] = {}
+        for c in clients:
+            by_part.setdefault(int(self._client_partition[c]), []).append(
+                self._client_names[c])
+        return tuple((p, (HEADER_CLIENTS, b",".join(names))) for p, names in by_part.items())
 
     def shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
                           ) -> tuple[list[int], list[int], list[bytes]]:

@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 
-import numpy as np
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from broker_node.client_inputs import ClientInputs
@@ -35,7 +34,7 @@ from broker_node.committers import (
     open_producer,
 )
 from broker_node.config import NodeSettings
-from broker_node.controls import Controls
+from broker_node.controls import Controls, probe_links
 from broker_node.exceptions import BrokerError
 from broker_node.heap import freeze_heap, set_young_threshold
 from broker_node.inbox import DeadLetter, Inbox, RoutedIds
@@ -43,7 +42,7 @@ from broker_node.metrics import Metrics, MetricsServer, node_registry
 from broker_node.progress import Progress
 from broker_node.recovery import Snapshotter, recover
 from broker_node.router import Router
-from broker_node.state import ADVERTISE, BrokerState, LinkMessage
+from broker_node.state import BrokerState, LinkMessage
 from broker_node.watchdog import Watchdog
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
@@ -127,7 +126,7 @@ class NodeService(ClientInputs):
         #: a (re)started node numbers its link afresh: see _probe
         self._probe_due = bool(s.neighbours)
         self._reacks: list[tuple[str, str]] = []
-        self.router = Router(s, t, self.state, self.metrics)
+        self.router = Router(s, t, self.state, self.metrics, self.controls.edge)
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
         self.committer: Committer | None = None  # made at start (or by connect)
@@ -195,12 +194,12 @@ class NodeService(ClientInputs):
         ensure_topics(s.bootstrap, [t.deadletter]
                       + [t.forward(s.node, n) for n in s.neighbours]
                       + [t.forward(n, s.node) for n in s.neighbours],
-                      kafka=s.kafka_security())
+                      kafka=s.kafka_security(), **s.topic_replication())
         if s.shared_delivery_partitions:
             try:
                 ensure_partitioned_topic(s.bootstrap, t.shared_deliver,
                                          s.shared_delivery_partitions,
-                                         kafka=s.kafka_security())
+                                         kafka=s.kafka_security(), **s.topic_replication())
             except ConnectorError as exc:
                 raise BrokerError(f"node {s.node}: {exc}", field="shared_delivery_partitions",
                                   value=s.shared_delivery_partitions) from exc
@@ -244,7 +243,8 @@ class NodeService(ClientInputs):
                 topic and the setting.
         """
         s = self.settings
-        ensure_topics(s.bootstrap, names, config=config, kafka=s.kafka_security())
+        ensure_topics(s.bootstrap, names, config=config, kafka=s.kafka_security(),
+                      **s.topic_replication())
         try:
             enforce_topic_config(s.bootstrap, names, config, why=why, kafka=s.kafka_security())
         except ConnectorError as exc:
@@ -522,7 +522,13 @@ class NodeService(ClientInputs):
         return done
 
     def _probe(self) -> None:
-        """Once at start: an empty link control to every neighbour, with a new number.
+        """Once at start: to every neighbour, with a new number, what the state advertises it.
+
+        A recovery replays a cancelled subscription without its removal (no input message):
+        the state may count labels as advertised that the neighbour was told to withdraw,
+        and would then swallow another neighbour's advertisement of them (count 1 -> 2,
+        nothing sent). Advertising them again makes the neighbour's view meet the state; a
+        repeat is a no-op there.
 
         What a neighbour applied before this node (re)started counts as applied behind it
         once the probes are, so a neighbour waiting to acknowledge a subscription is not
@@ -532,9 +538,8 @@ class NodeService(ClientInputs):
         """
         if self._probe_due:
             self._probe_due = False
-            none = np.zeros(0, dtype=np.uint64)
-            self._send_links([LinkMessage(n, ADVERTISE, none)
-                              for n in self.settings.neighbours])
+            self._send_links([m for n in self.settings.neighbours
+                              for m in probe_links(self.state, n)])
             required = dict(self.progress.seq_out)  # the tail replayed is committed: batch 0
             self._acks.extend((required, c, sid, 0) for c, sid in self._reacks)
             self._reacks = []
@@ -580,6 +585,7 @@ class NodeService(ClientInputs):
         """Create the delivery topics of clients first seen in this batch, in one call."""
         if self._new_topics:
             ensure_topics(self.settings.bootstrap, sorted(self._new_topics),
-                          kafka=self.settings.kafka_security())
+                          kafka=self.settings.kafka_security(),
+                          **self.settings.topic_replication())
             self._delivery_topics |= self._new_topics
             self._new_topics.clear()

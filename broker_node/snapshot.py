@@ -158,8 +158,10 @@ def restore(data: SnapshotData, state: BrokerState, controls: Controls) -> None:
     for a in range(0, len(data), RESTORE_ROWS):
         b = min(len(data), a + RESTORE_ROWS)
         lo, hi = int(data.offsets[a]), int(data.offsets[b])
-        state.subscribe_many([names[i] for i in owners[a:b].tolist()], data.sub_ids[a:b],
-                             data.offsets[a:b + 1] - lo, data.labels[lo:hi])
+        owned = [names[i] for i in owners[a:b].tolist()]
+        state.subscribe_many(owned, data.sub_ids[a:b], data.offsets[a:b + 1] - lo,
+                             data.labels[lo:hi])
+        controls.edge_unknown(owned, data.sub_ids[a:b])  # no where in a snapshot: by label
     for n, ls in data.received.items():
         if ls.size and n in state.neighbours:
             state.on_link(n, ADVERTISE, ls)

@@ -53,6 +53,7 @@ from connectors.kafka import (
     watermark_offsets,
 )
 from connectors.recent import RecentKeys, routed_key
+from connectors.replication import topic_replication
 from connectors.serde import (
     decode_raw_event,
     encode_label_subscription,
@@ -109,7 +110,9 @@ class Client:
                  space: ContentSpace | str | Path, *, topic_prefix: str = "dls",
                  group_id: str | None = None, shared_delivery_partitions: int = 0,
                  client_inputs: bool = False, shards: int = 1,
-                 kafka_config: str | Path | None = None, **kafka: Any):
+                 kafka_config: str | Path | None = None,
+                 replication_factor: int | None = None,
+                 min_insync_replicas: int | None = None, **kafka: Any):
         """Connect (lazily) to ``bootstrap``; ``space`` is the node's content space.
 
         ``shared_delivery_partitions`` must equal the nodes' setting of that name: 0 reads
@@ -130,6 +133,10 @@ class Client:
         writes one; :mod:`connectors.kafka_config`), whose settings every Kafka client of
         this object gets (its producer, consumers and admin clients); ``**kafka``
         settings override the file's.
+
+        ``replication_factor`` and ``min_insync_replicas``: of the topics this client
+        creates (before its node does: its inputs, its delivery and subscriptions topics),
+        as the node's settings of those names; None: the cluster's defaults.
         """
         if not isinstance(shared_delivery_partitions, int) or shared_delivery_partitions < 0:
             raise ConnectorSettingError(f"shared_delivery_partitions must be an integer >= 0, "
@@ -138,6 +145,9 @@ class Client:
                                         value=shared_delivery_partitions)
         self.bootstrap, self.node, self.client_id = bootstrap, node, client_id
         self.shared_partitions = shared_delivery_partitions
+        self._replication = topic_replication(
+            replication_factor, min_insync_replicas,
+            names=("replication_factor", "min_insync_replicas"))
         self.space = space if isinstance(space, ContentSpace) else ContentSpace.from_json(space)
         self.topics = Topics(topic_prefix)
         self.topics.deliver(client_id)  # validates the name
@@ -167,7 +177,8 @@ class Client:
         self._control_ready: set[str] = set()
         self._seen = RecentKeys(SEEN_MEMORY)
         self._store = SubscriptionStore(bootstrap, self.topics.client_subscriptions(client_id),
-                                        f"{self._group}-state", self._producer, kafka)
+                                        f"{self._group}-state", self._producer, kafka,
+                                        self._replication)
         self._loaded = False
 
     # -- control -----------------------------------------------------------------------------
@@ -285,7 +296,8 @@ class Client:
         value = encode_raw_event(self.node, self.client_id, eid, dict(attrs), payload)
         topic = self._input(self.node, "publish", label_shard(label, self.shards))
         if self.client_inputs and topic not in self._control_ready:
-            ensure_topics(self.bootstrap, [topic], kafka=self._kafka)  # the node sets it up
+            ensure_topics(self.bootstrap, [topic], kafka=self._kafka,  # the node sets it up
+                          **self._replication)
             self._control_ready.add(topic)
         self._producer.produce(
             topic, value,
@@ -324,7 +336,7 @@ class Client:
     def _send(self, topic: str, value: bytes) -> None:
         if topic not in self._control_ready:  # before the node does, if it has not run yet
             ensure_topics(self.bootstrap, [topic], config=CONTROL_TOPIC_CONFIG,
-                          kafka=self._kafka)
+                          kafka=self._kafka, **self._replication)
             self._control_ready.add(topic)
         self._producer.produce(topic, value)
         self.flush()
@@ -340,11 +352,11 @@ class Client:
         if self.shared_partitions:
             topic = self.topics.shared_deliver
             ensure_partitioned_topic(self.bootstrap, topic, self.shared_partitions,
-                                     kafka=self._kafka)
+                                     kafka=self._kafka, **self._replication)
             return TopicPartition(topic, delivery_partition(self.client_id,
                                                             self.shared_partitions))
         topic = self.topics.deliver(self.client_id)
-        ensure_topics(self.bootstrap, [topic], kafka=self._kafka)
+        ensure_topics(self.bootstrap, [topic], kafka=self._kafka, **self._replication)
         shared = self.topics.shared_deliver
         # All topics: asking for one by name may make the broker auto-create it.
         if shared in admin(self.bootstrap, **self._kafka).list_topics(timeout=10).topics:

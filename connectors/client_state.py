@@ -43,6 +43,7 @@ from connectors.kafka import (
     ensure_topics,
     watermark_offsets,
 )
+from connectors.replication import TopicReplication
 from connectors.topics import HEADER_ACK, HEADER_SHARD, source_of
 
 __all__ = [
@@ -131,9 +132,13 @@ class SubscriptionStore:
     """Writes and reads one client's subscriptions topic (see the module text)."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, producer: Producer,
-                 kafka: dict[str, Any]) -> None:
-        """Use ``producer`` to write; read with a consumer of ``group`` (never committed)."""
+                 kafka: dict[str, Any], replication: TopicReplication | None = None) -> None:
+        """Use ``producer`` to write; read with a consumer of ``group`` (never committed).
+
+        ``replication``: of the topic, if this creates it (None: the cluster's defaults).
+        """
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self._replication = replication or TopicReplication(replication=None, min_insync=None)
         self._producer, self._kafka = producer, kafka
         self._ready = False
         self._reader: Consumer | None = None
@@ -142,7 +147,7 @@ class SubscriptionStore:
     def _ensure_topic(self) -> None:
         if not self._ready:
             ensure_topics(self.bootstrap, [self.topic], config=SUBSCRIPTIONS_TOPIC_CONFIG,
-                          kafka=self._kafka)
+                          kafka=self._kafka, **self._replication)
             self._ready = True
 
     def put(self, sub_id: str, where: list[Any], node: str, *, sent: bool,

@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.exceptions import ConnectorError, ConnectorSettingError
+from connectors.replication import check_replication
 from connectors.topics import source_of as _position
 
 _T = TypeVar("_T")
@@ -198,7 +199,8 @@ def ensure_topics(
     names: Iterable[str],
     *,
     partitions: int = 1,
-    replication: int = 1,
+    replication: int | None = None,
+    min_insync: int | None = None,
     config: Mapping[str, str | int] | None = None,
     timeout: float = 30.0,
     kafka: Mapping[str, Any] | None = None,
@@ -212,7 +214,9 @@ def ensure_topics(
         bootstrap: Bootstrap servers.
         names: Topic names; duplicates are fine.
         partitions: Partitions of each created topic.
-        replication: Replication factor of each created topic.
+        replication: Replication factor of each created topic (None: the cluster's).
+        min_insync: ``min.insync.replicas`` of each (unless ``config`` has it; None: the
+            cluster's); see :mod:`connectors.replication`.
         config: Topic settings of each created topic, e.g. ``{"retention.ms": -1}``.
         timeout: Seconds for creation plus the wait for the metadata.
         kafka: Further admin client settings (security: :mod:`connectors.kafka_config`).
@@ -220,23 +224,26 @@ def ensure_topics(
     Raises:
         ConnectorError: A topic could not be created (invalid name, no permission, ...) or
             did not show up in the metadata within ``timeout``.
-        ConnectorSettingError: ``partitions`` or ``replication`` is below 1 (a
-            ``ValueError`` too).
+        ConnectorSettingError: ``partitions``, ``replication`` or ``min_insync`` is below
+            1, or ``min_insync`` exceeds ``replication`` (a ``ValueError`` too).
     """
     wanted = list(dict.fromkeys(names))
     if not wanted:
         return
-    for field, value in (("partitions", partitions), ("replication", replication)):
-        if value < 1:
-            raise ConnectorSettingError(
-                f"partitions and replication must be >= 1, got {partitions}, {replication}",
-                field=field, value=value)
+    if partitions < 1:
+        raise ConnectorSettingError(f"partitions must be >= 1, got {partitions}",
+                                    field="partitions", value=partitions)
+    check_replication(replication, min_insync)
     deadline = _Deadline(timeout)
     client = admin(bootstrap, **(kafka or {}))
     existing = _topic_names(client, bootstrap, deadline)
     missing = [n for n in wanted if n not in existing]
     if missing:
-        _create(client, bootstrap, missing, partitions, replication, config or {}, deadline)
+        topic_config = dict(config or {})
+        if min_insync is not None:
+            topic_config.setdefault("min.insync.replicas", min_insync)
+        _create(client, bootstrap, missing, partitions,
+                -1 if replication is None else replication, topic_config, deadline)
     _wait_until_ready(client, bootstrap, wanted, deadline)
 
 
@@ -273,7 +280,7 @@ def _topic_names(client: AdminClient, bootstrap: str, deadline: _Deadline) -> An
 
 def _create(client: AdminClient, bootstrap: str, names: list[str], partitions: int,
             replication: int, config: Mapping[str, str | int], deadline: _Deadline) -> None:
-    """Create ``names``; one that another creator made meanwhile counts as created."""
+    """Create ``names`` (replication -1: the cluster's); one made meanwhile counts."""
     topic_config = {k: str(v) for k, v in config.items()}
     new = [NewTopic(n, partitions, replication, config=topic_config) for n in names]
     left = deadline.left
@@ -322,7 +329,9 @@ def _wait_until_ready(client: AdminClient, bootstrap: str, names: list[str],
 
 def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
                              timeout: float = 30.0,
-                             kafka: Mapping[str, Any] | None = None) -> None:
+                             kafka: Mapping[str, Any] | None = None,
+                             replication: int | None = None,
+                             min_insync: int | None = None) -> None:
     """Create ``name`` with ``partitions`` partitions if absent; check the count if present.
 
     For topics whose readers and writers pick partitions by a hash of a name (the shared
@@ -333,7 +342,8 @@ def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
         ConnectorError: The topic exists with another partition count (``field`` is
             ``"partitions"``, ``value`` the count found), or could not be created.
     """
-    ensure_topics(bootstrap, [name], partitions=partitions, timeout=timeout, kafka=kafka)
+    ensure_topics(bootstrap, [name], partitions=partitions, timeout=timeout, kafka=kafka,
+                  replication=replication, min_insync=min_insync)
     try:
         client = admin(bootstrap, **(kafka or {}))
         meta = client.list_topics(name, timeout=timeout).topics.get(name)

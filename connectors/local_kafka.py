@@ -2,8 +2,9 @@
 
 ``ensure_local_kafka`` runs ``docker/kafka/kafka.sh up``, which fetches the Kafka 4.x jars
 from Maven Central once (into ``$DLS_CACHE/kafka``, default ``<repo>/.cache/kafka``), formats
-a KRaft storage directory once and starts a combined broker+controller with ``java``.
-It needs Java 17+ and, for the first fetch, Maven. ``docker_engine_available`` tells whether
+a KRaft storage directory once and starts a combined broker+controller with ``java``
+(``brokers=3``: three of them in one cluster, on consecutive ports). It needs Java 17+
+and, for the first fetch, Maven. ``docker_engine_available`` tells whether
 testcontainers could be used instead.
 """
 
@@ -24,6 +25,7 @@ __all__ = [
     "LocalKafkaError",
     "docker_engine_available",
     "ensure_local_kafka",
+    "local_bootstrap",
     "port_answers",
     "secure_admin_properties",
     "stop_local_kafka",
@@ -42,15 +44,19 @@ def port_answers(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def _run_script(command: str, port: int, timeout: float, secure: bool = False) -> None:
+def _run_script(command: str, port: int, timeout: float, secure: bool = False,
+                brokers: int = 1) -> None:
     """Run ``kafka.sh <command>`` for the broker on ``port`` (``secure``: ``SECURE=1``).
+
+    ``brokers`` > 1: the cluster of that many servers whose first client port is ``port``.
 
     Raises:
         LocalKafkaError: The script is missing, took longer than ``timeout`` or failed (the
             message holds the tail of its error output).
-        ConnectorSettingError: ``port`` is out of range.
+        ConnectorSettingError: ``port`` or ``brokers`` is out of range.
     """
     _check_port(port)
+    _check_brokers(brokers, secure)
     bash = shutil.which("bash")
     if bash is None:
         raise LocalKafkaError("bash not found on PATH")
@@ -59,6 +65,7 @@ def _run_script(command: str, port: int, timeout: float, secure: bool = False) -
     env = dict(os.environ)
     env["KAFKA_PORT"] = str(port)
     env["SECURE"] = "1" if secure else "0"
+    env["BROKERS"] = str(brokers)
     # The readiness check in kafka.sh uses confluent-kafka; this interpreter has it.
     env.setdefault("PYTHON", sys.executable)
     try:
@@ -86,8 +93,23 @@ def _check_port(port: int) -> None:
                                     value=port)
 
 
+def _check_brokers(brokers: int, secure: bool) -> None:
+    """Raise unless ``brokers`` is a server count ``kafka.sh`` runs (1 with ``secure``)."""
+    if isinstance(brokers, bool) or not isinstance(brokers, int) or not 1 <= brokers <= 9:
+        raise ConnectorSettingError(f"brokers must be in 1..9, got {brokers!r}",
+                                    field="brokers", value=brokers)
+    if secure and brokers != 1:
+        raise ConnectorSettingError(f"the secure profile runs one broker, got brokers={brokers}",
+                                    field="brokers", value=brokers)
+
+
+def local_bootstrap(port: int = 9092, brokers: int = 1) -> str:
+    """The bootstrap servers of the local Kafka: ``127.0.0.1:<port>`` and the ports after."""
+    return ",".join(f"127.0.0.1:{port + i}" for i in range(brokers))
+
+
 def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0,
-                       secure: bool = False) -> str:
+                       secure: bool = False, brokers: int = 1) -> str:
     """Start the local Kafka broker on ``127.0.0.1:port`` unless it already runs.
 
     Idempotent: returns at once when the broker already answers. The first call may take a
@@ -99,32 +121,39 @@ def ensure_local_kafka(port: int = 9092, *, timeout: float = 300.0,
         timeout: Seconds to allow for fetch plus start-up.
         secure: The secure profile (SASL_SSL, SCRAM, ACLs): admin's client settings are
             then in :func:`secure_admin_properties`.
+        brokers: Servers of the cluster (1..9; > 1: client ports ``port`` to
+            ``port + brokers - 1``, controllers from ``port + 1000``, every topic's
+            replication factor min(3, brokers) and ``min.insync.replicas`` one less by
+            default; not with ``secure``).
 
     Returns:
-        The bootstrap servers string, ``"127.0.0.1:<port>"``.
+        The bootstrap servers string, ``"127.0.0.1:<port>[,127.0.0.1:<port+1>...]"``.
 
     Raises:
         LocalKafkaError: The broker did not come up; the message holds the log tail.
-        ConnectorSettingError: ``port`` is out of range (a ``ValueError`` too).
+        ConnectorSettingError: ``port`` or ``brokers`` is out of range (a ``ValueError``
+            too).
     """
-    _run_script("up", port, timeout, secure)
-    return f"127.0.0.1:{port}"
+    _run_script("up", port, timeout, secure, brokers)
+    return local_bootstrap(port, brokers)
 
 
 def stop_local_kafka(port: int = 9092, *, timeout: float = 60.0,
-                     secure: bool = False) -> None:
+                     secure: bool = False, brokers: int = 1) -> None:
     """Stop the local Kafka broker on ``port``; a no-op when it is not running.
 
     Args:
         port: The client port the broker was started with.
         timeout: Seconds to allow for the shutdown.
         secure: The secure profile's broker (``SECURE=1``).
+        brokers: The cluster's server count it was started with (every server stops).
 
     Raises:
         LocalKafkaError: ``kafka.sh down`` failed.
-        ConnectorSettingError: ``port`` is out of range (a ``ValueError`` too).
+        ConnectorSettingError: ``port`` or ``brokers`` is out of range (a ``ValueError``
+            too).
     """
-    _run_script("down", port, timeout, secure)
+    _run_script("down", port, timeout, secure, brokers)
 
 
 def secure_admin_properties() -> Path:

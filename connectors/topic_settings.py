@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from connectors.exceptions import ConnectorSettingError
@@ -24,6 +25,9 @@ from connectors.kafka import admin
 __all__ = ["enforce_topic_config", "topic_config_mismatches"]
 
 _log = logging.getLogger(__name__)
+
+#: Seconds a topic the broker does not know is asked about again (a topic just created).
+UNKNOWN_WAIT_S = 10.0
 
 
 def topic_config_mismatches(bootstrap: str, names: Iterable[str],
@@ -35,28 +39,49 @@ def topic_config_mismatches(bootstrap: str, names: Iterable[str],
     A topic whose settings all match is absent from the result. ``kafka``: extra client
     settings (security).
 
+    In a cluster of several brokers a topic unknown to the broker asked is asked again for
+    up to :data:`UNKNOWN_WAIT_S`: a topic just created reaches the brokers' metadata one
+    after another.
+
     Raises:
         ConnectorSettingError: A topic's settings cannot be read (it does not exist, or no
             permission); the error names the topic.
     """
     client = admin(bootstrap, **(kafka or {}))
     want = {k: str(v) for k, v in config.items()}
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in dict.fromkeys(names)]
-    if not resources:
-        return {}
+    pending = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in dict.fromkeys(names)]
     out: dict[str, dict[str, str | None]] = {}
-    for res, future in client.describe_configs(resources, request_timeout=timeout).items():
-        try:
-            entries = future.result(timeout=timeout)
-        except (KafkaException, concurrent.futures.TimeoutError) as exc:
-            raise ConnectorSettingError(f"cannot read the settings of topic {res.name!r} on "
-                                        f"{bootstrap}: {exc}", field="topic",
-                                        value=res.name) from exc
-        have = {k: (e.value if e is not None else None) for k, e in entries.items()}
-        wrong = {k: have.get(k) for k, v in want.items() if have.get(k) != v}
-        if wrong:
-            out[res.name] = wrong
+    until = time.monotonic() + min(timeout, UNKNOWN_WAIT_S)
+    while pending:
+        again = []
+        for res, future in client.describe_configs(pending, request_timeout=timeout).items():
+            try:
+                entries = future.result(timeout=timeout)
+            except (KafkaException, concurrent.futures.TimeoutError) as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                        and time.monotonic() < until and _several_brokers(client)):
+                    again.append(ConfigResource(ConfigResource.Type.TOPIC, res.name))
+                    continue
+                raise ConnectorSettingError(f"cannot read the settings of topic {res.name!r} "
+                                            f"on {bootstrap}: {exc}", field="topic",
+                                            value=res.name) from exc
+            have = {k: (e.value if e is not None else None) for k, e in entries.items()}
+            wrong = {k: have.get(k) for k, v in want.items() if have.get(k) != v}
+            if wrong:
+                out[res.name] = wrong
+        if again:
+            time.sleep(0.2)
+        pending = again
     return out
+
+
+def _several_brokers(client: Any) -> bool:
+    """Whether the cluster has more than one broker (False when that cannot be read)."""
+    try:
+        return len(client.list_topics(timeout=5).brokers) > 1
+    except KafkaException:
+        return False
 
 
 def enforce_topic_config(bootstrap: str, names: Iterable[str], config: Mapping[str, str | int],

@@ -63,6 +63,7 @@ from confluent_kafka.admin import (
 from connectors.exceptions import ConnectorError
 from connectors.kafka import admin, ensure_topics
 from connectors.kafka_config import load_kafka_config
+from connectors.replication import TopicReplication, topic_replication
 from connectors.topics import CONTROL_TOPIC_CONFIG, Topics, check_name
 from dlsroute.exceptions import OptionError
 
@@ -285,18 +286,21 @@ def _write_properties(out_dir: Path, principal: str, password: str,
 
 def add_principal(bootstrap: str, admin_conf: dict[str, str], principal: str,
                   grants: Sequence[Grant], *, out_dir: Path = DEFAULT_OUT_DIR,
-                  topics: Sequence[tuple[str, dict[str, str]]] = ()) -> Path:
+                  topics: Sequence[tuple[str, dict[str, str]]] = (),
+                  replication: TopicReplication | None = None) -> Path:
     """Create (or renew) ``principal``: its topics, a new password, its ACLs; the file.
 
     Run again for the same principal it gives it a new password (the old file stops
-    working) and grants the same ACLs (granting one twice is a no-op).
+    working) and grants the same ACLs (granting one twice is a no-op). ``replication``:
+    of the topics it creates (None: the cluster's defaults).
 
     Raises:
         ConnectorError: Kafka refused a step (the admin is no super user, ...).
     """
     client = _admin(bootstrap, admin_conf)
     for name, config in topics:
-        ensure_topics(bootstrap, [name], config=config, kafka=admin_conf)
+        ensure_topics(bootstrap, [name], config=config, kafka=admin_conf,
+                      **(replication or topic_replication(None, None)))
     password = secrets.token_urlsafe(32)
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
     _wait_all(client.alter_user_scram_credentials(
@@ -345,6 +349,12 @@ def _bootstrap_and_conf(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
     return args.bootstrap, conf
 
 
+def _replication(args: argparse.Namespace) -> TopicReplication:
+    """``--replication-factor`` and ``--min-insync-replicas``, checked."""
+    return topic_replication(args.replication_factor, args.min_insync_replicas,
+                             names=("replication_factor", "min_insync_replicas"))
+
+
 def _cmd_add_node(args: argparse.Namespace) -> int:
     bootstrap, conf = _bootstrap_and_conf(args)
     t = Topics(args.prefix)
@@ -372,7 +382,8 @@ def _cmd_add_client(args: argparse.Namespace) -> int:
         client_grants(t, args.node, args.client, shared_delivery=args.shared_delivery),
         out_dir=Path(args.out_dir),
         topics=client_topics(t, args.node, args.client, publish_delay_s=float(delay),
-                             shared_delivery=args.shared_delivery, shards=args.shards))
+                             shared_delivery=args.shared_delivery, shards=args.shards),
+        replication=_replication(args))
     print(path)
     return 0
 
@@ -398,7 +409,7 @@ def _cmd_add_mapper(args: argparse.Namespace) -> int:
     nodes = [check_name(n, "--nodes") for n in args.nodes.split(",") if n] \
         if args.nodes else []
     path = add_principal(bootstrap, conf, "mapper", mapper_grants(t, nodes),
-                         out_dir=Path(args.out_dir), topics=raw)
+                         out_dir=Path(args.out_dir), topics=raw, replication=_replication(args))
     print(path)
     return 0
 
@@ -409,7 +420,8 @@ def _cmd_add_raw_writer(args: argparse.Namespace) -> int:
     raw: list[tuple[str, dict[str, str]]] = [
         (n, {}) for n in (t.raw_subscriptions, t.raw_unsubscriptions, t.raw_events)]
     path = add_principal(bootstrap, conf, f"raw.{check_name(args.name, '--name')}",
-                         raw_writer_grants(t), out_dir=Path(args.out_dir), topics=raw)
+                         raw_writer_grants(t), out_dir=Path(args.out_dir), topics=raw,
+                         replication=_replication(args))
     print(path)
     return 0
 
@@ -419,7 +431,7 @@ def _cmd_add_operator(args: argparse.Namespace) -> int:
     t = Topics(args.prefix)
     path = add_principal(bootstrap, conf, f"operator.{check_name(args.name, '--name')}",
                          operator_grants(t, args.name), out_dir=Path(args.out_dir),
-                         topics=[(t.deadletter, {})])
+                         topics=[(t.deadletter, {})], replication=_replication(args))
     print(path)
     return 0
 
@@ -437,6 +449,12 @@ def register(sub: Any) -> None:
         s.add_argument("--bootstrap", default="127.0.0.1:9392",
                        help="the Kafka (default 127.0.0.1:9392, the local secure one)")
         s.add_argument("--prefix", default="dls", help="the network's topic prefix")
+        s.add_argument("--replication-factor", type=int, default=None, metavar="N",
+                       help="replication factor of the topics this creates (default: the "
+                            "cluster's)")
+        s.add_argument("--min-insync-replicas", type=int, default=None, metavar="N",
+                       help="min.insync.replicas of the topics this creates, at most the "
+                            "replication factor (default: the cluster's)")
         s.add_argument("--out-dir", default=str(DEFAULT_OUT_DIR),
                        help=f"where the principal's properties file goes ({DEFAULT_OUT_DIR})")
 

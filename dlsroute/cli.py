@@ -100,7 +100,9 @@ def _cmd_node(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings(args.config, metrics_port=args.metrics_port,
                              metrics_host=args.metrics_host, bootstrap=args.bootstrap,
-                             kafka_config=args.kafka_config)
+                             kafka_config=args.kafka_config,
+                             replication_factor=args.replication_factor,
+                             min_insync_replicas=args.min_insync_replicas)
     # A sharded node: this process routes the shards its replica group gives it.
     service: Any = (ReplicaSet(settings) if settings.shards > 1
                     else NodeService(settings, hard_watchdog=True))  # one node in this process
@@ -131,7 +133,8 @@ def _sdk_client(args: argparse.Namespace) -> Any:
                   topic_prefix=args.topic_prefix,
                   shared_delivery_partitions=args.shared_delivery_partitions,
                   client_inputs=args.client_inputs, kafka_config=args.kafka_config,
-                  shards=args.shards)
+                  replication_factor=args.replication_factor,
+                  min_insync_replicas=args.min_insync_replicas, shards=args.shards)
 
 
 def _cmd_subscribe(args: argparse.Namespace) -> int:
@@ -189,6 +192,17 @@ def _add_sdk_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--shards", type=int, default=1, metavar="N",
                    help="the nodes' shards (label shards of the network; 1: unsharded)")
     add_kafka_config_arg(s)
+    add_replication_args(s)
+
+
+def add_replication_args(s: argparse.ArgumentParser) -> None:
+    """``--replication-factor`` and ``--min-insync-replicas`` of commands that make topics."""
+    s.add_argument("--replication-factor", type=int, default=None, metavar="N",
+                   help="replication factor of the topics this creates (default: the "
+                        "cluster's; 3 on a cluster of three or more brokers)")
+    s.add_argument("--min-insync-replicas", type=int, default=None, metavar="N",
+                   help="min.insync.replicas of the topics this creates, at most the "
+                        "replication factor (default: the cluster's; 2 with 3 replicas)")
 
 
 def add_kafka_config_arg(s: argparse.ArgumentParser, extra: str = "") -> None:
@@ -356,6 +370,7 @@ def _add_node(sub: Any) -> None:
                         "127.0.0.1 unless set; 0.0.0.0 for every interface)")
     s.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
     add_kafka_config_arg(s, "; overrides the config's kafka_config")
+    add_replication_args(s)  # override the config's replication_factor, min_insync_replicas
     s.set_defaults(func=_cmd_node)
 
 

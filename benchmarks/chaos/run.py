@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.chaos.brokers import MIN_INSYNC, REPLICATION, Cluster, pauses
 from benchmarks.chaos.check import INF, check
 from benchmarks.chaos.cluster import (
     Broker,
@@ -94,7 +95,7 @@ def _free_port() -> int:
 class ScenarioRun:
     """One scenario: its processes, its fault injector, its history directory."""
 
-    def __init__(self, sc: Scenario, p: Params, broker: Broker, root: Path) -> None:
+    def __init__(self, sc: Scenario, p: Params, broker: Broker | Cluster, root: Path) -> None:
         self.sc, self.p, self.broker = sc, p, broker
         self.dir = root / sc.name
         for sub in ("clients", "publishers", "logs", "config"):
@@ -134,7 +135,9 @@ class ScenarioRun:
             *([f"shards = {sc.shards}"] if sc.shards > 1 else []),
             *([f"session_timeout_ms = {sc.session_timeout_ms}"]
               if sc.session_timeout_ms is not None else []),
-            *([f"publish_delay_s = {SPARK_PUBLISH_DELAY_S}"] if sc.spark else []), ""]))
+            *([f"publish_delay_s = {SPARK_PUBLISH_DELAY_S}"] if sc.spark else []),
+            *([f"replication_factor = {REPLICATION}", f"min_insync_replicas = {MIN_INSYNC}"]
+              if sc.brokers > 1 else []), ""]))
         port = self.ports[name] = _free_port()
         return Proc(name, "node", [sys.executable, "-m", "dlsroute", "node", "--config",
                                    str(cfg), "--metrics-port", str(port)],
@@ -198,7 +201,7 @@ class ScenarioRun:
             if stop.wait(max(0.0, self.t_start + f.at - now(), ready - now())):
                 return
             getattr(self, f"_{f.kind}")(f)
-            ready = now() + (BROKER_SETTLE_S if f.kind == "broker_kill" else 0.0)
+            ready = now() + (BROKER_SETTLE_S if f.kind.startswith("broker") else 0.0)
 
     def _hold(self, proc: Proc, how: str, f: Fault) -> None:
         with proc.lock:
@@ -269,6 +272,21 @@ class ScenarioRun:
         self.log_fault(kind="broker_up_called", target="kafka")
         self.broker.up()
         self.log_fault(kind="broker_ready", target="kafka", pid=self.broker.pid())
+
+    def _broker3_kill(self, f: Fault) -> None:
+        """SIGKILL one server of the cluster; time the elections; restart it after down_s."""
+        assert isinstance(self.broker, Cluster)  # noqa: S101
+        server = int(f.target.removeprefix("kafka"))
+        self.log_fault(kind=f.kind, target=f.target, planned_at=f.at, down_s=f.down_s,
+                       pid=self.broker.pid(server))
+        t0 = now()
+        self.broker.kill(server)
+        self.log_fault(kind="leaders_moved", target=f.target,
+                       **self.broker.leaders_away(server))
+        time.sleep(max(0.0, t0 + f.down_s - now()))
+        self.log_fault(kind="broker_up_called", target=f.target)
+        self.broker.up()
+        self.log_fault(kind="broker_ready", target=f.target, pid=self.broker.pid(server))
 
     # -- phases ------------------------------------------------------------------------------
     def _start_all(self, procs: list[Proc], timeout: float) -> None:
@@ -385,12 +403,14 @@ class ScenarioRun:
         finally:
             stop.set()
             supervisor.stop.set()
-            supervisor.join(5)
+            if supervisor.ident is not None:  # an error before the start: nothing to join
+                supervisor.join(5)
             for proc in everyone:
                 with proc.lock:
                     proc.held = True
                 proc.terminate(20)
-            injector.join(60)
+            if injector.ident is not None:
+                injector.join(60)
         self.broker.up()  # a broker_kill scenario may end with it down
         record.update(self._verdict(record))
         record["wall_s"] = round(time.monotonic() - wall0, 1)
@@ -436,6 +456,9 @@ class ScenarioRun:
         v["max_stall_s"] = _stalls(read_jsonl(self.dir / "nodes.jsonl"),
                                    record.get("t_stop", INF))
         v["stall_s"] = max(v["max_stall_s"].values(), default=0.0)
+        if self.sc.fault == "broker3_kill":
+            v["pauses"] = pauses(self.dir, v["faults"])
+            v["pause_s"], v["failover_s"] = v["pauses"]["pause_s"], v["pauses"]["failover_s"]
         if self.sc.shards > 1:
             samples = read_jsonl(self.dir / "nodes.jsonl")
             v["shard_seconds"] = _shard_seconds(samples, record.get("t_stop", INF))
@@ -516,15 +539,18 @@ def _shard_gaps(samples: list[dict[str, Any]], until: float, node_of: dict[str, 
 
 
 def run(names: list[str], p: Params, out: Path, work: Path) -> dict[str, Any]:
-    """Run the scenarios ``names`` on a fresh broker; write ``out``; the results."""
+    """Run the scenarios ``names`` on a fresh broker; write ``out``; the results.
+
+    A scenario on three brokers gets a fresh cluster on the same port (``kafka.sh``'s
+    ``BROKERS=3``: client ports ``port``..``port+2``, controllers ``port+1000``..), the
+    single broker stopped meanwhile: one Kafka of the run's at a time.
+    """
     work.mkdir(parents=True, exist_ok=True)
-    broker = Broker(p.port, work / "kafka.log")
-    print(f"chaos: seed {p.seed}; history in {work}; broker on {broker.bootstrap}", flush=True)
+    print(f"chaos: seed {p.seed}; history in {work}; Kafka from port {p.port}", flush=True)
     results: dict[str, Any] = {"seed": p.seed, "params": asdict(p), "work_dir": str(work),
                                "command": " ".join(sys.argv), "started": now(),
                                "scenarios": []}
-    broker.clean()
-    broker.up()
+    broker: Broker | Cluster | None = None
     try:
         for name in names:
             sc = SCENARIOS[name]
@@ -532,13 +558,22 @@ def run(names: list[str], p: Params, out: Path, work: Path) -> dict[str, Any]:
                 results["scenarios"].append({"scenario": name, "fault": sc.fault,
                                              "skipped": sc.unavailable})
                 continue
+            if broker is None or isinstance(broker, Cluster) != (sc.brokers > 1):
+                if broker is not None:
+                    broker.down()
+                broker = (Cluster(p.port, work / "kafka3.log") if sc.brokers > 1
+                          else Broker(p.port, work / "kafka.log"))
+                broker.clean()
+                broker.up()
+                print(f"chaos: Kafka on {broker.bootstrap}", flush=True)
             print(f"chaos: scenario {name} ...", flush=True)
             rec = ScenarioRun(sc, p, broker, work).run()
             results["scenarios"].append(rec)
             print(table([rec], header=False), flush=True)
             _write(out, results)
     finally:
-        broker.down()
+        if broker is not None:
+            broker.down()
     results["wall_s"] = round(now() - results["started"], 1)
     _write(out, results)
     return results
@@ -552,9 +587,13 @@ def _write(out: Path, results: dict[str, Any]) -> None:
 #: missing_interior: missing pairs more than 1 s inside their window (a loss rather than
 #: an order at the window's edge); stall_s: the longest a node process committed no batch
 #: (a replica holding no shard commits none); max_shard_gap_s (sharded scenarios): the
-#: longest a shard of a node was routed by none of its processes.
+#: longest a shard of a node was routed by none of its processes; pause_s and failover_s
+#: (three brokers): the longest no client read anything after a broker's SIGKILL, and the
+#: longest the metadata took to show new leaders for every partition the dead broker led
+#: and in-sync sets without it (benchmarks/chaos/brokers.py).
 COLUMNS = ("scenario", "published", "expected", "missing", "missing_interior", "duplicates",
-           "unexpected", "faults_done", "node_exits", "stall_s", "max_shard_gap_s", "verdict")
+           "unexpected", "faults_done", "node_exits", "stall_s", "max_shard_gap_s", "pause_s",
+           "failover_s", "verdict")
 
 
 def table(records: list[dict[str, Any]], header: bool = True) -> str:

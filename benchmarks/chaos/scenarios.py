@@ -33,6 +33,13 @@ Fault kinds:
   ``B3``, that starts at about a third of the publishing phase (``replica_join``) and is
   stopped with SIGTERM at about two thirds (``replica_leave``: a graceful leave, its
   shards handed over);
+- ``broker3_kill`` (on a cluster of three brokers, ``brokers=3``: ``kafka.sh`` with
+  ``BROKERS=3`` on the run's port, every topic replicated three times with
+  ``min.insync.replicas`` 2, the nodes given all three addresses): SIGKILL of one server
+  (drawn from the seed) under load, ``broker_kills`` times, restart on its data after
+  20-30 s (past the controller's 9 s wait for the dead server's session, so the election
+  happens while it is down); the other two keep the quorum and two replicas in sync, so
+  every ``acks=all`` write goes on once the partitions it led have new leaders;
 - ``none``: no fault (the control: what subscription churn alone does).
 """
 
@@ -70,6 +77,8 @@ class Scenario:
     replicas: int = 1
     #: the nodes' consumer group session (None: the node's default, 45 s)
     session_timeout_ms: int | None = None
+    #: Kafka servers under the network (3: ``BROKERS=3 kafka.sh``, replicated topics)
+    brokers: int = 1
     #: why the scenario cannot run yet (None: it runs)
     unavailable: str | None = None
 
@@ -83,6 +92,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("node_stop-eos-topics", "node_stop", EOS, False),
     Scenario("client_kill-eos-topics", "client_kill", EOS, False),
     Scenario("broker_kill-eos-topics", "broker_kill", EOS, False),
+    Scenario("broker3_kill-eos-topics", "broker3_kill", EOS, False, brokers=3),
+    Scenario("broker3_kill-alo-topics", "broker3_kill", ALO, False, brokers=3),
     Scenario("spark_kill-eos-topics", "spark_kill", EOS, False, spark=True),
     Scenario("replicas-eos-topics", "replica_kill", EOS, False, shards=4, replicas=2,
              session_timeout_ms=REPLICA_SESSION_MS),
@@ -125,6 +136,8 @@ def min_duration(s: Scenario, counts: FaultCounts) -> float:
         return 40.0 * counts.spark_kills + 20.0
     if s.fault == "broker_kill":  # a restart of the broker after a SIGKILL takes ~45 s
         return 65.0 * counts.broker_kills + 10.0
+    if s.fault == "broker3_kill":  # 20-30 s down, ~10 s to start again, 10 s to settle
+        return 60.0 * counts.broker_kills + 20.0
     if s.fault == "replica_kill":  # kills :func:`kill_gap` apart (and 2 s of jitter)
         return max(20.0, (counts.node_kills * (kill_gap(s) + 2.0) + 8.0) / 0.8)
     return 20.0
@@ -164,6 +177,7 @@ def plan(s: Scenario, seed: int, duration: float, nodes: Sequence[str],
     n, targets, down = {
         "node_kill": (counts.node_kills, nodes, (0.5, 3.0)),
         "broker_kill": (counts.broker_kills, ["kafka"], (2.0, 5.0)),
+        "broker3_kill": (counts.broker_kills, ["kafka1", "kafka2", "kafka3"], (20.0, 30.0)),
         "client_kill": (counts.client_kills, clients, (0.5, 3.0)),
         "spark_kill": (counts.spark_kills, ["spark"], (0.5, 3.0)),
         "replica_kill": (counts.node_kills, nodes, (0.5, 3.0)),

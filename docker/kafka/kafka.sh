@@ -8,6 +8,7 @@
 #   bash docker/kafka/kafka.sh status   # exit 0 when running and answering, 3 otherwise
 #   bash docker/kafka/kafka.sh clean    # down, then delete this broker's data (next `up` reformats)
 #   SECURE=1 bash docker/kafka/kafka.sh up   # the secure profile (below), default port 9392
+#   BROKERS=3 bash docker/kafka/kafka.sh up  # three KRaft servers, 9092-9094 (cluster.sh)
 #
 # Environment:
 #   DLS_CACHE              cache root (default: <repo>/.cache); Kafka lives in $DLS_CACHE/kafka
@@ -26,7 +27,13 @@
 #                          from a plaintext broker's.
 #   KAFKA_REAUTH_MS        secure: clients re-authenticate this often (default 60000), so the
 #                          open sessions of a revoked user end within it
-#   KAFKA_CONTROLLER_PORT  controller listener (default KAFKA_PORT+1, i.e. 9093)
+#   KAFKA_CONTROLLER_PORT  controller listener (default KAFKA_PORT+1, i.e. 9093; with
+#                          BROKERS > 1 the first server's, default KAFKA_PORT+1000)
+#   BROKERS                servers (default 1: the single broker described here); 2..9: a
+#                          cluster of combined broker+controllers on consecutive ports, the
+#                          topics' replication factor 3 (at most BROKERS) and
+#                          min.insync.replicas 2 by default (docker/kafka/cluster.sh;
+#                          KAFKA_NODE=<i> acts on server i alone). Not with SECURE=1.
 #   KAFKA_UP_TIMEOUT       seconds `up` waits for the broker (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds `down` waits after SIGTERM before SIGKILL (default 20)
 #   KAFKA_HEAP_OPTS        JVM heap flags (default "-Xmx1g -Xms256m")
@@ -59,8 +66,18 @@ if [[ "$SECURE" != 1 && "$SECURE" != 0 ]]; then
     echo "[kafka.sh] SECURE must be 1 or 0, got '$SECURE'" >&2
     exit 2
 fi
+BROKERS="${BROKERS:-1}"
+if ! [[ "$BROKERS" =~ ^[1-9]$ ]]; then
+    echo "[kafka.sh] BROKERS must be 1..9, got '$BROKERS'" >&2
+    exit 2
+fi
+if [[ "$SECURE" == 1 && "$BROKERS" != 1 ]]; then
+    echo "[kafka.sh] SECURE=1 runs one broker; BROKERS=$BROKERS is not supported with it" >&2
+    exit 2
+fi
 if [[ "$SECURE" == 1 ]]; then KAFKA_PORT="${KAFKA_PORT:-9392}"; else KAFKA_PORT="${KAFKA_PORT:-9092}"; fi
 KAFKA_REAUTH_MS="${KAFKA_REAUTH_MS:-60000}"
+KAFKA_CONTROLLER_PORT_SET="${KAFKA_CONTROLLER_PORT:-}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}"
 KAFKA_UP_TIMEOUT="${KAFKA_UP_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
@@ -147,7 +164,8 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/${1:-$KAFKA_PORT}") 2>/dev/null; }
 
 have_py_kafka() { [[ -x "$PY" ]] && "$PY" -c 'import confluent_kafka' 2>/dev/null; }
 
-# Metadata request via confluent-kafka: the broker must list itself. $1 = timeout (s).
+# Metadata request via confluent-kafka: the broker must list itself (or $2 brokers, default
+# 1). $1 = timeout (s).
 admin_ok() {
     if ! have_py_kafka; then
         port_open
@@ -155,12 +173,13 @@ admin_ok() {
     fi
     local props=""
     [[ "$SECURE" == 1 ]] && props="$SECURE_DIR/admin.properties"
-    "$PY" - "127.0.0.1:$KAFKA_PORT" "$1" "$props" <<'PY' 2>/dev/null
+    "$PY" - "127.0.0.1:$KAFKA_PORT" "$1" "$props" "${2:-1}" <<'PY' 2>/dev/null
 import sys
 
 from confluent_kafka.admin import AdminClient
 
 bootstrap, timeout, props = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+want = int(sys.argv[4])
 conf = {"bootstrap.servers": bootstrap, "log_level": 0}
 if props:  # the secure profile: admin's librdkafka settings (key=value lines)
     with open(props, encoding="utf-8") as fh:
@@ -170,7 +189,7 @@ if props:  # the secure profile: admin's librdkafka settings (key=value lines)
                 conf[key.strip()] = value.strip()
 admin = AdminClient(conf)
 md = admin.list_topics(timeout=timeout)
-sys.exit(0 if md.brokers else 1)
+sys.exit(0 if len(md.brokers) >= want else 1)
 PY
 }
 
@@ -479,6 +498,13 @@ lock_node() {
     exec 9>"$NODE_DIR/.lock"
     flock -w $((KAFKA_UP_TIMEOUT + KAFKA_STOP_TIMEOUT + 300)) 9 || die "timed out waiting for $NODE_DIR/.lock"
 }
+
+if [[ "$BROKERS" != 1 ]]; then
+    # shellcheck source=docker/kafka/cluster.sh
+    source "$HERE/cluster.sh"
+    cluster_main "$@"
+    exit
+fi
 
 case "${1:-}" in
     up | down | clean) lock_node ;;

@@ -307,3 +307,38 @@ def test_shard_hand_overs_are_read_from_the_samples() -> None:
                                                      "B": {"0": 6.0, "1": 4.0}}
     assert _shard_seconds(samples, 7.0) == {"A": {"0": 6.0, "1": 6.0},
                                             "B1": {"0": 2.0, "1": 2.0}, "B2": {"1": 2.0}}
+
+
+def test_three_broker_plan_kills_one_server_and_brings_it_back_later() -> None:
+    counts = FaultCounts(broker_kills=2)
+    sc = SCENARIOS["broker3_kill-eos-topics"]
+    assert sc.brokers == 3 and SCENARIOS["broker3_kill-alo-topics"].delivery == "at_least_once"
+    duration = min_duration(sc, counts)
+    faults = plan(sc, 21, duration, ["A", "B", "C"], [], counts)
+    assert faults == plan(sc, 21, duration, ["A", "B", "C"], [], counts)
+    assert [f.kind for f in faults] == ["broker3_kill"] * 2
+    assert {f.target for f in faults} <= {"kafka1", "kafka2", "kafka3"}
+    assert all(20.0 <= f.down_s <= 30.0 for f in faults)
+    # the second kill comes after the first server is back (down, restart, settle)
+    assert faults[1].at - faults[0].at > faults[0].down_s
+
+
+def test_pauses_are_the_waits_of_events_published_around_a_kill(run: Run) -> None:
+    from benchmarks.chaos.brokers import event_waits, pauses
+
+    for i in range(10):  # one event a second, read 0.1 s later; the one at 5 s, 8 s later
+        run.publish(f"e{i}", HIT, t0=100.0 + i)
+        wait = 8.0 if i == 5 else 0.1
+        run._line(run.root / "clients" / "c.deliv.jsonl", id=f"e{i}", p=0, o=i,
+                  t=100.0 + i + wait)
+    run._line(run.root / "clients" / "d.deliv.jsonl", id="e5", p=0, o=0, t=120.0)  # later
+    assert event_waits(run.root)[5] == (105.0, 8.0)
+    faults = [{"kind": "broker3_kill", "target": "kafka2", "t": 104.5, "at": 4.5},
+              {"kind": "leaders_moved", "target": "kafka2", "leader_s": 7.5, "isr_s": 7.6,
+               "led": 3}]
+    p = pauses(run.root, faults)
+    assert (p["max_wait_s"], p["failover_s"]) == (8.0, 7.6)  # the later of leader and ISR
+    # no read from 109.1 (e9) to 113.0 (e5): the longest gap that began by the failover
+    assert (p["pause_s"], p["kills"][0]["reads_again_after_failover_s"]) == (3.9, 0.9)
+    assert p["kills"][0]["events"] == 10 - 3  # published 102.5 .. 114.1
+    assert p["usual_max_s"] == 0.1

@@ -58,6 +58,8 @@ def test_kafka_config_errors_name_the_file_and_line(tmp_path):
     ('node = "A"\nspace = "s.json"\nproducer_queue_messages = 0\n', "producer_queue_messages"),
     ('node = "A"\nspace = "s.json"\nshared_delivery_partitions = -1\n',
      "shared_delivery_partitions"),
+    ('node = "A"\nspace = "s.json"\nreplication_factor = 1\nmin_insync_replicas = 2\n',
+     "min_insync_replicas (2) must not exceed replication_factor (1)"),
     ("node = \n", "cannot read node config"),
 ])
 def test_bad_configs_name_the_field(tmp_path, text, fragment):
@@ -90,6 +92,12 @@ def test_settings_built_directly_read_no_file(tmp_path):
      "neighbour names must be [A-Za-z0-9_-]+, got 'x.y'"),
     ({"node": "A", "batch_size": 0}, "batch_size", 0, "greater than or equal to 1"),
     ({"node": "A", "colour": "red"}, "colour", "red", "Extra inputs are not permitted"),
+    ({"node": "A", "replication_factor": 0}, "replication_factor", 0,
+     "greater than or equal to 1"),
+    ({"node": "A", "min_insync_replicas": 0}, "min_insync_replicas", 0,
+     "greater than or equal to 1"),
+    ({"node": "A", "replication_factor": 2, "min_insync_replicas": 3}, "min_insync_replicas",
+     3, "min_insync_replicas (3) must not exceed replication_factor (2)"),
 ])
 def test_a_setting_that_cannot_be_used_is_a_node_config_error(kwargs, field, value, fragment):
     with pytest.raises(NodeConfigError) as exc:
@@ -105,3 +113,16 @@ def test_a_missing_or_unreadable_file_is_named(tmp_path):
         with pytest.raises(NodeConfigError, match="cannot read node config") as exc:
             load_settings(path)
         assert (exc.value.field, exc.value.value) == ("config", str(path))
+
+
+def test_replication_settings_reach_every_topic_the_node_creates(tmp_path, monkeypatch):
+    """Unset: the cluster's defaults (None); set in the file or the environment: passed on."""
+    assert NodeSettings(node="A", space="s.json").topic_replication() == {
+        "replication": None, "min_insync": None}
+    p = write(tmp_path, 'node = "A"\nspace = "s.json"\nreplication_factor = 3\n'
+                        'min_insync_replicas = 2\n')
+    assert load_settings(p).topic_replication() == {"replication": 3, "min_insync": 2}
+    monkeypatch.setenv("DLS_NODE_MIN_INSYNC_REPLICAS", "3")
+    assert load_settings(p).topic_replication() == {"replication": 3, "min_insync": 3}
+    # min ISR alone: the cluster's replication factor is not known here, so not checked
+    assert NodeSettings(node="A", space="s.json", min_insync_replicas=2).min_insync_replicas == 2

@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_node.config import NodeSettings
-from broker_node.controls import Controls
+from broker_node.controls import Controls, probe_links
 from broker_node.inbox import Inbox
 from broker_node.metrics import Metrics
 from broker_node.progress import Progress
-from broker_node.state import ADVERTISE, BrokerState, LinkMessage
+from broker_node.state import BrokerState, LinkMessage
 from connectors.serde import encode_link
 from connectors.topics import HEADER_LINK_EPOCH, HEADER_LINK_SEQ, Topics
 from dls.space import ContentSpace
@@ -107,7 +107,7 @@ def test_a_replaced_incarnations_late_link_control_changes_nothing(
     # The new one recovers the first k changes (sending nothing), probes, goes on.
     recovered, _ = _run(space, ops[:k])
     _, after = _run(space, ops[k:], recovered)
-    probe = [LinkMessage("R", ADVERTISE, np.zeros(0, dtype=np.uint64))]
+    probe = probe_links(recovered, "R")  # what it advertises R: all of it again
     old_msgs = _messages(before + zombie, epoch=1, first_seq=1)
     early, late_msgs = old_msgs[:len(before)], old_msgs[len(before):]
     new_msgs = _messages(probe + after, epoch=2, first_seq=1)
@@ -123,3 +123,66 @@ def test_a_replaced_incarnations_late_link_control_changes_nothing(
     receiver.apply(stream, replay=False)
     got = set(receiver.state.received_from("S").tolist())
     assert got == want
+
+
+#: a change at a sender with two neighbours: (kind, subscription number, cells), kind one of
+#: "sub", "unsub" (local) and "ad", "wd" (link control from its other neighbour Q)
+Change = tuple[str, int, frozenset[int]]
+
+
+def _apply(state: BrokerState, changes: list[Change], base: int) -> list[LinkMessage]:
+    out: list[LinkMessage] = []
+    for kind, n, cells in changes:
+        labels = np.array(sorted(base + c for c in cells), dtype=np.uint64)
+        if kind == "sub":
+            out += state.subscribe("c", f"s{n}", labels)
+        elif kind == "unsub":
+            out += state.unsubscribe("c", f"s{n}")
+        else:
+            out += state.on_link("Q", "advertise" if kind == "ad" else "withdraw", labels)
+    return [m for m in out if m.to == "R"]
+
+
+@st.composite
+def restarts(draw: st.DrawFn) -> tuple[list[Change], int]:
+    """Changes at S (local and from Q), and where S restarts."""
+    changes: list[Change] = []
+    live: list[int] = []
+    for n in range(draw(st.integers(1, 14))):
+        cells = frozenset(draw(st.sets(st.integers(0, 7), min_size=1, max_size=3)))
+        kind = draw(st.sampled_from(["sub", "unsub", "ad", "wd"]))
+        if kind == "unsub" and live:
+            changes.append((kind, live.pop(draw(st.integers(0, len(live) - 1))), frozenset()))
+        elif kind in ("ad", "wd"):
+            changes.append((kind, n, cells))
+        else:
+            changes.append(("sub", n, cells))
+            live.append(n)
+    return changes, draw(st.integers(0, len(changes)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(restarts())
+def test_a_restart_that_replays_removed_subscriptions_swallows_no_advertisement(
+        history: tuple[list[Change], int]) -> None:
+    """A recovery replays a removed subscription as live (its removal is no input) until
+    the restarted node removes it again; the probe keeps the receiver's view exact."""
+    changes, k = history
+    space, path = _space(Path("/tmp"))  # noqa: S108 - a fixed spec file, read only
+    base = space.app_prefix
+    single = BrokerState.for_space("S", ["R", "Q"], space)
+    _apply(single, changes, base)
+    want = set(single.advertised_to("R").tolist())
+    old = BrokerState.for_space("S", ["R", "Q"], space)
+    before = _apply(old, changes[:k], base)
+    # The recovered state: the same changes, but every subscription removed so far is back.
+    recovered = BrokerState.for_space("S", ["R", "Q"], space)
+    _apply(recovered, [c for c in changes[:k] if c[0] != "unsub"], base)
+    # It reads on (Q's link control first, the worst case) and then removes them again.
+    ghosts = [c for c in changes[:k] if c[0] == "unsub"]
+    after = _apply(recovered, changes[k:] + ghosts, base)
+    stream = (_messages(before, epoch=1, first_seq=1)
+              + _messages(probe_links(recovered, "R") + after, epoch=2, first_seq=1))
+    receiver = _receiver(space, path)
+    receiver.apply(stream, replay=False)
+    assert set(receiver.state.received_from("S").tolist()) == want

@@ -54,6 +54,25 @@ def test_client_refuses_a_negative_partition_count(tmp_path: Path) -> None:
     assert isinstance(err.value, ConnectorSettingError) and isinstance(err.value, ValueError)
 
 
+@pytest.mark.parametrize("rf, isr, field", [(0, None, "replication_factor"),
+                                            (None, 0, "min_insync_replicas"),
+                                            (2, 3, "min_insync_replicas")])
+def test_client_refuses_replication_settings_that_cannot_be(rf: int | None, isr: int | None,
+                                                            field: str) -> None:
+    with pytest.raises(ConnectorSettingError, match=field) as err:
+        Client("127.0.0.1:1", "A", "alice", SPACE, replication_factor=rf,
+               min_insync_replicas=isr)
+    assert err.value.field == field
+
+
+def test_client_topics_take_its_replication_settings() -> None:
+    client = Client("127.0.0.1:1", "A", "alice", SPACE, replication_factor=3,
+                    min_insync_replicas=2)
+    assert client._replication == {"replication": 3, "min_insync": 2}
+    assert client._store._replication == client._replication
+    client.close()
+
+
 # ------------------------------------------------------------------------ _take, _check
 
 

@@ -34,6 +34,9 @@ def test_ensure_topics_without_a_broker_names_it_and_the_timeout() -> None:
     (lambda: consumer_config("h:1", ""), "group_id", ""),
     (lambda: ensure_topics("h:1", ["t"], partitions=0), "partitions", 0),
     (lambda: ensure_topics("h:1", ["t"], replication=0), "replication", 0),
+    (lambda: ensure_topics("h:1", ["t"], min_insync=0), "min_insync", 0),
+    (lambda: ensure_topics("h:1", ["t"], replication=2, min_insync=3), "min_insync", 3),
+    (lambda: ensure_topics("h:1", ["t"], replication=True), "replication", True),
     (lambda: consume_batch(None, 0, 1.0), "max_messages", 0),  # type: ignore[arg-type]
 ])
 def test_bad_settings_are_connector_setting_errors(call: object, field: str,
@@ -150,3 +153,21 @@ def test_a_consumer_fatal_error_event_is_fatal_though_its_flag_is_not_set() -> N
             check_message(Message(error=err))
     skipped = KafkaError(KafkaError._TRANSPORT, "broker down")
     assert not is_fatal(skipped) and check_message(Message(error=skipped)) is None
+
+
+def test_check_replication_names_the_callers_fields() -> None:
+    from connectors.replication import check_replication, topic_replication
+
+    check_replication(None, None)
+    check_replication(3, 2)
+    check_replication(None, 2)  # the cluster's replication factor: not known here
+    assert topic_replication(3, 3) == {"replication": 3, "min_insync": 3}
+    with pytest.raises(ConnectorSettingError, match=r"min_insync_replicas \(4\) must not "
+                       r"exceed replication_factor \(3\)") as err:
+        check_replication(3, 4, names=("replication_factor", "min_insync_replicas"))
+    assert (err.value.field, err.value.value) == ("min_insync_replicas", 4)
+    with pytest.raises(ConnectorSettingError, match="replication_factor must be an integer "
+                       ">= 1 or None, got '3'") as err:
+        topic_replication("3", None,  # type: ignore[arg-type]
+                          names=("replication_factor", "min_insync_replicas"))
+    assert err.value.field == "replication_factor"

@@ -63,6 +63,12 @@ def edge_values(attr):
 @st.composite
 def space_and_predicates(draw):
     space = draw(spaces())
+    return space, draw(predicates_for(space))
+
+
+@st.composite
+def predicates_for(draw, space):
+    """Predicates over ``space``: each attribute left out or constrained, edges likely."""
     preds = []
     for attr in space.attributes:
         if draw(st.booleans()):
@@ -79,7 +85,7 @@ def space_and_predicates(draw):
             preds.append({"attr": attr.name, "op": op, "low": min(a, b), "high": max(a, b)})
         else:
             preds.append({"attr": attr.name, "op": op, "value": a})
-    return space, preds
+    return preds
 
 
 def reference_cells(attr, constraint):

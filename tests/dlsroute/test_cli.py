@@ -103,3 +103,36 @@ def test_sdk_commands_take_the_networks_shards(tmp_path):
             assert client.shards == shards
         finally:
             client._producer.purge()
+
+
+def test_replication_options_reach_the_node_the_sdk_and_access(tmp_path, capsys):
+    """``--replication-factor``/``--min-insync-replicas``: checked, naming the field."""
+    from pathlib import Path
+
+    from broker_node.config import load_settings
+    from dlsroute.cli import _sdk_client, build_parser
+
+    config = Path(__file__).resolve().parents[2] / "docker" / "examples" / "node-a.toml"
+    args = build_parser().parse_args(["node", "--config", str(config),
+                                      "--replication-factor", "3",
+                                      "--min-insync-replicas", "2"])
+    s = load_settings(config, replication_factor=args.replication_factor,
+                      min_insync_replicas=args.min_insync_replicas)
+    assert s.topic_replication() == {"replication": 3, "min_insync": 2}
+    spec = write(tmp_path, "space.json", SPACE_SPEC)
+    args = build_parser().parse_args(["publish", "--space", str(spec), "--node", "A",
+                                      "--client", "alice", "--bootstrap", "127.0.0.1:1",
+                                      "--replication-factor", "3"])
+    client = _sdk_client(args)
+    try:
+        assert client._replication == {"replication": 3, "min_insync": None}
+    finally:
+        client._producer.purge()
+    assert main(["publish", "--space", str(spec), "--node", "A", "--client", "alice",
+                 "--replication-factor", "0", "--attrs", "{}"]) == 2
+    assert "replication_factor must be an integer >= 1" in capsys.readouterr().err
+    admin_conf = write(tmp_path, "admin.properties", "")
+    assert main(["access", "add-operator", "--admin-config", str(admin_conf), "--name", "op",
+                 "--replication-factor", "1", "--min-insync-replicas", "2"]) == 2
+    assert ("min_insync_replicas (2) must not exceed replication_factor (1)"
+            in capsys.readouterr().err)

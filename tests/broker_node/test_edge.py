@@ -1,0 +1,92 @@
+"""The edge's verdicts against a brute-force exact matcher (no event a client matches is
+removed; no event it does not match is delivered)."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker_node.edge import CHECK, NONE, SURE, EdgeTable, values_match
+from dls.mapping import event_label
+from dls.predicates import Subscription
+from dls.space import ContentSpace, DiscreteAttribute
+from tests.dls.test_mapping import edge_values, predicates_for, space_and_predicates
+
+CLIENTS = ["c0", "c1", "c2"]
+
+
+def _numeric_values(space, event):
+    return np.array([event[a.name] for a in space.attributes
+                     if not isinstance(a, DiscreteAttribute)], dtype=np.float64)
+
+
+def _event(space, rnd):
+    return {a.name: (rnd.choice(a.values) if isinstance(a, DiscreteAttribute)
+                     else rnd.choice(edge_values(a) + [rnd.uniform(a.low, a.high)]))
+            for a in space.attributes}
+
+
+@st.composite
+def tables(draw):
+    space, _ = draw(space_and_predicates())
+    subs = []
+    for n in range(draw(st.integers(1, 6))):
+        preds = draw(predicates_for(space))
+        try:
+            sub = Subscription(space, preds)
+        except Exception:  # noqa: S112 - can match nothing: not a subscription
+            continue
+        subs.append((draw(st.sampled_from(CLIENTS)), f"s{n}", sub))
+    removed = draw(st.sets(st.integers(0, max(0, len(subs) - 1)), max_size=2))
+    return space, subs, removed
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(), st.randoms(use_true_random=False))
+def test_the_edge_delivers_exactly_what_the_subscriptions_match(t, rnd):
+    space, subs, removed = t
+    table = EdgeTable(space)
+    for client, sid, sub in subs:
+        table.add(client, sid, sub)
+    live = [s for i, s in enumerate(subs) if i not in removed]
+    for i in sorted(removed):
+        if i < len(subs):
+            table.remove(subs[i][0], subs[i][1])
+    assert len(table) == len(live)
+    for _ in range(60):
+        event = _event(space, rnd)
+        label = event_label(space, event)
+        values = _numeric_values(space, event)
+        for client, verdict in zip(CLIENTS, table.verdicts(label, CLIENTS), strict=True):
+            mine = [s for c, _, s in live if c == client]
+            if not mine:  # the table was told of nothing of it: by label
+                assert verdict.kind == SURE
+                continue
+            want = any(s.matches(event) for s in mine)
+            assert values_match(verdict, values, event) == want, (client, event, mine)
+            holds = any(label in set(s.labels(budget=10**7).tolist()) for s in mine)
+            assert (verdict.kind == NONE) == (not holds)
+
+
+def test_sure_check_and_none():
+    space = ContentSpace.from_spec({"attributes": [
+        {"name": "sym", "type": "discrete", "values": ["A", "B"]},
+        {"name": "price", "type": "numeric", "low": 0, "high": 100, "granules": 10}]})
+    table = EdgeTable(space)
+    table.add("alice", "1", Subscription(space, "sym = A and price between 25 and 55"))
+    table.add("bob", "2", None)  # labels alone: delivered by label
+    label = lambda sym, price: event_label(space, {"sym": sym, "price": price})  # noqa: E731
+    kinds = lambda lab: [v.kind for v in table.verdicts(lab, ["alice", "bob", "carol"])]  # noqa: E731
+    # carol: nothing given to the table, so by label
+    assert kinds(label("A", 35)) == [SURE, SURE, SURE]  # cell 3 is interior
+    assert kinds(label("A", 21)) == [CHECK, SURE, SURE]  # cell 2 is cut at 25
+    assert kinds(label("B", 35)) == [NONE, SURE, SURE]  # alice holds no B cell
+    v = table.verdicts(label("A", 21), ["alice"])[0]
+    assert not values_match(v, np.array([21.0]), {"sym": "A", "price": 21.0})
+    assert values_match(v, np.array([25.0]), {"sym": "A", "price": 25.0})
+    table.add("alice", "3", Subscription(space, "sym = B and price < 10"))
+    assert kinds(label("B", 35)) == [NONE, SURE, SURE]
+    table.remove("bob", "2")
+    table.remove("alice", "1")
+    table.remove("alice", "3")
+    table.remove("alice", "3")  # nothing held: nothing changes
+    assert len(table) == 0

@@ -1,0 +1,105 @@
+"""Exact delivery at the client's node, on a real Kafka: the edge removes the network's
+false positives before they are written, on both delivery layouts; off, they reach the
+client (the paper's behaviour), which shows the test can fail."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_nodes import SHARED_PARTITIONS, Net, _net, settled
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+# price cells are 1000/64 = 15.625 wide: 25 and 55 cut cells 1 and 3; cell 2 is interior
+WHERE = "sym = IBM and price between 25 and 55"
+EVENTS = [("IBM", 20.0), ("IBM", 24.9), ("IBM", 25.0), ("IBM", 40.0), ("IBM", 55.0),
+          ("IBM", 55.1), ("IBM", 62.0), ("AAPL", 40.0), ("IBM", 500.0)]
+
+
+def _matches(sym: str, price: float) -> bool:
+    return sym == "IBM" and 25 <= price <= 55
+
+
+def _run(net: Net) -> tuple[list[str], int, int]:
+    """alice at C subscribes; bob at A publishes EVENTS; what reaches alice's topic."""
+    alice = net.client("C", "alice")
+    bob = net.client("A", "bob")
+    alice.subscribe(WHERE)
+    wait_for(settled(net, "C", 1), what="C's subscription")
+    wait_for(lambda: len(net.nodes["A"].state.received_from("B")) > 0, what="A's routes")
+    ids = {bob.publish({"sym": s, "price": p}): (s, p) for s, p in EVENTS}
+    bob.flush()
+    want = sorted(i for i, e in ids.items() if _matches(*e))
+    got = [d.event_id for d in alice.deliveries(timeout=0.5, max_idle=6.0,
+                                                include_false_positives=True)]
+    fp = alice.false_positives
+    alice.close()
+    bob.close()
+    return sorted(set(got) & set(want)), len(got), fp
+
+
+@pytest.fixture(params=["topics", "shared"])
+def layout(request: pytest.FixtureRequest) -> dict[str, object]:
+    if request.param == "shared":
+        return {"delivery": "at_least_once", "shared_delivery_partitions": SHARED_PARTITIONS}
+    return {}
+
+
+@pytest.fixture
+def exact(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path,
+          layout: dict[str, object]) -> Iterator[Net]:
+    yield from _net(kafka_bootstrap, topic_prefix, tmp_path, ("A", "B", "C"), **layout)
+
+
+@pytest.fixture
+def by_label(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Net]:
+    yield from _net(kafka_bootstrap, topic_prefix, tmp_path, ("A", "B", "C"),
+                    exact_delivery=False)
+
+
+def test_the_clients_node_delivers_exactly_its_matches(exact: Net) -> None:
+    matched, delivered, fp = _run(exact)
+    assert len(matched) == sum(_matches(*e) for e in EVENTS) == 3
+    assert (delivered, fp) == (3, 0)
+    c = exact.nodes["C"].metrics
+    assert c.edge_removed >= 4  # 20, 24.9, 55.1, 62.0 share alice's boundary cells
+    assert c.edge_checked >= 6 and c.edge_unreadable == 0
+    assert exact.nodes["A"].metrics.edge_checked == 0  # a transit node reads no value
+
+
+def test_without_the_check_the_filters_false_positives_reach_the_client(
+        by_label: Net) -> None:
+    matched, delivered, fp = _run(by_label)
+    assert len(matched) == 3
+    assert fp >= 4 and delivered == 3 + fp
+
+
+def test_a_subscription_without_a_where_is_delivered_by_label(exact: Net) -> None:
+    """A raw writer may send labels alone: the edge cannot check them, so it does not."""
+    from confluent_kafka import Producer
+
+    from connectors.serde.messages import encode_label_subscription
+    from connectors.topics import Topics
+    from dls.predicates import Subscription
+
+    writer = Producer({"bootstrap.servers": exact.bootstrap})
+    labels = Subscription(exact.space, WHERE).labels()
+    writer.produce(Topics(exact.prefix).node_subscribe("C"),
+                   encode_label_subscription("carol", "raw-1", labels))
+    writer.flush(10)
+    carol = exact.client("C", "carol")
+    bob = exact.client("A", "bob")
+    wait_for(settled(exact, "C", 1), what="carol's labels")
+    wait_for(lambda: len(exact.nodes["A"].state.received_from("B")) > 0, what="A's routes")
+    outside = bob.publish({"sym": "IBM", "price": 20.0})  # alice's boundary cell, no match
+    bob.flush()
+    got = [d.event_id for d in carol.deliveries(timeout=0.5, max_idle=6.0,
+                                                include_false_positives=True)]
+    assert got == [outside]
+    assert exact.nodes["C"].metrics.edge_unchecked == 1
+    carol.close()
+    bob.close()
