@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from broker_node.config import NodeSettings
 from connectors.client import Client
 from connectors.kafka import admin
 from dls.space import ContentSpace
@@ -196,13 +195,16 @@ def test_the_replicated_deployment_routes_exactly_and_a_killed_node_restarts_los
 
 
 def _check_replication(dep: Deployment) -> None:
-    """Kafka's own topics have three replicas; the nodes' topics the settings allow."""
-    md = admin(dep.bootstrap).list_topics(timeout=30)
-    offsets = md.topics["__consumer_offsets"].partitions
-    assert {len(p.replicas) for p in offsets.values()} == {3}
-    node_topics = [t for name, t in md.topics.items() if name.startswith("dls.node.")]
+    """Kafka's own topics and the nodes' have three replicas, two in sync for a write."""
+    from confluent_kafka.admin import ConfigResource
+
+    client = admin(dep.bootstrap)
+    md = client.list_topics(timeout=30)
+    node_topics = [name for name in md.topics if name.startswith("dls.node.")]
     assert node_topics
-    # The nodes take the cluster's default (3) once NodeSettings.replication_factor exists
-    # (branch brokers21); until then they create every topic with one replica.
-    want = 3 if "replication_factor" in NodeSettings.model_fields else 1
-    assert {len(p.replicas) for t in node_topics for p in t.partitions.values()} == {want}
+    for name in ["__consumer_offsets", "__transaction_state", *node_topics]:
+        replicas = {len(p.replicas) for p in md.topics[name].partitions.values()}
+        assert replicas == {3}, (name, replicas)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in node_topics]
+    for res, future in client.describe_configs(resources).items():
+        assert future.result(timeout=30)["min.insync.replicas"].value == "2", res

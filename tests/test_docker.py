@@ -114,6 +114,7 @@ def test_compose_runs_three_brokers_and_two_replicas_of_each_node():
         assert b["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3"
         assert b["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"
         assert b["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+        assert b["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
         assert len({b["CLUSTER_ID"] for b in brokers}) == 1
     for n in "abc":
         node = services[f"node-{n}"]
