@@ -104,3 +104,31 @@ kafka-status: ## Is the local Kafka running and answering? (BROKERS=3: every ser
 
 kafka-clean: ## Stop the local Kafka and delete its data (jars are kept; BROKERS=3: the cluster's; SECURE=1)
 	$(KAFKA_ENV) $(KAFKA_SH) clean
+
+# ---------------------------------------------------------------- containers (docker/)
+# An engine with host networking only (no bridge, no iptables rules; root): engine-up,
+# engine-down. Images from Debian packages and this checkout, tagged by a hash of their
+# inputs (rebuilt only when those change): images. The container tests: test-containers.
+.PHONY: images engine-up engine-down test-containers
+
+# tests/integration on testcontainers' Kafka, a named subset: subscribe (acknowledged, then
+# delivered), routing across the three-node line, a node restart, dead letters; and the
+# check that the session's Kafka is the container.
+CONTAINER_TESTS := tests/integration/test_containers.py \
+	tests/integration/test_client.py::test_subscribe_waits_for_the_node_and_the_next_event_is_delivered \
+	tests/integration/test_nodes.py::test_multi_node_routing_is_exact \
+	tests/integration/test_nodes.py::test_node_restart_loses_no_event \
+	tests/integration/test_nodes.py::test_bad_input_goes_to_dead_letters_and_routing_goes_on
+
+engine-up: ## Start a Docker engine, host network only (root; installs docker.io if absent)
+	bash docker/engine.sh install
+	bash docker/engine.sh up
+
+engine-down: ## Stop the Docker engine that engine-up started
+	bash docker/engine.sh down
+
+images: setup ## Build dlsroute-base/-kafka/-node from Debian packages and this checkout (engine needed)
+	PYTHON=$(PY) bash docker/images.sh build
+
+test-containers: setup ## The container tests (engine and `make images` first): CONTAINER_TESTS on testcontainers' Kafka, then the compose deployment
+	DLS_TEST_KAFKA=testcontainers $(PY) -m pytest -rA --durations=10 $(CONTAINER_TESTS) tests/test_compose.py $(PYTEST_ARGS)

@@ -135,7 +135,7 @@ def _sdk_client(args: argparse.Namespace) -> Any:
                   shared_delivery_partitions=args.shared_delivery_partitions,
                   client_inputs=args.client_inputs, kafka_config=args.kafka_config,
                   replication_factor=args.replication_factor,
-                  min_insync_replicas=args.min_insync_replicas)
+                  min_insync_replicas=args.min_insync_replicas, shards=args.shards)
 
 
 def _cmd_subscribe(args: argparse.Namespace) -> int:
@@ -190,6 +190,8 @@ def _add_sdk_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--client-inputs", action="store_true",
                    help="write the client's own input topics (the node's client_inputs: the "
                         "secure layout)")
+    s.add_argument("--shards", type=int, default=1, metavar="N",
+                   help="the nodes' shards (label shards of the network; 1: unsharded)")
     add_kafka_config_arg(s)
     add_replication_args(s)
 

@@ -3,12 +3,21 @@
 ``kafka_bootstrap`` gives a ``"host:port"`` of a real broker, chosen in this order:
 
 1. ``DLS_KAFKA_BOOTSTRAP`` if set, used as is (nothing is started or stopped);
-2. testcontainers' Kafka module (KRaft) when a Docker engine answers a ping
-   (image from ``DLS_TEST_KAFKA_IMAGE``, default the module's own);
+2. a Kafka container started through testcontainers when a Docker engine answers a ping and
+   the image is there: ``DLS_TEST_KAFKA_IMAGE``, default the ``dlsroute-kafka`` image that
+   ``make images`` built from this checkout (any image that takes apache/kafka's ``KAFKA_*``
+   environment will do, e.g. ``apache/kafka:4.2.0``, pulled if missing). It runs on the
+   host's network (``docker/engine.sh`` starts an engine with no bridge) on a free port of
+   loopback, and is removed at session end;
 3. the local Kafka of ``docker/kafka/kafka.sh`` (Java 17+, Maven once for the jars) on
    ``127.0.0.1:$DLS_TEST_KAFKA_PORT`` (default 19092, so a developer's 9092 is untouched).
    It is stopped at session end only if this session started it: keep one running across
    sessions with ``KAFKA_PORT=19092 make kafka-up``.
+
+``DLS_TEST_KAFKA`` chooses: ``auto`` (the default: 2 when it can, else 3, saying why in one
+line), ``local`` (3 even with an engine), ``testcontainers`` (2 or the tests fail: CI sets
+it where its engine is up, so that a silent fall-back cannot pass). The terminal summary
+names the Kafka the session used.
 
 Tests that use it are skipped only when neither Java nor a Docker engine is available.
 Every test that requests ``kafka_bootstrap`` is marked ``integration``
@@ -18,7 +27,6 @@ Every test that requests ``kafka_bootstrap`` is marked ``integration``
 from __future__ import annotations
 
 import gc
-import inspect
 import os
 import shutil
 import uuid
@@ -27,12 +35,8 @@ from collections.abc import Generator, Iterator
 import pytest
 from _pytest.faulthandler import fault_handler_stderr_fd_key
 
-from connectors.local_kafka import (
-    docker_engine_available,
-    ensure_local_kafka,
-    port_answers,
-    stop_local_kafka,
-)
+from connectors.local_kafka import ensure_local_kafka, port_answers, stop_local_kafka
+from tests import containers
 from tests.hang_watchdog import HangWatchdog, limit_from_env
 
 DEFAULT_TEST_KAFKA_PORT = 19092
@@ -114,24 +118,70 @@ def _java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def _testcontainers_kafka() -> Iterator[str]:
-    """Run a KRaft Kafka container for the session and yield its bootstrap server."""
-    try:
-        from testcontainers.community.kafka import KafkaContainer
-    except ImportError:  # testcontainers < 4.9
-        from testcontainers.kafka import KafkaContainer
+def _say(kind: str, line: str) -> None:
+    """Record the session's Kafka (``containers.SESSION_KAFKA``), said in the summary."""
+    containers.SESSION_KAFKA.update(kind=kind, line=line)
 
-    image = os.environ.get("DLS_TEST_KAFKA_IMAGE")
-    container = KafkaContainer(image) if image else KafkaContainer()
-    if hasattr(container, "with_kraft"):
-        container = container.with_kraft()
-    # First pull plus KRaft start can exceed the module's 30 s default (newer versions).
-    if "timeout" in inspect.signature(container.start).parameters:
-        container.start(timeout=180)
-    else:
-        container.start()
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Name the Kafka the integration tests ran on."""
+    if containers.SESSION_KAFKA:
+        terminalreporter.write_line(f"kafka_bootstrap: {containers.SESSION_KAFKA['line']}")
+
+
+def _container_image() -> tuple[str | None, str]:
+    """The Kafka image to run through testcontainers, or None and why not."""
+    if not containers.engine_answers():
+        return None, "no Docker engine answers"
+    given = os.environ.get("DLS_TEST_KAFKA_IMAGE", "").strip()
+    if given:
+        return given, ""  # testcontainers pulls it if the engine does not have it
+    image = containers.project_images()["DLS_KAFKA_IMAGE"]
+    if not containers.image_present(image):
+        return None, f"the engine answers but has no {image} (make images)"
+    return image, ""
+
+
+def _testcontainers_kafka(image: str, port: int) -> Iterator[str]:
+    """Run a single-node KRaft Kafka of ``image`` on the host's network; yield its bootstrap.
+
+    Not testcontainers' KafkaContainer: that one is made for Confluent's images and mapped
+    ports. This is the generic container with apache/kafka's ``KAFKA_*`` environment, which
+    the project's image takes too. No reaper container (its image comes from a registry):
+    the container is removed here.
+    """
+    from testcontainers.core.config import testcontainers_config
+    from testcontainers.core.container import DockerContainer
+
+    from connectors.kafka import wait_for_broker
+
+    testcontainers_config.ryuk_disabled = True
+    controller = containers.free_port()
+    container = (
+        DockerContainer(image, name=f"dlsroute-test-kafka-{port}")
+        .with_kwargs(network_mode="host")
+        .with_envs(
+            CLUSTER_ID="dlsrouteTestKafkaAAAAA", KAFKA_NODE_ID="1",
+            KAFKA_PROCESS_ROLES="broker,controller",
+            KAFKA_LISTENERS=f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+            KAFKA_ADVERTISED_LISTENERS=f"PLAINTEXT://127.0.0.1:{port}",
+            KAFKA_CONTROLLER_LISTENER_NAMES="CONTROLLER",
+            KAFKA_LISTENER_SECURITY_PROTOCOL_MAP="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            KAFKA_CONTROLLER_QUORUM_VOTERS=f"1@127.0.0.1:{controller}",
+            # as docker/kafka/kafka.sh configures the local broker
+            KAFKA_NUM_PARTITIONS="1", KAFKA_AUTO_CREATE_TOPICS_ENABLE="true",
+            KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR="1", KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS="1",
+            KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR="1",
+            KAFKA_TRANSACTION_STATE_LOG_MIN_ISR="1",
+            KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR="1",
+            KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR="1",
+            KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0", KAFKA_NUM_NETWORK_THREADS="2",
+            KAFKA_NUM_IO_THREADS="4", KAFKA_HEAP_OPTS="-Xmx1g -Xms256m"))
+    container.start()
+    bootstrap = f"127.0.0.1:{port}"
     try:
-        yield container.get_bootstrap_server()
+        wait_for_broker(bootstrap, timeout=180)
+        yield bootstrap
     finally:
         container.stop()
 
@@ -141,15 +191,27 @@ def kafka_bootstrap() -> Iterator[str]:
     """Bootstrap servers (``"host:port"``) of a real Kafka broker for the whole session."""
     given = os.environ.get("DLS_KAFKA_BOOTSTRAP", "").strip()
     if given:
+        _say("given", f"{given} (DLS_KAFKA_BOOTSTRAP)")
         yield given
         _delete_test_topics(given)
         return
-    if docker_engine_available():
-        yield from _testcontainers_kafka()
-        return
+    choice = containers.kafka_choice()
+    why = "DLS_TEST_KAFKA=local"
+    if choice != "local":
+        image, why = _container_image()
+        if image is not None:
+            port = containers.free_port()
+            _say("testcontainers",
+                 f"testcontainers, {image} on 127.0.0.1:{port} (host network)")
+            yield from _testcontainers_kafka(image, port)
+            return
+        if choice == "testcontainers":
+            pytest.fail(f"DLS_TEST_KAFKA=testcontainers, but {why}")
     if not _java_available():
         pytest.skip("no Kafka: neither a Docker engine nor Java 17+ is available")
     port = int(os.environ.get("DLS_TEST_KAFKA_PORT", DEFAULT_TEST_KAFKA_PORT))
+    _say("local",
+         f"the local Kafka (docker/kafka/kafka.sh) on 127.0.0.1:{port}: {why}")
     started_here = not port_answers(port)
     bootstrap = ensure_local_kafka(port)
     try:

@@ -88,6 +88,23 @@ def test_sdk_commands_write_the_clients_own_topics_with_client_inputs(tmp_path):
             client._producer.purge()
 
 
+def test_sdk_commands_take_the_networks_shards(tmp_path):
+    """The example configs of docker/ are sharded: the SDK commands must split likewise."""
+    from dlsroute.cli import _sdk_client, build_parser
+
+    spec = tmp_path / "space.json"
+    spec.write_text(json.dumps({"attributes": [
+        {"name": "x", "type": "numeric", "low": 0, "high": 10, "granules": 4}]}))
+    base = ["--space", str(spec), "--node", "A", "--client", "alice",
+            "--bootstrap", "127.0.0.1:1"]
+    for argv, shards in [(base, 1), (base + ["--shards", "2"], 2)]:
+        client = _sdk_client(build_parser().parse_args(["subscribe", *argv, "--where", "x < 5"]))
+        try:
+            assert client.shards == shards
+        finally:
+            client._producer.purge()
+
+
 def test_replication_options_reach_the_node_the_sdk_and_access(tmp_path, capsys):
     """``--replication-factor``/``--min-insync-replicas``: checked, naming the field."""
     from pathlib import Path
