@@ -92,9 +92,8 @@ def _general_udf(kind: str, build: Build, space: ContentSpace, raw: DataFrame,
     """The name of the general mapping of ``kind`` as a Java UDF (``dlsroute.spark.General``).
 
     Built once per session, space, topics, shards and source schema: the Catalyst mapping
-    over an
-    empty source of ``raw``'s schema, whose optimised projections the UDF runs on a struct
-    of one row's columns. None when the session lacks the jar.
+    over an empty source of ``raw``'s schema, whose optimised projections the UDF runs on a
+    struct of one row's columns. None when the session lacks the jar.
     """
     from py4j.protocol import Py4JError
 

@@ -4,7 +4,10 @@
 ``topic[partition]@offset``) and the row's timestamp (an event's publication time);
 :func:`with_topic` names the node topic and refuses a node whose topic name Kafka would
 not take; :func:`finish` makes one sink record per row: the mapped record, or a
-``DeadLetter`` on ``dls.deadletter`` as the nodes write theirs.
+``DeadLetter`` on ``dls.deadletter`` as the nodes write theirs. A row that maps to several
+records (a sharded network's parts) gets them as an array, :func:`finish_records`, still a
+projection (the Java path's general mapping must be one), which :func:`explode` turns into
+rows.
 """
 
 from __future__ import annotations
