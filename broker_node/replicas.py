@@ -197,8 +197,8 @@ class ReplicaSet:
         """Say so loudly when the unsharded inputs of this sharded node hold messages.
 
         No engine reads them: a writer that does not know the network is sharded (a client
-        with ``shards`` 1, or the Spark mapping job, which does not split by shard yet)
-        wrote there, and its subscriptions and events are not routed.
+        with ``shards`` 1, or the Spark mapping job without ``--shards``) wrote there, and
+        its subscriptions and events are not routed.
         """
         s = self.settings
         t = Topics(s.topic_prefix)
@@ -213,9 +213,9 @@ class ReplicaSet:
                                                              timeout=10)
                     if high > low:
                         log.error("node %s is sharded (%d shards) but %s holds %d messages "
-                                  "no engine reads: a writer does not split by shard (SDK "
-                                  "clients need shards=%d; the Spark job does not split yet)",
-                                  s.node, s.shards, name, high - low, s.shards)
+                                  "no engine reads: a writer that does not shard wrote there "
+                                  "(SDK clients need shards=%d, the Spark job --shards %d)",
+                                  s.node, s.shards, name, high - low, s.shards, s.shards)
         except KafkaException as exc:
             log.debug("node %s: unsharded inputs not checked (%s)", s.node, exc)
         finally:

@@ -15,6 +15,7 @@ __all__ = [
     "AnalyzeError",
     "FastPathError",
     "JvmBuildError",
+    "MappingArgumentError",
     "SparkArgumentError",
     "SparkJarsError",
     "SparkJobError",
@@ -28,6 +29,10 @@ class SparkJobError(DLSError):
 
 class WorkloadError(SparkJobError, ValueError):
     """A workload parameter is invalid (the error names it and its value)."""
+
+
+class MappingArgumentError(SparkJobError, ValueError):
+    """An argument of the mapping job is invalid (the error names it and its value)."""
 
 
 class AnalyzeError(SparkJobError, ValueError):

@@ -17,7 +17,7 @@ __all__ = ["register"]
 
 
 def _cmd_spark_map(args: argparse.Namespace) -> int:
-    from connectors.topics import Topics, check_name
+    from connectors.topics import MAX_SHARDS, Topics, check_name
     from dls.space import ContentSpace
 
     space = ContentSpace.from_json(args.space)  # bad input fails before Spark starts
@@ -27,6 +27,10 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
         print(f"dlsroute spark-map: --max-offsets must be at least 1, got {args.max_offsets}",
               file=sys.stderr)
         return 2
+    if not 1 <= args.shards <= MAX_SHARDS:
+        print(f"dlsroute spark-map: --shards must be in [1, {MAX_SHARDS}], got {args.shards}",
+              file=sys.stderr)
+        return 2
 
     from connectors.kafka_config import load_kafka_config, spark_options
     from spark.session import spark_session
@@ -34,7 +38,7 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
 
     kafka = load_kafka_config(args.kafka_config)
     java = spark_options(kafka)  # fails before Spark starts on a setting Java lacks
-    prepare_topics(args.bootstrap, topics, nodes, kafka=kafka)
+    prepare_topics(args.bootstrap, topics, nodes, kafka=kafka, shards=args.shards)
     spark = spark_session("dlsroute-spark-map", master=args.master)
     started = time.monotonic()
     query = start_query(spark, space, args.bootstrap, topics=topics,
@@ -42,7 +46,7 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
                         trigger_seconds=args.trigger_seconds,
                         starting_offsets=args.starting_offsets,
                         max_offsets_per_trigger=args.max_offsets, query_name="dls-spark-map",
-                        kafka_options=java)
+                        kafka_options=java, shards=args.shards)
 
     stopping = threading.Event()
 
@@ -92,6 +96,10 @@ def register(sub: Any) -> None:
     s.add_argument("--nodes", default=None,
                    help="comma-separated nodes whose input topics to create first (control "
                         "topics with unlimited retention, as the nodes make them)")
+    s.add_argument("--shards", type=int, default=1,
+                   help="the network's label shards (the nodes' `shards` setting): above 1 "
+                        "each record goes to its shards' node topics, as the SDK sends it "
+                        "(default 1)")
     s.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     s.add_argument("--trigger-seconds", type=float, default=1.0,
                    help="micro-batch interval without --once (default 1)")

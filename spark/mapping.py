@@ -59,10 +59,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from connectors.topics import Topics
+from connectors.topics import MAX_SHARDS, Topics
 from dls.space import ContentSpace
 from spark.catalyst import build_events, build_subscriptions, build_unsubscriptions
 from spark.catalyst.columns import HEADERS_TYPE
+from spark.catalyst.sink import RECORDS, explode
+from spark.exceptions import MappingArgumentError
 from spark.fastpath import FAST_TYPE, fast_config, hybrid
 
 if TYPE_CHECKING:
@@ -83,7 +85,7 @@ SINK_COLUMNS = ("topic", "key", "value", "headers")
 
 
 def map_events(space: ContentSpace, raw: DataFrame, topics: Topics, *,
-               fast: bool | None = None) -> DataFrame:
+               fast: bool | None = None, shards: int = 1) -> DataFrame:
     """Raw events -> events on ``dls.node.N.publish`` (and dead letters).
 
     The value is the SDK's RawEvent (``encode_raw_event``) of the input; the headers are
@@ -94,26 +96,51 @@ def map_events(space: ContentSpace, raw: DataFrame, topics: Topics, *,
     when the session has their jar, False never (the Catalyst expressions alone, in the
     plan), True insists.
 
+    ``shards``: the network's label shards (``NodeSettings.shards``); above 1 an event
+    goes to its label's shard's topic ``dls.node.N.s<k>.publish``
+    (:func:`dls.shards.label_shard`), as the SDK sends it.
+
     Raises:
         FastPathError: ``fast`` is True and the session cannot run the Java UDFs.
     """
-    return hybrid("event", build_events, space, raw, topics, fast)
+    return hybrid("event", build_events, space, raw, topics, fast, _shards(shards))
 
 
 def map_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics, *,
-                      fast: bool | None = None) -> DataFrame:
+                      fast: bool | None = None, shards: int = 1) -> DataFrame:
     """Raw subscriptions -> ``LabelSubscription`` records on ``dls.node.N.subscribe``.
 
     The labels are those of :meth:`dls.predicates.Subscription.labels` (sorted, 8 bytes
     big-endian each); ``where`` is the subscription as it came. ``fast`` as
-    :func:`map_events`.
+    :func:`map_events`. ``shards`` above 1: one record per shard the labels fall in, on
+    ``dls.node.N.s<k>.subscribe``, holding that shard's labels (same id, client and
+    ``where``), as the SDK splits a subscription; a refused one is one dead letter.
     """
-    return hybrid("subscription", build_subscriptions, space, raw, topics, fast)
+    return hybrid("subscription", build_subscriptions, space, raw, topics, fast,
+                  _shards(shards))
 
 
-def map_unsubscriptions(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
+def map_unsubscriptions(space: ContentSpace, raw: DataFrame, topics: Topics, *,
+                        shards: int = 1) -> DataFrame:
     """Raw unsubscriptions -> ``LabelUnsubscription`` records on ``dls.node.N.unsubscribe``.
 
     ``space`` is not needed to map an unsubscription; it is taken for a uniform signature.
+    ``shards`` above 1: the record goes to every shard's ``dls.node.N.s<k>.unsubscribe``
+    (the job does not know the subscription's labels; a shard without a part of it takes
+    the cancellation of an unknown id as the SDK's case).
     """
-    return build_unsubscriptions(space, raw, topics)
+    df = build_unsubscriptions(space, raw, topics, _shards(shards))
+    return explode(df) if RECORDS in df.columns else df
+
+
+def _shards(shards: int) -> int:
+    """``shards`` if it is a network's shard count (1 to ``MAX_SHARDS``), else raise.
+
+    Raises:
+        MappingArgumentError: Not an integer in ``[1, MAX_SHARDS]``.
+    """
+    if type(shards) is not int or not 1 <= shards <= MAX_SHARDS:
+        raise MappingArgumentError(
+            f"shards must be an integer in [1, {MAX_SHARDS}], got {shards!r}",
+            field="shards", value=shards)
+    return shards

@@ -15,6 +15,10 @@ The sink cannot set the timestamp of a record it writes (Kafka stamps it with th
 time), so each event carries its raw record's timestamp, its publication time, in the
 ``dls-published-ms`` header, which nodes keep on every copy.
 
+In a sharded network (``shards`` above 1, the nodes' setting) the job writes the shards'
+node topics as the SDK does: an event to its label's shard, a subscription as a part per
+shard it has labels of, an unsubscription to every shard.
+
 ``--once`` (``trigger(availableNow=True)``) processes what is in the raw topics when the
 query starts and stops: for batch use and tests.
 """
@@ -41,27 +45,34 @@ log = logging.getLogger(__name__)
 
 
 def prepare_topics(bootstrap: str, topics: Topics, nodes: Iterable[str] = (),
-                   kafka: Mapping[str, str] | None = None) -> None:
+                   kafka: Mapping[str, str] | None = None, *, shards: int = 1) -> None:
     """Create the raw topics, the dead-letter topic and the given nodes' input topics.
 
     A node's subscribe and unsubscribe topics get the settings of
     :data:`connectors.topics.CONTROL_TOPIC_CONFIG` (unlimited retention), as the node itself
     creates them; otherwise the first record the job writes for a node that has not started
     yet would create them with the broker's default retention. ``kafka``: librdkafka
-    settings of the admin client (security).
+    settings of the admin client (security). ``shards`` above 1: the input topics of each
+    of the nodes' label shards (``dls.node.N.s<k>.*``), which the job then writes.
     """
     ensure_topics(bootstrap, [topics.raw_subscriptions, topics.raw_unsubscriptions,
                               topics.raw_events, topics.deadletter], kafka=kafka)
     nodes = list(nodes)
     if nodes:
-        ensure_topics(bootstrap, [t for n in nodes for t in (topics.node_subscribe(n),
-                                                             topics.node_unsubscribe(n))],
+        parts = [topics] if shards == 1 else [topics.of_shard(k) for k in range(shards)]
+        ensure_topics(bootstrap, [t for p in parts for n in nodes
+                                  for t in (p.node_subscribe(n), p.node_unsubscribe(n))],
                       config=CONTROL_TOPIC_CONFIG, kafka=kafka)
-        ensure_topics(bootstrap, [topics.node_publish(n) for n in nodes], kafka=kafka)
+        ensure_topics(bootstrap, [p.node_publish(n) for p in parts for n in nodes],
+                      kafka=kafka)
 
 
-def map_raw(space: ContentSpace, sources: Mapping[str, DataFrame], topics: Topics) -> DataFrame:
+def map_raw(space: ContentSpace, sources: Mapping[str, DataFrame], topics: Topics, *,
+            shards: int = 1) -> DataFrame:
     """The union of the three mappings; ``sources`` maps each raw topic to its DataFrame.
+
+    ``shards``: the network's label shards (records go to the shards' topics, split as
+    the SDK splits them: :mod:`spark.mapping`).
 
     Events first, unsubscriptions last: the sink writes a micro-batch partition by
     partition (a task each, flushed at its end), in this order when the tasks run one after
@@ -71,10 +82,11 @@ def map_raw(space: ContentSpace, sources: Mapping[str, DataFrame], topics: Topic
     """
     from spark.mapping import map_events, map_subscriptions, map_unsubscriptions
 
-    return (map_events(space, sources[topics.raw_events], topics)
-            .unionByName(map_subscriptions(space, sources[topics.raw_subscriptions], topics))
+    return (map_events(space, sources[topics.raw_events], topics, shards=shards)
+            .unionByName(map_subscriptions(space, sources[topics.raw_subscriptions], topics,
+                                           shards=shards))
             .unionByName(map_unsubscriptions(space, sources[topics.raw_unsubscriptions],
-                                             topics)))
+                                             topics, shards=shards)))
 
 
 def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
@@ -82,7 +94,7 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
                 once: bool = False, trigger_seconds: float = 1.0,
                 starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
                 kafka_options: Mapping[str, str] | None = None,
-                query_name: str | None = None) -> StreamingQuery:
+                query_name: str | None = None, shards: int = 1) -> StreamingQuery:
     """Start the mapping query and return it (running; ``awaitTermination`` to wait).
 
     Args:
@@ -98,6 +110,11 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
         max_offsets_per_trigger: Cap on records per micro-batch and raw topic (None: none).
         kafka_options: More ``kafka.*`` options for the source and the sink (security).
         query_name: Name of the streaming query.
+        shards: The network's label shards (``NodeSettings.shards``): above 1 the job
+            writes each shard's node topics (``dls.node.N.s<k>.*``), as the SDK does.
+
+    Raises:
+        MappingArgumentError: ``shards`` is not an integer in ``[1, MAX_SHARDS]``.
     """
     topics = topics or Topics()
     extra = {k if k.startswith("kafka.") else f"kafka.{k}": v
@@ -121,7 +138,7 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
         return reader.load()
 
     raw = (topics.raw_subscriptions, topics.raw_unsubscriptions, topics.raw_events)
-    out = map_raw(space, {t: source(t) for t in raw}, topics)
+    out = map_raw(space, {t: source(t) for t in raw}, topics, shards=shards)
     if checkpoint is None:
         checkpoint = tempfile.mkdtemp(prefix="dls-spark-map-")
         log.warning("no checkpoint location given: using %s, a restart will not resume",

@@ -3,7 +3,9 @@
 An event's label is that of :func:`dls.mapping.event_label`: the cell of each attribute's
 value shifted into its bits under the space's application prefix; the value is the SDK's
 RawEvent (a JSON event encoded as the SDK encodes it, an Avro one passed on byte for byte);
-the headers are those :meth:`connectors.client.Client.publish` writes, and, when the source
+the topic is the node's publish topic, in a sharded network that of the label's shard
+(:mod:`spark.catalyst.shards`); the headers are those
+:meth:`connectors.client.Client.publish` writes, and, when the source
 has a ``timestamp`` column (Spark's Kafka source has), the raw record's timestamp as
 :data:`connectors.topics.HEADER_PUBLISHED`.
 """
@@ -38,7 +40,8 @@ from spark.catalyst.columns import (
     str_array,
 )
 from spark.catalyst.decode import decode
-from spark.catalyst.sink import finish, with_topic
+from spark.catalyst.shards import with_label_shards
+from spark.catalyst.sink import finish, node_topic, with_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -126,13 +129,21 @@ def _raw_event_wire_schema() -> str:
     return json.dumps(schema)
 
 
-def build_events(space: ContentSpace, raw: DataFrame, topics: Topics) -> DataFrame:
-    """Raw events -> sink records, the Catalyst mapping of :func:`spark.mapping.map_events`."""
+def build_events(space: ContentSpace, raw: DataFrame, topics: Topics,
+                 shards: int = 1) -> DataFrame:
+    """Raw events -> sink records, the Catalyst mapping of :func:`spark.mapping.map_events`.
+
+    ``shards`` > 1: an event goes to its label's shard, ``dls.node.N.s<k>.publish``.
+    """
     from pyspark.sql.avro.functions import to_avro
 
     F = fns()
     decoded = decode(raw, "event", len(space.attributes))
-    df = with_topic(_with_event_label(space, decoded), topics, "publish")
+    df = with_topic(_with_event_label(space, decoded), topics, "publish", shards)
+    if shards > 1:
+        df = with_label_shards(df, F.array(F.col("_label")), "_shards", shards)
+        df = df.withColumn("_topic", node_topic(F.col("node"), topics, "publish",
+                                                F.col("_shards")[0]))
     entries = F.coalesce(F.map_entries(F.col("attrs")),
                          F.array().cast(f"array<struct<key:string,value:{ATTR_TYPE}>>"))
     body = to_avro(F.struct(non_null("node"), non_null("client"), non_null("id"),

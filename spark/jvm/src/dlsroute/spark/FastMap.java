@@ -1,7 +1,9 @@
 package dlsroute.spark;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -35,6 +37,13 @@ import org.apache.spark.sql.api.java.UDF2;
  * The result is {@code struct<topic:binary,value:binary,label:binary,origin:binary,
  * eid:binary>} (the topic's name as UTF-8 and the three header values; subscriptions leave
  * those null).
+ *
+ * <p>In a sharded network (config {@code shards} above 1) an event goes to its label's
+ * shard's topic ({@code fmix64(label)} modulo the shards, unsigned, as
+ * {@code dls.shards.label_shard}), and a subscription is split as the SDK splits it: the
+ * result has a sixth field, {@code parts: array<struct<topic:binary,value:binary>>}, one
+ * LabelSubscription per shard its labels fall in, holding that shard's labels (the other
+ * fields null).
  */
 public final class FastMap implements UDF2<byte[], byte[], Row> {
     private static final long serialVersionUID = 1L;
@@ -75,6 +84,10 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         final long appPrefix;
         final long budget;
         final int maxTopic;
+        /** The network's label shards (1: unsharded topic names). */
+        final int shards;
+        /** The longest shard part of a topic name ({@code .s<shards-1>}; 0 unsharded). */
+        final int shardPad;
         final String[] names;
         final int[] type;
         final double[] low;
@@ -111,6 +124,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             long app = 0;
             long bud = 0;
             int maxT = 0;
+            int nShards = 1;
             int i = 0;
             for (String line : lines) {
                 String[] f = line.split(" ");
@@ -121,6 +135,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                     case "app" -> app = Long.parseLong(f[1]);
                     case "budget" -> bud = Long.parseLong(f[1]);
                     case "maxtopic" -> maxT = Integer.parseInt(f[1]);
+                    case "shards" -> nShards = Integer.parseInt(f[1]);
                     case "attr" -> {
                         names[i] = str(f[1]);
                         shift[i] = Integer.parseInt(f[2]);
@@ -161,6 +176,8 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             appPrefix = app;
             budget = bud;
             maxTopic = maxT;
+            shards = nShards;
+            shardPad = nShards == 1 ? 0 : (".s" + (nShards - 1)).length();
         }
 
         static byte[] unhex(String s) {
@@ -481,17 +498,40 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         return bit;
     }
 
-    /** The node topic's name as UTF-8 bytes (ASCII: the node is a checked name). */
-    static byte[] topic(byte[] head, byte[] tail, int maxTopic, byte[] b, int s, int e) {
-        int n = head.length + (e - s) + tail.length;
-        if (n > maxTopic) {
+    /**
+     * The node topic's name as UTF-8 bytes (ASCII: the node is a checked name); of label
+     * shard {@code shard} in a sharded network ({@code .s<shard>} before the tail), else -1.
+     * Declines a node whose name would make the topic of the last shard too long (the
+     * general path's rule: a dead letter, whichever shard the record takes).
+     */
+    static byte[] topic(Config c, byte[] tail, int shard, byte[] b, int s, int e) {
+        byte[] head = c.topicHead;
+        if (head.length + (e - s) + c.shardPad + tail.length > c.maxTopic) {
             throw DECLINE;
         }
-        byte[] t = new byte[n];
+        byte[] part = shard < 0 ? new byte[0]
+                : (".s" + shard).getBytes(StandardCharsets.US_ASCII);
+        byte[] t = new byte[head.length + (e - s) + part.length + tail.length];
         System.arraycopy(head, 0, t, 0, head.length);
         System.arraycopy(b, s, t, head.length, e - s);
-        System.arraycopy(tail, 0, t, head.length + (e - s), tail.length);
+        System.arraycopy(part, 0, t, head.length + (e - s), part.length);
+        System.arraycopy(tail, 0, t, head.length + (e - s) + part.length, tail.length);
         return t;
+    }
+
+    /** MurmurHash3's 64-bit finaliser (Java's long arithmetic wraps, as it must). */
+    public static long fmix64(long k) {
+        k ^= k >>> 33;
+        k *= 0xff51afd7ed558ccdL;
+        k ^= k >>> 33;
+        k *= 0xc4ceb9fe1a85ec53L;
+        k ^= k >>> 33;
+        return k;
+    }
+
+    /** The label shard of a label, as {@code dls.shards.label_shard}. */
+    public static int labelShard(long label, int shards) {
+        return shards == 1 ? 0 : (int) Long.remainderUnsigned(fmix64(label), shards);
     }
 
     /** Marks a field as seen; a repeated field declines the record. */
@@ -634,7 +674,8 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             seen = mark(seen, bit);
         } while (next(r));
         close(r, seen, b, se);
-        byte[] topic = topic(c.topicHead, c.publishTail, c.maxTopic, b, se[0], se[1]);
+        byte[] topic = topic(c, c.publishTail, c.shards == 1 ? -1 : labelShard(label, c.shards),
+                b, se[0], se[1]);
         Out o = new Out();
         o.raw(c.header, 0, c.header.length);
         o.bytes(b, se[0], se[1]);
@@ -696,7 +737,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             seen = mark(seen, bit);
         } while (next(r));
         close(r, seen, b, se);
-        byte[] topic = topic(c.topicHead, c.subscribeTail, c.maxTopic, b, se[0], se[1]);
+        byte[] topic = topic(c, c.subscribeTail, -1, b, se[0], se[1]);
         long[][] cells = cells(c, b, whereS, whereE);
         // The cross product, the first attribute varying slowest: sorted, as the SDK's.
         long total = 1;
@@ -707,18 +748,17 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             }
         }
         int n = cells.length;
-        Out labels = new Out();
-        labels.ensure((int) total * 8);
+        long[] labels = new long[(int) total];
         long[] cur = new long[n];
         for (int k = 0; k < n; k++) {
             cur[k] = cells[k][0];
         }
-        for (long t = 0; t < total; t++) {
+        for (int t = 0; t < labels.length; t++) {
             long lab = c.appPrefix;
             for (int k = 0; k < n; k++) {
                 lab |= cur[k] << c.shift[k];
             }
-            labels.be8(lab);
+            labels[t] = lab;
             for (int k = n - 1; k >= 0; k--) {
                 if (cur[k] < cells[k][1]) {
                     cur[k]++;
@@ -727,15 +767,50 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                 cur[k] = cells[k][0];
             }
         }
+        if (c.shards == 1) {
+            return RowFactory.create(topic, subscription(c, b, se, whereS, whereE, labels, null,
+                    0), null, null, null);
+        }
+        // A part per shard the labels fall in, in shard order, each with its labels in
+        // order (the SDK's split): same id, client and where.
+        int[] of = new int[labels.length];
+        int[] count = new int[c.shards];
+        for (int t = 0; t < labels.length; t++) {
+            of[t] = labelShard(labels[t], c.shards);
+            count[of[t]]++;
+        }
+        List<Row> parts = new ArrayList<>();
+        for (int k = 0; k < c.shards; k++) {
+            if (count[k] > 0) {
+                parts.add(RowFactory.create(topic(c, c.subscribeTail, k, b, se[0], se[1]),
+                        subscription(c, b, se, whereS, whereE, labels, of, k)));
+            }
+        }
+        return RowFactory.create(null, null, null, null, null, parts);
+    }
+
+    /**
+     * A LabelSubscription's bytes: the record's client, id and where, and its labels (those
+     * of shard {@code shard} when {@code of}, each label's shard, is given).
+     */
+    static byte[] subscription(Config c, byte[] b, int[] se, int whereS, int whereE,
+            long[] labels, int[] of, int shard) {
+        Out lb = new Out();
+        lb.ensure(labels.length * 8);
+        for (int t = 0; t < labels.length; t++) {
+            if (of == null || of[t] == shard) {
+                lb.be8(labels[t]);
+            }
+        }
         Out o = new Out();
-        o.ensure(c.header.length + labels.n + (whereE - whereS) + 40);
+        o.ensure(c.header.length + lb.n + (whereE - whereS) + 40);
         o.raw(c.header, 0, c.header.length);
         o.bytes(b, se[2], se[3]);
         o.bytes(b, se[4], se[5]);
-        o.bytes(labels.buf, 0, labels.n);
+        o.bytes(lb.buf, 0, lb.n);
         o.b(2);  // the string branch of ["null", "string"]
         o.bytes(b, whereS, whereE);
-        return RowFactory.create(topic, o.done(), null, null, null);
+        return o.done();
     }
 
     static boolean isWordChar(byte c) {
