@@ -8,7 +8,8 @@ those are the SDK's: the SDK's own split (``Client._parts``) and topic names
 (``Client._input``) are the expected values. A refused record is one dead letter, not one
 per shard.
 
-Cost: the shared SparkSession and about 30 s of Spark jobs on two cores.
+Cost: the shared SparkSession and about a minute of Spark jobs on two cores (the general
+mapping is built once per space and shard count).
 """
 
 from __future__ import annotations
