@@ -187,57 +187,89 @@ class EdgeTable:
             self._by_client.setdefault(client, []).append(row)
 
     def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:
-        """The verdict of each candidate client for events of ``label`` (one numpy pass)."""
-        cells = self.space.decompose(label)
-        out: list[Verdict] = [_SURE] * len(clients)
-        owners: list[int] = []
+        """The verdict of each candidate client for events of ``label``."""
+        return self.verdicts_many([label], [clients])[0]
+
+    def verdicts_many(self, labels: Sequence[int], candidates: Sequence[Sequence[str]]
+                      ) -> list[list[Verdict]]:
+        """The verdicts of ``candidates[e]`` for events of ``labels[e]``, in one numpy pass.
+
+        A label that is not one of this space's cells leaves its candidates *sure*.
+        """
+        out: list[list[Verdict]] = [[_SURE] * len(c) for c in candidates]
+        keys: list[int] = []
+        where: list[tuple[int, int]] = []
         held: list[list[int]] = []
-        for k, c in enumerate(clients):
-            mine = self._by_client.get(c)
-            if self._unchecked.get(c) or c not in self._known:
-                continue  # held without a where, or never given to the edge: by label
-            if not mine:
-                out[k] = _NONE
-                continue
-            owners.append(k)
-            held.append(mine)
-        if not owners:
+        known, unchecked, by_client = self._known, self._unchecked, self._by_client
+        for e, names in enumerate(candidates):
+            for k, c in enumerate(names):
+                if c not in known or c in unchecked:
+                    continue  # never given to the edge, or held without a where: by label
+                mine = by_client.get(c)
+                if not mine:
+                    out[e][k] = _NONE
+                    continue
+                keys.append(e)
+                where.append((e, k))
+                held.append(mine)
+        if not held:
             return out
+        cells, valid = self._cells(labels)
         sizes = np.fromiter(map(len, held), np.int64, len(held))
         rows = np.fromiter(chain.from_iterable(held), np.int64, int(sizes.sum()))
-        holds, interior = self._classify(rows, cells)
+        key_of_row = np.repeat(np.asarray(keys, dtype=np.int64), sizes)
+        holds, interior = self._classify(rows, cells[key_of_row])
         sets = (np.array([r in self._sets for r in rows.tolist()], dtype=np.bool_)
                 if self._sets else np.zeros(len(rows), dtype=np.bool_))
         starts = np.r_[0, np.cumsum(sizes)[:-1]]
         sure = np.logical_or.reduceat(holds & interior & np.logical_not(sets), starts).tolist()
         some = np.logical_or.reduceat(holds, starts).tolist()
         ends = (starts + sizes).tolist()
-        for j, k in enumerate(owners):
-            if sure[j]:
-                continue
-            if not some[j]:
-                out[k] = _NONE
-                continue
-            lo, hi = int(starts[j]), ends[j]
-            h, st = holds[lo:hi], sets[lo:hi]
-            own = rows[lo:hi]
-            out[k] = Verdict(CHECK, self._bounds[own[h & np.logical_not(st)]],
-                             tuple(self._sets[int(r)] for r in own[h & st]))
+        ok = valid.tolist()
+        for j, (e, k) in enumerate(where):
+            if sure[j] or not ok[e]:
+                out[e][k] = _SURE
+            elif not some[j]:
+                out[e][k] = _NONE
+            else:
+                lo, hi = int(starts[j]), ends[j]
+                h, st = holds[lo:hi], sets[lo:hi]
+                own = rows[lo:hi]
+                out[e][k] = Verdict(CHECK, self._bounds[own[h & np.logical_not(st)]],
+                                    tuple(self._sets[int(r)] for r in own[h & st]))
         return out
 
     # -- inside -----------------------------------------------------------------------------
-    def _classify(self, rows: np.ndarray, cells: tuple[int, ...]
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: whether its subscription holds the cells, and wholly (an interior cell)."""
+    def _cells(self, labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Cell indexes ``(labels, attributes)`` and whether each label is the space's.
+
+        The cells of a label that is not one of the space's cells are zeros.
+        """
+        space = self.space
+        ls = np.asarray(labels, dtype=np.uint64)
+        cells = np.zeros((len(ls), len(space.attributes)), dtype=np.int64)
+        valid = (ls >> np.uint64(space.cell_bits)) == np.uint64(
+            space.app_id if space.app_id is not None else 0)
+        for i, (a, b, sh) in enumerate(zip(space.attributes, space.bits, space.shifts,
+                                           strict=True)):
+            c = ((ls >> np.uint64(sh)) & np.uint64((1 << b) - 1)).astype(np.int64)
+            valid &= c < a.n_cells
+            cells[:, i] = c
+        cells[~valid] = 0
+        return cells, valid
+
+    def _classify(self, rows: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: whether its subscription holds the row's cells, and wholly (interior)."""
         holds = np.ones(len(rows), dtype=bool)
         interior = np.ones(len(rows), dtype=bool)
         attrs = self.space.attributes
+        one = np.uint64(1)
         for k, i in enumerate(self._discrete):
-            word, bit = divmod(cells[i], 64)
-            holds &= (self._allowed[k][rows, word] >> np.uint64(bit)) & np.uint64(1) == 1
+            word, bit = np.divmod(cells[:, i], 64)
+            holds &= (self._allowed[k][rows, word] >> bit.astype(np.uint64)) & one == one
         bounds = self._bounds[rows]
         for j, i in enumerate(self._numeric):
-            a, cell = attrs[i], cells[i]
+            a, cell = attrs[i], cells[:, i]
             lo, hi = bounds[:, j, 0], bounds[:, j, 1]
             c_lo, c_hi = a.cells(lo), a.cells(hi)
             holds &= (c_lo <= cell) & (cell <= c_hi)
@@ -286,19 +318,19 @@ def split_routes(edge: EdgeTable, names: Sequence[str], labels: list[int], offse
     keep = np.ones(len(clients), dtype=bool)
     bounds = offsets.tolist()
     idx = clients.tolist()
-    for e in range(n):
-        a, b = bounds[e], bounds[e + 1]
-        if a == b:
-            continue
-        mine = idx[a:b]
-        verdicts = edge.verdicts(labels[e], [names[i] for i in mine])
+    some = [e for e in range(n) if bounds[e + 1] > bounds[e]]
+    verdicts = edge.verdicts_many([labels[e] for e in some],
+                                  [[names[i] for i in idx[bounds[e]:bounds[e + 1]]]
+                                   for e in some])
+    for e, vs in zip(some, verdicts, strict=True):
+        a = bounds[e]
         ck = []
-        for j, (i, v) in enumerate(zip(mine, verdicts, strict=True)):
+        for j, v in enumerate(vs):
             if v.kind == SURE:
                 continue
             keep[a + j] = False
             if v.kind == CHECK:
-                ck.append((i, v))
+                ck.append((idx[a + j], v))
             else:
                 removed[e] += 1
         checks[e] = tuple(ck)

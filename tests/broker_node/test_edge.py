@@ -91,3 +91,13 @@ def test_sure_check_and_none():
     table.remove("alice", "3")  # nothing held: nothing changes
     assert len(table) == 0
     assert kinds(label("A", 35)) == [NONE, NONE, SURE]  # alice and bob have nothing left
+
+
+def test_a_label_outside_the_space_leaves_its_candidates_to_the_label():
+    space = ContentSpace.from_spec({"app_id": 7, "attributes": [
+        {"name": "price", "type": "numeric", "low": 0, "high": 100, "granules": 10}]})
+    table = EdgeTable(space)
+    table.add("alice", "1", Subscription(space, "price between 25 and 55"))
+    inside = event_label(space, {"price": 21.0})
+    [[v_in], [v_out]] = table.verdicts_many([inside, inside ^ (1 << 40)], [["alice"], ["alice"]])
+    assert (v_in.kind, v_out.kind) == (CHECK, SURE)
