@@ -65,6 +65,8 @@ from connectors.kafka import admin, ensure_topics
 from connectors.kafka_config import load_kafka_config
 from connectors.replication import TopicReplication, topic_replication
 from connectors.topics import CONTROL_TOPIC_CONFIG, Topics, check_name
+from dls.exceptions import DLSError
+from dls.shards import check_shards
 from dlsroute.exceptions import OptionError
 
 __all__ = [
@@ -189,18 +191,20 @@ def client_grants(topics: Topics, node: str, client: str, *,
     return sorted(set(out))
 
 
-def mapper_grants(topics: Topics, nodes: Sequence[str] = ()) -> list[Grant]:
+def mapper_grants(topics: Topics, nodes: Sequence[str] = (), shards: int = 1) -> list[Grant]:
     """What the Spark mapping job's principal may do; sorted, no repeats.
 
-    ``nodes``: it writes exactly these nodes' three shared input topics (LITERAL); none:
-    every topic under ``P.node.`` (PREFIXED: any node, present or future, but also the
-    nodes' snapshots and the clients' own input topics, which a trusted gateway never
-    writes; name the nodes to rule that out).
+    ``nodes``: it writes exactly these nodes' three shared input topics (LITERAL), of each
+    of ``shards`` label shards in a sharded network (``spark-map --shards``); none: every
+    topic under ``P.node.`` (PREFIXED: any node, present or future, but also the nodes'
+    snapshots and the clients' own input topics, which a trusted gateway never writes; name
+    the nodes to rule that out).
     """
     p = topics.prefix
     raw = [topics.raw_subscriptions, topics.raw_unsubscriptions, topics.raw_events]
-    inputs = (_topics("LITERAL", [t for n in nodes for t in (
-        topics.node_subscribe(n), topics.node_unsubscribe(n), topics.node_publish(n))], _W, _D)
+    parts = [topics] if shards == 1 else [topics.of_shard(k) for k in range(shards)]
+    inputs = (_topics("LITERAL", [t for n in nodes for s in parts for t in (
+        s.node_subscribe(n), s.node_unsubscribe(n), s.node_publish(n))], _W, _D)
         if nodes else _topics("PREFIXED", [f"{p}.node."], _W, _D))
     out = (_topics("LITERAL", raw, _R, _D)
            + inputs
@@ -408,7 +412,12 @@ def _cmd_add_mapper(args: argparse.Namespace) -> int:
                           t.deadletter)]
     nodes = [check_name(n, "--nodes") for n in args.nodes.split(",") if n] \
         if args.nodes else []
-    path = add_principal(bootstrap, conf, "mapper", mapper_grants(t, nodes),
+    try:
+        shards = check_shards(args.shards)
+    except DLSError as exc:
+        print(f"dlsroute access add-mapper: --shards: {exc}", file=sys.stderr)
+        return 2
+    path = add_principal(bootstrap, conf, "mapper", mapper_grants(t, nodes, shards),
                          out_dir=Path(args.out_dir), topics=raw, replication=_replication(args))
     print(path)
     return 0
@@ -489,6 +498,9 @@ def register(sub: Any) -> None:
     s.add_argument("--nodes", default=None,
                    help="comma-separated nodes whose inputs it may write (default: every "
                         "topic under <prefix>.node., snapshots and clients' own inputs too)")
+    s.add_argument("--shards", type=int, default=1,
+                   help="the network's label shards (as spark-map --shards): with --nodes, "
+                        "the inputs of every shard of those nodes")
     s.set_defaults(func=_cmd_add_mapper)
 
     s = acts.add_parser("add-raw-writer", help="user raw.NAME: writes the raw topics "

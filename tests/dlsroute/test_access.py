@@ -111,6 +111,12 @@ def test_the_gateway_the_raw_writers_and_the_operators() -> None:
     for topic in (T.node_snapshot("A"), T.client_input("A", "alice", "publish"),
                   T.node_publish("C")):
         assert not allows(named, "TOPIC", topic, "WRITE")
+    sharded = access.mapper_grants(T, ["A"], shards=2)
+    for k in (0, 1):
+        for topic in (T.of_shard(k).node_subscribe("A"), T.of_shard(k).node_publish("A")):
+            assert allows(sharded, "TOPIC", topic, "WRITE")
+    assert not allows(sharded, "TOPIC", T.of_shard(2).node_publish("A"), "WRITE")
+    assert not allows(sharded, "TOPIC", T.node_publish("A"), "WRITE")
     raw = access.raw_writer_grants(T)
     assert {g.name for g in raw} == {T.raw_subscriptions, T.raw_unsubscriptions, T.raw_events}
     assert {g.operation for g in raw} == {"WRITE", "DESCRIBE"}
