@@ -224,8 +224,8 @@ def test_replicas_share_a_nodes_shards_and_hand_them_over_losing_nothing(
 def test_a_sharded_node_says_when_its_unsharded_inputs_hold_messages(
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    """A writer that does not split by shard (shards=1 in a client, the Spark job) writes
-    where no engine reads: the node cannot route it, but it says so, naming the topic."""
+    """A writer that does not split by shard (shards=1 in a client, a Spark job without
+    --shards) writes where no engine reads: the node cannot route it, but it says so."""
     space_path = tmp_path / "space.json"
     space_path.write_text(json.dumps(SPEC))
     settings = NodeSettings(node="A", space=space_path, bootstrap=kafka_bootstrap,
