@@ -32,6 +32,7 @@ from itertools import chain
 
 import numpy as np
 
+from connectors.serde import decode_raw_event
 from dls.edge import needs_values, numeric_bounds
 from dls.exceptions import DLSError
 from dls.predicates import DiscreteConstraint, Subscription
@@ -346,8 +347,6 @@ def checked(edge: EdgeTable, checks: Checks, value: bytes | None) -> list[int] |
     None when the value cannot be read (not a RawEvent, or a numeric attribute missing or
     not a number): the caller delivers by label to all of them.
     """
-    from connectors.serde import decode_raw_event
-
     try:
         attrs = decode_raw_event(value or b"")["attrs"]
         values = np.array([attrs[a] for a in edge.numeric_names], dtype=np.float64)
