@@ -40,7 +40,7 @@ def tables(draw):
     return space, subs, removed
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables(), st.randoms(use_true_random=False))
 def test_the_edge_delivers_exactly_what_the_subscriptions_match(t, rnd):
     space, subs, removed = t

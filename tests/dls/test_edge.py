@@ -27,7 +27,7 @@ def _bounds_check(space, bounds, event):
     return all(lo <= event[a.name] <= hi for a, (lo, hi) in zip(num, bounds, strict=True))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(space_and_predicates(), st.randoms(use_true_random=False))
 def test_an_event_in_an_interior_cell_matches_and_the_bounds_decide_the_rest(sp, rnd):
     space, preds = sp
