@@ -26,6 +26,7 @@ from confluent_kafka.admin import ConfigResource
 
 from connectors.kafka import admin, ensure_topics, producer_config
 from connectors.local_kafka import KAFKA_SCRIPT, ensure_local_kafka
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKERS = 3
@@ -88,6 +89,12 @@ def _produce(bootstrap: str, topic: str, n: int) -> None:
     assert errors == [None] * n
 
 
+def _in_sync(a: object, topics: list[str]) -> bool:
+    md = a.list_topics(timeout=10)  # type: ignore[attr-defined]
+    return all(t in md.topics and md.topics[t].partitions
+               and len(md.topics[t].partitions[0].isrs) == BROKERS for t in topics)
+
+
 def test_three_brokers_replicate_and_survive_one_kill(cluster: tuple[str, int]) -> None:
     t0 = time.monotonic()
     bootstrap, port = cluster
@@ -96,6 +103,9 @@ def test_three_brokers_replicate_and_survive_one_kill(cluster: tuple[str, int]) 
     assert len(a.list_topics(timeout=10).brokers) == BROKERS
     ensure_topics(bootstrap, ["rf3.given"], replication=3, min_insync=2)
     ensure_topics(bootstrap, ["rf3.default"])  # the cluster's defaults
+    # A broker may answer before the new topics reach its metadata cache.
+    wait_for(lambda: _in_sync(a, ["rf3.given", "rf3.default"]), 30,
+             "the new topics in the metadata, three replicas in sync")
     md = a.list_topics(timeout=10)
     for topic in ("rf3.given", "rf3.default"):
         part = md.topics[topic].partitions[0]
