@@ -241,7 +241,7 @@ class Router:
         """
         assert self.edge is not None  # noqa: S101 - called with an edge only
         out: dict[int, list[int]] = {}
-        metrics, removed = self.metrics, 0
+        metrics, removed, direct = self.metrics, 0, []
         for e, plan in enumerate(plans):
             checks = plan[5]
             removed += plan[6]
@@ -255,7 +255,9 @@ class Router:
             removed += len(checks) - len(passed)
             if passed:
                 out[e] = passed
-                self.metrics.per_client.add_direct(passed)
+                direct += passed
+        if direct:  # one locked update for the run, not one per event
+            metrics.per_client.add_direct(direct)
         metrics.edge_removed += removed
         return out
 
