@@ -43,22 +43,32 @@ class DeliveryTally:
     The counts are folded into per-client totals when read (:meth:`totals`) and when plans
     are dropped (:meth:`forget`, :meth:`release`). Thread-safe: the loop counts while a
     scrape reads.
+
+    Beside deliveries a plan may name the clients the node's exact check removed (label
+    matches that no subscription of theirs holds): those are counted per use the same way,
+    as removed deliveries (:meth:`removed_totals`).
     """
 
     def __init__(self) -> None:
         """An empty tally."""
         self._lock = threading.Lock()
         self._totals = np.zeros(0, dtype=np.int64)  # by client index
-        self._blocks: list[tuple[int, np.ndarray, np.ndarray]] = []  # slot, sizes, clients
+        self._removed = np.zeros(0, dtype=np.int64)  # by client index
+        # slot, sizes, clients, then the same of the removed clients (or None)
+        self._blocks: list[_Block] = []
         self._next = 0  # the slot of the next plan
         self._uses = np.zeros(0, dtype=np.int64)  # by slot, since the last fold
 
-    def add_plans(self, offsets: np.ndarray, clients: np.ndarray) -> int:
+    def add_plans(self, offsets: np.ndarray, clients: np.ndarray,
+                  removed: tuple[np.ndarray, np.ndarray] | None = None) -> int:
         """Register plans: plan ``i`` delivers to ``clients[offsets[i]:offsets[i + 1]]``.
 
+        ``removed``: offsets and clients of the candidates each plan removed, alike.
         Returns the slot of the first; the others follow in order.
         """
         sizes = np.diff(offsets)
+        gone = None if removed is None or not len(removed[1]) else (
+            np.diff(removed[0]), np.asarray(removed[1], dtype=np.int64))
         with self._lock:
             base = self._next
             self._next += len(sizes)
@@ -66,17 +76,19 @@ class DeliveryTally:
                 grown = np.zeros(max(self._next, 2 * len(self._uses)), dtype=np.int64)
                 grown[:len(self._uses)] = self._uses
                 self._uses = grown
-            self._blocks.append((base, sizes, np.asarray(clients, dtype=np.int64)))
+            self._blocks.append((base, sizes, np.asarray(clients, dtype=np.int64), gone))
         return base
 
-    def add_direct(self, clients: list[int]) -> None:
-        """Count one delivery to each of ``clients`` outside any plan (the exact check's)."""
+    def add_direct(self, clients: list[int], removed: list[int] | None = None) -> None:
+        """Count deliveries made outside any plan (the exact check's), one per client.
+
+        ``removed``: one removed delivery to each of these clients.
+        """
         with self._lock:
-            top = max(clients) + 1
-            if top > len(self._totals):
-                self._totals = np.concatenate([self._totals, np.zeros(
-                    top - len(self._totals), dtype=np.int64)])
-            np.add.at(self._totals, clients, 1)
+            if clients:
+                self._totals = _added(self._totals, np.bincount(clients))
+            if removed:
+                self._removed = _added(self._removed, np.bincount(removed))
 
     def count(self, slots: np.ndarray) -> None:
         """Count one use of the plan of each slot (an event routed by it)."""
@@ -92,8 +104,8 @@ class DeliveryTally:
         with self._lock:
             self._fold()
             keep = self._next if keep_from is None else keep_from
-            self._blocks = [(base - keep, sizes, clients)
-                            for base, sizes, clients in self._blocks if base >= keep]
+            self._blocks = [(b[0] - keep, b[1], b[2], b[3]) for b in self._blocks
+                            if b[0] >= keep]
             self._next -= keep
 
     def release(self, first: int) -> None:
@@ -109,20 +121,38 @@ class DeliveryTally:
             self._fold()
             return self._totals.copy()
 
-    def _fold(self, blocks: list[tuple[int, np.ndarray, np.ndarray]] | None = None) -> None:
+    def removed_totals(self) -> np.ndarray:
+        """Deliveries the exact check removed so far, by client index (a copy)."""
+        with self._lock:
+            self._fold()
+            return self._removed.copy()
+
+    def _fold(self, blocks: list[_Block] | None = None) -> None:
         """Add the uses counted since the last fold to the totals (the lock held).
 
         ``blocks``: only those plans (their uses are then reset); None: every plan.
         """
-        for base, sizes, clients in self._blocks if blocks is None else blocks:
+        for base, sizes, clients, gone in self._blocks if blocks is None else blocks:
             used = self._uses[base:base + len(sizes)]
-            if len(clients) and used.any():
-                add = np.bincount(clients, weights=np.repeat(used, sizes))
-                if len(add) > len(self._totals):
-                    self._totals = np.concatenate([self._totals, np.zeros(
-                        len(add) - len(self._totals), dtype=np.int64)])
-                self._totals[:len(add)] += np.rint(add).astype(np.int64)
+            if used.any():
+                if len(clients):
+                    self._totals = _added(self._totals, np.bincount(
+                        clients, weights=np.repeat(used, sizes)))
+                if gone is not None:
+                    self._removed = _added(self._removed, np.bincount(
+                        gone[1], weights=np.repeat(used, gone[0])))
             used[:] = 0
+
+
+_Block = tuple[int, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]
+
+
+def _added(totals: np.ndarray, add: np.ndarray) -> np.ndarray:
+    """``totals + add`` (int64, as long as the longer; ``add`` may be float counts)."""
+    if len(add) > len(totals):
+        totals = np.concatenate([totals, np.zeros(len(add) - len(totals), dtype=np.int64)])
+    totals[:len(add)] += np.rint(add).astype(np.int64)
+    return totals
 
 
 def _counter(doc: str) -> Any:

@@ -19,6 +19,7 @@ def _numeric_values(space, event):
                      if not isinstance(a, DiscreteAttribute)], dtype=np.float64)
 
 
+
 def _event(space, rnd):
     return {a.name: (rnd.choice(a.values) if isinstance(a, DiscreteAttribute)
                      else rnd.choice(edge_values(a) + [rnd.uniform(a.low, a.high)]))

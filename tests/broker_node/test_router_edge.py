@@ -1,0 +1,106 @@
+"""The router's exact check without a broker: cached plans name the edge's rows, and a
+row freed and given to another subscription is never read through an old plan.
+
+The producer records what it is given (tests/broker_node/test_router.py's)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from confluent_kafka import Message
+
+from broker_node.service import NodeService
+from connectors.serde import encode_raw_event
+from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN
+from dls.mapping import event_label
+from dls.predicates import Subscription
+from dls.space import ContentSpace
+from tests.broker_node.test_router import _node
+
+SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
+                        "granules": 8}]}  # cells 12.5 wide
+
+
+class _Node:
+    def __init__(self, tmp_path: Path, cache: float = 1.0, partitions: int = 0) -> None:
+        space_file = tmp_path / "space.json"
+        space_file.write_text(json.dumps(SPEC))
+        self.space = ContentSpace.from_json(space_file)
+        self.svc: NodeService = _node(space_file, cache=cache, partitions=partitions,
+                                      delivery="exactly_once")
+        assert self.svc.router.edge is not None
+        self.edge = self.svc.router.edge
+        self.n = 0
+
+    def subscribe(self, client: str, sid: str, where: str) -> None:
+        sub = Subscription(self.space, where)
+        self.svc.state.subscribe(client, sid, sub.labels().tolist())
+        self.edge.add(client, sid, sub)
+
+    def publish(self, xs: list[float]) -> list[tuple[str, float]]:
+        """Publish events of these x values; the (topic, x) of each delivery made."""
+        sent = self.svc.committer.producer.sent  # type: ignore[union-attr]
+        start, msgs = len(sent), []
+        for x in xs:
+            self.n += 1
+            label = event_label(self.space, {"x": x})
+            value = encode_raw_event("A", "pub", f"e{self.n}", {"x": x})
+            msgs.append(Message(topic="dls.node.A.publish", partition=0, offset=self.n,
+                                value=value, headers=[
+                                    (HEADER_LABEL, label.to_bytes(8, "big")),
+                                    (HEADER_ORIGIN, b"A/pub"),
+                                    (HEADER_EVENT_ID, b"e%d" % self.n)]))
+        self.svc.process(msgs)
+        value_x = {m.value(): x for m, x in zip(msgs, xs, strict=True)}
+        return sorted((topic, value_x[v]) for topic, v, _, _ in sent[start:]
+                      if topic.startswith("dls.deliver."))
+
+
+def test_the_router_delivers_exactly_and_checks_a_run_at_once(tmp_path: Path) -> None:
+    node = _Node(tmp_path)
+    node.subscribe("ann", "s1", "x between 20 and 60")
+    node.subscribe("bob", "s2", "x > 55")
+    xs = [19.0, 20.0, 30.0, 55.0, 56.0, 60.0, 61.0, 62.4, 99.0]
+    got = node.publish(xs)
+    want = sorted([("dls.deliver.ann", x) for x in xs if 20 <= x <= 60]
+                  + [("dls.deliver.bob", x) for x in xs if x > 55])
+    assert got == want
+    m = node.svc.metrics
+    # cell 1 (12.5-25): ann cuts it (19 out, 20 in), bob does not hold it; cell 4
+    # (50-62.5): ann cuts it (61, 62.4 out), bob cuts it (55 out); 30 and 99 are interior
+    assert m.edge_checked == 7 and m.edge_unreadable == 0
+    assert m.edge_removed == 1 + 2 + 1
+    assert m.deliveries == len(want)
+    assert m.per_client.totals().sum() == len(want)
+    again = node.publish(xs)  # the same labels: every plan from the cache, same result
+    assert again == want
+    assert m.route_cache_hits >= len(xs)
+
+
+def test_a_reused_row_is_never_read_through_an_old_plan(tmp_path: Path) -> None:
+    node = _Node(tmp_path)
+    node.subscribe("ann", "s1", "x between 20 and 60")
+    assert node.publish([61.0]) == []  # cell 4: ann's row is checked, 61 is out
+    misses = node.svc.metrics.route_cache_misses
+    # ann's row is freed and given to bob's subscription, which holds 61; the state is not
+    # told (it still routes cell 4 to ann): only the edge changed
+    node.edge.remove("ann", "s1")
+    node.edge.add("bob", "s9", Subscription(node.space, "x between 55 and 70"))
+    version = node.svc.state.version
+    assert node.publish([61.0]) == []  # ann holds nothing now: not bob's bounds for ann
+    assert node.svc.state.version == version
+    assert node.svc.metrics.route_cache_misses == misses + 1  # the old plan was dropped
+
+
+def test_an_unreadable_value_goes_by_label_and_is_counted(tmp_path: Path) -> None:
+    node = _Node(tmp_path)
+    node.subscribe("ann", "s1", "x between 20 and 60")
+    label = event_label(node.space, {"x": 61.0})
+    sent = node.svc.committer.producer.sent  # type: ignore[union-attr]
+    node.svc.process([Message(topic="dls.node.A.publish", partition=0, offset=1,
+                              value=b"not a RawEvent", headers=[
+                                  (HEADER_LABEL, label.to_bytes(8, "big")),
+                                  (HEADER_ORIGIN, b"A/pub"), (HEADER_EVENT_ID, b"e1")])])
+    assert [t for t, *_ in sent] == ["dls.deliver.ann"]
+    assert node.svc.metrics.edge_unreadable == 1
