@@ -1,39 +1,29 @@
 """The exact check at a client's node: which label-matched clients an event really matches.
 
 Routing between nodes is by label only. The node a client is attached to holds the
-client's subscriptions in an :class:`EdgeTable`, one *row* per subscription. For a given
-label a label-matched candidate client is one of three things:
+client's subscriptions in an :class:`EdgeTable`, one *row* per subscription. For a label,
+a label-matched candidate client is **sure** when one of its subscriptions holds the
+label's cell wholly (an interior cell: delivered without reading the value), **check**
+when those that hold the cell all cut it (delivered when the value satisfies one), and
+**none** when none holds the cell (a false positive of its filter: not delivered).
 
-* **sure**: one of its subscriptions holds the label's cell wholly (an interior cell), so
-  every event of that label matches it: delivered without reading the value;
-* **check**: its subscriptions that hold the label all cut the cell (boundary cells):
-  delivered when the event's value satisfies one of them;
-* **none**: no subscription of it holds the label at all (the client's filter answered a
-  false positive): not delivered, whatever the value.
-
-Rows come in two kinds. A *simple* row (one alternative whose constrained attributes are
-numeric ranges or discrete sets: the paper's subscriptions) is a few numbers in arrays
-shared by all rows: per numeric attribute its float bounds and the ranges of cells it
-holds and holds wholly, per discrete attribute a bit mask of the cells it holds. Verdicts
-of simple rows are integer comparisons over gathered rows; their value check is one float
-comparison over gathered rows. Any other subscription (an OR, a string or hashed
-constraint, an exclusion, a numeric set of values, ``exists``/``missing``) is a *general*
-row: it keeps its compiled :class:`~dls.predicates.Subscription`; it holds a label when the
-label is one of its labels, wholly when :mod:`dls.edge` calls the cell interior, and its
-value check is ``sub.matches(event)``.
+A *simple* row (one alternative of numeric ranges and discrete sets on required
+attributes: the paper's subscriptions) is a few numbers in arrays shared by all rows: per
+numeric attribute its float bounds and the cells it holds and holds wholly, per discrete
+attribute a bit mask of its cells. Any other subscription (OR, string or hashed
+constraints, exclusions, numeric sets, ``exists``/``missing``, optional attributes) is a
+*general* row: it holds the cells of its labels, wholly those :mod:`dls.edge` calls
+interior, and its value check is ``sub.matches(event)``.
 
 A route plan names the rows a CHECK verdict left to decide, never copies of them: row
 numbers are valid while :attr:`EdgeTable.version` is the one the plan was made at (every
 add, remove or restore moves it, and the router drops its plans), so a row freed and given
-to another subscription is never read through an old plan. The router then decides the
-CHECK candidates of a whole run of events in one vectorised step (:meth:`EdgeTable.passes`:
-a gather of every named row, one comparison), decoding an event's value only when its
-plan has candidates to check (:mod:`broker_node.router`).
+to another subscription is never read through an old plan. The router decides the CHECK
+candidates of a whole run at once (:meth:`EdgeTable.passes`: one gather, one comparison).
 
-A client never given to the table is *sure* for every label: the table may only ever
-remove what it knows no subscription matches, never what it was not told of. A
-subscription whose ``where`` the node could not compile (a raw writer may send labels
-alone) makes its client *sure* for every label (delivered by label, as without the check).
+A client never given to the table, or with a subscription whose ``where`` the node could
+not compile (a raw writer may send labels alone), is *sure* for every label: the table
+only ever removes what it knows no subscription matches.
 """
 
 from __future__ import annotations
@@ -47,10 +37,12 @@ from typing import Any
 import numpy as np
 
 from connectors.serde import decode_raw_event
+from dls import _edgekernels as _ek
+from dls import _jit
 from dls.edge import interior_mask
 from dls.exceptions import DLSError
 from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
-from dls.space import BreakpointAttribute, ContentSpace, DiscreteAttribute, UniformAttribute
+from dls.space import ContentSpace
 
 __all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "EdgeTable", "Verdict", "values_match"]
 
@@ -96,76 +88,51 @@ class EdgeRows:
 SimpleParts = tuple[np.ndarray, list[np.ndarray]]
 
 
-def _is_numeric(attr: Any) -> bool:
-    return isinstance(attr, UniformAttribute | BreakpointAttribute)
-
-
 def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
                  ) -> SimpleParts | None:
     """The row of a simple subscription; None when it needs a general row.
 
-    Simple: every constrained attribute is a numeric range (no set of values) or a
-    discrete set. An attribute left out has the bounds ``[-inf, inf]``.
+    Simple: one alternative whose constrained attributes are all required, each a numeric
+    range (no set of values, no exclusion) or a discrete set. An attribute left out (of
+    any kind, optional or not) allows every cell, absent included: its bounds are
+    ``[-inf, inf]``, its mask full.
     """
+    alts = getattr(sub, "alternatives", None)
+    if alts is not None and len(alts) != 1:
+        return None
+    alt = sub if alts is None else alts[0]
+    cons = alt.constraints
     attrs = sub.space.attributes
-    cons = sub.constraints
+    if any(getattr(a, "optional", False) or a.kind not in ("numeric", "discrete")
+           for a in attrs if a.name in cons):
+        return None
     bounds = np.empty((len(numeric), 2), dtype=np.float64)
     for j, i in enumerate(numeric):
         c = cons.get(attrs[i].name)
         if c is None:
             bounds[j] = (-math.inf, math.inf)
-        elif isinstance(c, NumericConstraint) and c.values is None:
+        elif (isinstance(c, NumericConstraint) and c.values is None
+              and not getattr(c, "excluded", ())):
             bounds[j] = c.effective_bounds()
         else:
             return None
     masks = []
     for i in discrete:
         a = attrs[i]
-        assert isinstance(a, DiscreteAttribute)  # noqa: S101 - discrete holds these
         c = cons.get(a.name)
         if c is not None and not isinstance(c, DiscreteConstraint):
             return None
         out = np.zeros((a.n_cells + 63) // 64, dtype=np.uint64)
-        for cell in (range(a.n_cells) if c is None else [a.cell(v) for v in c.values]):
+        for cell in (range(a.n_cells) if c is None else alt.cells(a).tolist()):
             out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
         masks.append(out)
-    if len(cons) > sum(1 for i in (*numeric, *discrete) if attrs[i].name in cons):
-        return None  # a constraint on an attribute of another kind
     return bounds, masks
 
 
-class GeneralRows:
-    """The general rows: each one's subscription, its labels, and its interior labels."""
-
-    def __init__(self) -> None:
-        """None yet."""
-        self._subs: dict[int, tuple[Subscription, np.ndarray, np.ndarray]] = {}
-
-    def __bool__(self) -> bool:
-        """Whether any row is general."""
-        return bool(self._subs)
-
-    def put(self, row: int, sub: Subscription) -> None:
-        """Row ``row`` is ``sub``'s."""
-        labels = sub.labels()
-        self._subs[row] = (sub, labels, labels[interior_mask(sub)])
-
-    def drop(self, row: int) -> None:
-        """Row ``row`` is free."""
-        del self._subs[row]
-
-    def sub(self, row: int) -> Subscription:
-        """The subscription of a general row."""
-        return self._subs[row][0]
-
-    def classify(self, row: int, label: int) -> tuple[bool, bool]:
-        """Whether the row's subscription holds ``label``, and wholly (an interior cell)."""
-        _, labels, inside = self._subs[row]
-        return _has(labels, label), _has(inside, label)
-
-    def memory_bytes(self) -> int:
-        """The bytes of the label arrays held."""
-        return sum(a.nbytes + b.nbytes for _, a, b in self._subs.values())
+def _general(sub: Subscription) -> tuple[Subscription, np.ndarray, np.ndarray]:
+    """A general row: the subscription, its sorted labels, its sorted interior labels."""
+    labels = sub.labels()
+    return sub, labels, labels[interior_mask(sub)]
 
 
 def _has(sorted_labels: np.ndarray, label: int) -> bool:
@@ -180,19 +147,21 @@ class EdgeTable:
         """An empty table for ``space``."""
         self.space = space
         attrs = space.attributes
-        self._numeric = [i for i, a in enumerate(attrs) if _is_numeric(a)]
+        self._numeric = [i for i, a in enumerate(attrs) if a.kind == "numeric"]
         #: the names of the numeric attributes, in the order of a row's bounds
         self.numeric_names = tuple(attrs[i].name for i in self._numeric)
         self._optional = [bool(getattr(attrs[i], "optional", False)) for i in self._numeric]
-        self._discrete = [i for i, a in enumerate(attrs) if isinstance(a, DiscreteAttribute)]
+        self._discrete = [i for i, a in enumerate(attrs) if a.kind == "discrete"]
         self._words = [(attrs[i].n_cells + 63) // 64 for i in self._discrete]
         n_num = len(self._numeric)
         self._bounds = np.zeros((0, n_num, 2), dtype=np.float64)
-        self._held = np.zeros((0, n_num, 2), dtype=np.int32)  # cells held: [first, last]
-        self._inside = np.zeros((0, n_num, 2), dtype=np.int32)  # cells held wholly
-        self._allowed = [np.zeros((0, w), dtype=np.uint64) for w in self._words]
+        # per numeric attribute the cells held [first, last], then those held wholly
+        self._span = np.zeros((0, n_num, 4), dtype=np.int32)
+        #: the discrete attributes' masks side by side: attribute k from word _word_off[k]
+        self._word_off = np.r_[0, np.cumsum(self._words)].astype(np.int64)
+        self._masks = np.zeros((0, int(self._word_off[-1])), dtype=np.uint64)
         self._general_flag = np.zeros(0, dtype=np.bool_)
-        self._general = GeneralRows()
+        self._general: dict[int, tuple[Subscription, np.ndarray, np.ndarray]] = {}
         self._rows: dict[tuple[str, str], int] = {}  # (client, id) -> row
         self._cid: dict[str, int] = {}  # client -> its number in the table (kept forever)
         self._client_rows: list[list[int]] = []  # by client number
@@ -219,9 +188,9 @@ class EdgeTable:
 
     def memory_bytes(self) -> int:
         """The bytes of the table's arrays (the dicts' entries not counted)."""
-        return int(self._bounds.nbytes + self._held.nbytes + self._inside.nbytes
-                   + sum(a.nbytes for a in self._allowed) + self._general_flag.nbytes
-                   + self._general.memory_bytes())
+        return int(self._bounds.nbytes + self._span.nbytes
+                   + self._masks.nbytes + self._general_flag.nbytes
+                   + sum(a.nbytes + b.nbytes for _, a, b in self._general.values()))
 
     # -- changes ------------------------------------------------------------------------------
     def add(self, client: str, sub_id: str, sub: Subscription | None) -> None:
@@ -258,7 +227,7 @@ class EdgeTable:
         self.version += 1
         self._client_rows[self._cid[client]].remove(row)
         if self._general_flag[row]:
-            self._general.drop(row)
+            del self._general[row]
             self._general_flag[row] = False
         self._free.append(row)
 
@@ -269,9 +238,12 @@ class EdgeTable:
         index = np.flatnonzero(rows >= 0)
         held = rows[index]
         general = self._general_flag[held] if len(held) else np.zeros(0, dtype=np.bool_)
-        sets = {int(i): json.dumps(self._general.sub(int(r)).to_json())
+        sets = {int(i): json.dumps(self._general[int(r)][0].to_json())
                 for i, r in zip(index[general].tolist(), held[general].tolist(), strict=True)}
-        return EdgeRows(index, self._bounds[held], [a[held] for a in self._allowed], sets)
+        masks = self._masks[held]
+        off = self._word_off.tolist()
+        return EdgeRows(index, self._bounds[held],
+                        [masks[:, a:b] for a, b in zip(off, off[1:], strict=False)], sets)
 
     def restore(self, clients: Sequence[str], ids: Sequence[str], rows: EdgeRows | None
                 ) -> None:
@@ -317,20 +289,22 @@ class EdgeTable:
             out.append(vs)
         return out
 
-    def classify(self, labels: np.ndarray, offsets: np.ndarray, ids: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def classify(self, labels: np.ndarray, offsets: np.ndarray, ids: np.ndarray,
+                 compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Verdicts of candidates ``ids[offsets[e]:offsets[e + 1]]`` for ``labels[e]``.
 
         ``ids``: the table's client numbers (-1: never given to it). Returns the kind of
         each candidate (int8), and for the CHECK ones the rows that cut the cell (int32)
         with the candidate each belongs to (int64), in candidate order. A label that is
-        not one of this space's cells leaves its candidates *sure*. A few numpy calls for
-        the whole batch, plus a Python step per (general row, candidate) pair.
+        not one of this space's cells leaves its candidates *sure*. ``compiled``: the
+        kernels of :mod:`dls._edgekernels` (None: when :data:`dls._jit.ENABLED`) or the
+        numpy reference; both give the same answer.
         """
         n = len(ids)
         kinds = np.full(n, SURE, dtype=np.int8)
+        no_rows = (_EMPTY32, np.zeros(0, dtype=np.int64))
         if not n or not self._client_rows:
-            return kinds, _EMPTY32, np.zeros(0, dtype=np.int64)
+            return (kinds, *no_rows)
         _, start, count, unchecked, flat = self._by_client()
         event_of = np.repeat(np.arange(len(labels), dtype=np.int64), np.diff(offsets))
         cells, valid = self._cells(labels)
@@ -341,42 +315,93 @@ class EdgeTable:
         kinds[active & (sizes == 0)] = NONE
         sel = np.flatnonzero(sizes)
         if not len(sel):
-            return kinds, _EMPTY32, np.zeros(0, dtype=np.int64)
-        sz = sizes[sel]
+            return (kinds, *no_rows)
+        args = (cid[sel], event_of[sel], cells, labels, start, count, flat)
+        use = _jit.ENABLED if compiled is None else compiled
+        k, rows, owner = self._compiled(*args) if use else self._reference(*args)
+        kinds[sel] = k
+        return kinds, rows.astype(np.int32), sel[owner]
+
+    def _reference(self, cid: np.ndarray, ev: np.ndarray, cells: np.ndarray,
+                   labels: np.ndarray, start: np.ndarray, count: np.ndarray, flat: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Numpy: every row of every candidate gathered and compared at once."""
+        sz = count[cid]
         first = np.cumsum(sz) - sz
-        rows = flat[np.repeat(start[cid[sel]] - first, sz) + np.arange(int(sz.sum()))]
-        cand = np.repeat(sel, sz)
-        ev = event_of[cand]
-        holds, wholly = self._classify(rows, cells[ev], labels[ev])
+        rows = flat[np.repeat(start[cid] - first, sz) + np.arange(int(sz.sum()))]
+        cand = np.repeat(np.arange(len(cid)), sz)
+        holds, wholly = self._classify(rows, cells[ev[cand]], labels[ev[cand]])
         sure = np.logical_or.reduceat(holds & wholly, first)
         some = np.logical_or.reduceat(holds, first)
-        kinds[sel] = np.where(sure, SURE, np.where(some, CHECK, NONE))
-        keep = holds & (kinds[cand] == CHECK)
-        return kinds, rows[keep].astype(np.int32), cand[keep]
+        k = np.where(sure, SURE, np.where(some, CHECK, NONE)).astype(np.int8)
+        keep = holds & (k[cand] == CHECK)
+        return k, rows[keep], cand[keep]
+
+    def _compiled(self, cid: np.ndarray, ev: np.ndarray, cells: np.ndarray,
+                  labels: np.ndarray, start: np.ndarray, count: np.ndarray, flat: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kernels: each candidate's rows walked until one holds the cell wholly."""
+        k = np.empty(len(cid), dtype=np.int8)
+        n_rows = np.empty(len(cid), dtype=np.int64)
+        cols = (np.asarray(self._numeric, dtype=np.int64),
+                np.asarray(self._discrete, dtype=np.int64), self._word_off)
+        tables = (start, count, flat, self._span, self._masks,
+                  self._general_flag)
+        _ek.edge_verdicts(cid, ev, cells, *cols, *tables, k, n_rows)
+        extra_rows: list[int] = []
+        extra_owner: list[int] = []
+        for i in np.flatnonzero(k == _ek.UNDECIDED).tolist():  # a client with general rows
+            sure, some, label = False, n_rows[i] > 0, int(labels[ev[i]])
+            mine = [r for r in self._client_rows[int(cid[i])] if self._general_flag[r]]
+            for r in mine:
+                h, w = self._holds_general(r, label)
+                sure, some = sure or (h and w), some or h
+            k[i] = SURE if sure else (CHECK if some else NONE)
+            if k[i] == CHECK:
+                held = [r for r in mine if self._holds_general(r, label)[0]]
+                extra_rows += held
+                extra_owner += [i] * len(held)
+        which = np.flatnonzero(k == CHECK)
+        sz = n_rows[which]
+        rows = np.empty(int(sz.sum()), dtype=np.int64)
+        owner = np.empty(len(rows), dtype=np.int64)
+        _ek.edge_check_rows(which, cid, ev, cells, *cols, *tables, np.cumsum(sz) - sz,
+                            rows, owner)
+        if extra_rows:
+            rows = np.r_[rows, extra_rows]
+            owner = np.r_[owner, extra_owner]
+            order = np.argsort(owner, kind="stable")
+            rows, owner = rows[order], owner[order]
+        return k, rows, owner
 
     # -- value checks -------------------------------------------------------------------------
     def read(self, value: bytes | None) -> tuple[dict[str, Any], np.ndarray] | None:
-        """An event's attributes and its numeric values (the row order of the bounds).
+        """An event's attributes and its numeric values (:meth:`values_of`).
 
-        None when the value cannot be read: not a RawEvent, or a numeric attribute missing
-        (an optional one absent reads as 0: no simple row holding its absent cell
-        constrains it) or not a finite number.
+        None when the value is not a RawEvent or its numeric values cannot be read.
         """
         try:
             attrs = decode_raw_event(value or b"")["attrs"]
         except (DLSError, KeyError, TypeError, ValueError):
             return None
+        values = self.values_of(attrs)
+        return None if values is None else (attrs, values)
+
+    def values_of(self, attrs: dict[str, Any]) -> np.ndarray | None:
+        """The event's numeric values, in the order of a row's bounds.
+
+        None when a required numeric attribute is missing or not a finite number. An
+        optional one left out reads as 0: a simple row constrains no optional attribute.
+        """
         out = np.empty(len(self.numeric_names), dtype=np.float64)
         for j, name in enumerate(self.numeric_names):
             v = attrs.get(name)
             if v is None and self._optional[j]:
                 v = 0.0
-            if type(v) is not float and (type(v) is not int):
-                return None
-            if not math.isfinite(v):
+            if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
                 return None
             out[j] = v
-        return attrs, out
+        return out
 
     def passes(self, rows: np.ndarray, values: np.ndarray, attrs: Sequence[dict[str, Any]],
                event_of: np.ndarray) -> np.ndarray:
@@ -390,9 +415,9 @@ class EdgeTable:
         v = values[event_of]
         ok = ((b[:, :, 0] <= v) & (v <= b[:, :, 1])).all(axis=1)
         if self._general:
-            sub = self._general.sub
+            general = self._general
             for i in np.flatnonzero(self._general_flag[rows]).tolist():
-                ok[i] = sub(int(rows[i])).matches(attrs[int(event_of[i])])
+                ok[i] = general[int(rows[i])][0].matches(attrs[int(event_of[i])])
         return ok
 
     def matches(self, verdict: Verdict, event: dict[str, Any], values: np.ndarray) -> bool:
@@ -425,29 +450,30 @@ class EdgeTable:
     def _set_simple(self, row: int, parts: SimpleParts) -> None:
         bounds, masks = parts
         self._bounds[row] = bounds
-        held, inside = self._ranges(np.asarray(bounds, dtype=np.float64)[None])
-        self._held[row], self._inside[row] = held[0], inside[0]
+        self._span[row] = self._ranges(np.asarray(bounds, dtype=np.float64)[None])[0]
         for k, m in enumerate(masks):
-            self._allowed[k][row] = m
+            self._masks[row, self._word_off[k]:self._word_off[k + 1]] = m
+
+    def _holds_general(self, row: int, label: int) -> tuple[bool, bool]:
+        """Whether general row ``row`` holds ``label``, and wholly (an interior cell)."""
+        _, labels, inside = self._general[row]
+        return _has(labels, label), _has(inside, label)
 
     def _set_general(self, row: int, sub: Subscription) -> None:
         self._bounds[row] = np.nan
-        self._held[row] = (1, 0)  # holds no cell: the general rows decide for themselves
-        self._inside[row] = (1, 0)
-        for a in self._allowed:
-            a[row] = 0
+        self._span[row] = (1, 0, 1, 0)  # holds no cell: a general row decides for itself
+        self._masks[row] = 0
         self._general_flag[row] = True
-        self._general.put(row, sub)
+        self._general[row] = _general(sub)
 
-    def _ranges(self, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cells held and held wholly, ``(rows, numeric, 2)`` int32, from float bounds.
+    def _ranges(self, bounds: np.ndarray) -> np.ndarray:
+        """Cells held, then held wholly, ``(rows, numeric, 4)`` int32, from float bounds.
 
         ``[-inf, inf]``: the attribute left out (every cell, the absent one too). Else the
         cells ``cell(lo)..cell(hi)``, wholly those strictly between, and the end cells too
         where the range reaches the domain's edge (:func:`dls.edge.interior_cells`).
         """
-        held = np.zeros((*bounds.shape[:2], 2), dtype=np.int32)
-        inside = np.zeros_like(held)
+        span = np.zeros((*bounds.shape[:2], 4), dtype=np.int32)
         attrs = self.space.attributes
         for j, i in enumerate(self._numeric):
             a = attrs[i]
@@ -457,12 +483,12 @@ class EdgeTable:
             c_lo = a.cells(np.clip(lo, low, high))
             c_hi = a.cells(np.clip(hi, low, high))
             last = a.n_cells - 1 - int(self._optional[j])
-            held[:, j, 0] = np.where(free, 0, c_lo)
-            held[:, j, 1] = np.where(free, a.n_cells - 1, c_hi)
-            inside[:, j, 0] = np.where(free, 0, np.where(lo <= low, 0, c_lo + 1))
-            inside[:, j, 1] = np.where(free, a.n_cells - 1,
+            span[:, j, 0] = np.where(free, 0, c_lo)
+            span[:, j, 1] = np.where(free, a.n_cells - 1, c_hi)
+            span[:, j, 2] = np.where(free, 0, np.where(lo <= low, 0, c_lo + 1))
+            span[:, j, 3] = np.where(free, a.n_cells - 1,
                                        np.where(hi >= high, last, c_hi - 1))
-        return held, inside
+        return span
 
     def _by_client(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per client number: first place in ``flat``, row count, unchecked; ``flat`` rows.
@@ -502,28 +528,28 @@ class EdgeTable:
         """Per row: whether its subscription holds the row's cells, and wholly (interior)."""
         cn = cells[:, self._numeric][:, :, None] if self._numeric else None
         if cn is not None:
-            held, inside = self._held[rows], self._inside[rows]
-            holds = ((held[:, :, :1] <= cn) & (cn <= held[:, :, 1:])).all(axis=(1, 2))
-            wholly = ((inside[:, :, :1] <= cn) & (cn <= inside[:, :, 1:])).all(axis=(1, 2))
+            span = self._span[rows]
+            holds = ((span[:, :, :1] <= cn) & (cn <= span[:, :, 1:2])).all(axis=(1, 2))
+            wholly = ((span[:, :, 2:3] <= cn) & (cn <= span[:, :, 3:])).all(axis=(1, 2))
         else:
             holds = np.ones(len(rows), dtype=bool)
             wholly = np.ones(len(rows), dtype=bool)
         one = np.uint64(1)
         for k, i in enumerate(self._discrete):
             word, bit = np.divmod(cells[:, i], 64)
-            holds &= (self._allowed[k][rows, word] >> bit.astype(np.uint64)) & one == one
+            word += self._word_off[k]
+            holds &= (self._masks[rows, word] >> bit.astype(np.uint64)) & one == one
         if self._general:
             for j in np.flatnonzero(self._general_flag[rows]).tolist():
-                holds[j], wholly[j] = self._general.classify(int(rows[j]), int(labels[j]))
+                holds[j], wholly[j] = self._holds_general(int(rows[j]), int(labels[j]))
         return holds, wholly
 
     def _grow(self) -> int:
         row = len(self._bounds)
         size = max(16, 2 * row)
         self._bounds = np.resize(self._bounds, (size, *self._bounds.shape[1:]))
-        self._held = np.resize(self._held, (size, *self._held.shape[1:]))
-        self._inside = np.resize(self._inside, (size, *self._inside.shape[1:]))
-        self._allowed = [np.resize(a, (size, a.shape[1])) for a in self._allowed]
+        self._span = np.resize(self._span, (size, *self._span.shape[1:]))
+        self._masks = np.resize(self._masks, (size, self._masks.shape[1]))
         flags = np.zeros(size, dtype=np.bool_)
         flags[:row] = self._general_flag
         self._general_flag = flags

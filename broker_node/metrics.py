@@ -8,8 +8,10 @@ may share a process), served by :class:`MetricsServer` on ``metrics_host:metrics
 
 Names: every counter ``dls_<name>_total`` with the label ``node``; gauges
 ``dls_subscriptions``, ``dls_clients``, ``dls_ert_fill`` and ``dls_ert_estimated_fpr``
-(label ``neighbour``), ``dls_client_filter_fill`` (label ``client``); per-client
-deliveries ``dls_client_deliveries_total`` (label ``client``).
+(label ``neighbour``), ``dls_client_filter_fill`` and ``dls_client_filter_estimated_fpr``
+(label ``client``); per-client counters ``dls_client_deliveries_total`` and
+``dls_client_edge_removed_total`` (label ``client``). Per-client series are bounded: the
+:data:`CLIENT_SERIES` busiest clients get their own, the rest share ``client="(others)"``.
 """
 
 from __future__ import annotations
@@ -206,9 +208,15 @@ class Metrics:
 class NodeCollector:
     """A ``prometheus_client`` collector of one node: its counters and its state's gauges."""
 
-    def __init__(self, node: str, metrics: Metrics, state: BrokerState) -> None:
-        """Read ``metrics`` and ``state`` at each scrape."""
+    def __init__(self, node: str, metrics: Metrics, state: BrokerState,
+                 client_series: int = 0) -> None:
+        """Read ``metrics`` and ``state`` at each scrape.
+
+        ``client_series``: how many clients get series of their own (0:
+        :data:`CLIENT_SERIES`); see :meth:`_client_families`.
+        """
         self.node, self.metrics, self.state = node, metrics, state
+        self.client_series = client_series or CLIENT_SERIES
 
     def collect(self) -> Iterator[Metric]:
         """The families of one scrape."""
@@ -240,25 +248,81 @@ class NodeCollector:
             yield g
 
     def _client_families(self) -> Iterator[Metric]:
+        """Per client: deliveries, removed at the edge, filter fill and estimated rate.
+
+        At most :attr:`client_series` clients get series of their own: those with the
+        most deliveries plus removed deliveries (ties: the first known). The others are
+        one series, ``client="(others)"``: the sum of their counters and the largest of
+        their gauges (the worst filter). ``(others)`` cannot be a client's name.
+        """
         names = self.state.clients
-        delivered = CounterMetricFamily("dls_client_deliveries",
-                                        "deliveries to the client", labels=["node", "client"])
-        totals = self.metrics.per_client.totals().tolist()
-        for i, name in enumerate(names):  # a client not served yet: 0
-            delivered.add_metric([self.node, name], totals[i] if i < len(totals) else 0)
-        yield delivered
-        fill = GaugeMetricFamily("dls_client_filter_fill",
-                                 "share of set positions in the client's filter",
-                                 labels=["node", "client"])
-        for i, value in enumerate(self.state.client_fill().tolist()[:len(names)]):
-            fill.add_metric([self.node, names[i]], value)
-        yield fill
+        n = len(names)
+        tally = self.metrics.per_client
+        delivered, removed = _padded(tally.totals(), n), _padded(tally.removed_totals(), n)
+        fill = _padded(self.state.client_fill(), n)
+        fpr = client_estimated_fpr(self.state, fill)
+        shown = np.arange(n)
+        if n > self.client_series:
+            order = np.argsort(-(delivered + removed), kind="stable")
+            shown = np.sort(order[:self.client_series])
+        rest = np.ones(n, dtype=bool)
+        rest[shown] = False
+        labels = ["node", "client"]
+        docs = ("deliveries to the client", "deliveries the exact check removed (label "
+                "matches that no subscription of the client matches)",
+                "share of set positions in the client's filter",
+                "estimated false-positive rate of the client's filter (fill ** k; 0 for a "
+                "direct filter)")
+        for k, (name, values, doc) in enumerate(zip(
+                _CLIENT_FAMILIES, (delivered, removed, fill, fpr), docs, strict=True)):
+            counter = k < 2  # counters: the others' sum; gauges: the largest of theirs
+            f: CounterMetricFamily | GaugeMetricFamily = (
+                CounterMetricFamily(name, doc, labels=labels) if counter
+                else GaugeMetricFamily(name, doc, labels=labels))
+            for i, v in zip(shown.tolist(), values[shown].tolist(), strict=True):
+                f.add_metric([self.node, names[i]], v)
+            if rest.any():
+                f.add_metric([self.node, OTHERS], float(
+                    values[rest].sum() if counter else values[rest].max()))
+            yield f
 
 
-def node_registry(node: str, metrics: Metrics, state: BrokerState) -> CollectorRegistry:
+#: the per-client families (:meth:`NodeCollector._client_families`)
+_CLIENT_FAMILIES = ("dls_client_deliveries", "dls_client_edge_removed",
+                    "dls_client_filter_fill", "dls_client_filter_estimated_fpr")
+
+#: the ``client`` label of the clients without series of their own
+OTHERS = "(others)"
+
+#: how many clients get per-client series of their own by default
+CLIENT_SERIES = 100
+
+
+def _padded(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` cut or padded with zeros to ``n`` entries (float64)."""
+    out = np.zeros(n, dtype=np.float64)
+    m = min(n, len(a))
+    out[:m] = a[:m]
+    return out
+
+
+def client_estimated_fpr(state: BrokerState, fill: np.ndarray) -> np.ndarray:
+    """The estimated false-positive rate of each client's filter from its ``fill``.
+
+    A counting Bloom filter answers a label it does not hold when its ``k`` positions are
+    all set: ``fill ** k``. A direct filter holds exactly its labels: 0.
+    """
+    cfg = state.config
+    if cfg.client_filter != "cbf":
+        return np.zeros_like(fill)
+    return np.power(fill, cfg.client_k)
+
+
+def node_registry(node: str, metrics: Metrics, state: BrokerState, client_series: int = 0
+                  ) -> CollectorRegistry:
     """A registry of its own for one node (no process-wide registry: nodes share processes)."""
     registry = CollectorRegistry()
-    registry.register(NodeCollector(node, metrics, state))
+    registry.register(NodeCollector(node, metrics, state, client_series))
     return registry
 
 

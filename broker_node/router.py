@@ -109,9 +109,7 @@ class Router:
             spreads = list(map(itemgetter(0), plans))
             deliveries = sum(map(itemgetter(1), plans))
             if extra:
-                for e, passed in extra.items():
-                    spreads[e] = spreads[e] + self.spread_of(passed)
-                    deliveries += len(passed)
+                deliveries += self._spread_extra(spreads, extra)
             messages = sum(map(len, spreads))
             out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
                                n_parts, stamps)
@@ -274,15 +272,25 @@ class Router:
             metrics.per_client.add_direct(direct, run.removed)
         return run.passed
 
-    def spread_of(self, clients: list[int]) -> tuple[Any, ...]:
-        """Shared-topic messages delivering one event to ``clients``: one per partition."""
-        n_parts = self.settings.shared_delivery_partitions
-        self._learn_clients(n_parts)
-        by_part: dict[int, list[bytes]] = {}
-        for c in clients:
-            by_part.setdefault(int(self._client_partition[c]), []).append(
-                self._client_names[c])
-        return tuple((p, (HEADER_CLIENTS, b",".join(names))) for p, names in by_part.items())
+    def _spread_extra(self, spreads: list[tuple[Any, ...]], extra: dict[int, list[int]]
+                      ) -> int:
+        """Add to ``spreads[e]`` the shared-topic messages to the clients ``extra[e]``.
+
+        Those of every event at once (:meth:`shared_deliveries`); returns how many
+        deliveries they make.
+        """
+        events = list(extra)
+        sizes = [len(extra[e]) for e in events]
+        offsets = np.zeros(len(events) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        clients = np.fromiter((c for e in events for c in extra[e]), np.int64,
+                              int(offsets[-1]))
+        added: dict[int, list[Any]] = {}
+        for i, part, header in zip(*self.shared_deliveries(offsets, clients), strict=True):
+            added.setdefault(events[i], []).append((part, (HEADER_CLIENTS, header)))
+        for e, msgs in added.items():
+            spreads[e] = spreads[e] + tuple(msgs)
+        return len(clients)
 
     def shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
                           ) -> tuple[list[int], list[int], list[bytes]]:

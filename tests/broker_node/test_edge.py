@@ -102,3 +102,29 @@ def test_a_label_outside_the_space_leaves_its_candidates_to_the_label():
     inside = event_label(space, {"price": 21.0})
     [[v_in], [v_out]] = table.verdicts_many([inside, inside ^ (1 << 40)], [["alice"], ["alice"]])
     assert (v_in.kind, v_out.kind) == (CHECK, SURE)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(), st.randoms(use_true_random=False))
+def test_the_kernels_and_the_numpy_reference_give_the_same_verdicts(t, rnd):
+    """dls/_edgekernels.py (compiled when the switch is on) against the numpy path."""
+    space, subs, removed = t
+    table = EdgeTable(space)
+    table.add("c3", "raw", None)  # held without a where: by label
+    for i, (client, sid, sub) in enumerate(subs):
+        table.add(client, sid, sub)
+        if i in removed:
+            table.remove(client, sid)
+    events = [_event(space, rnd) for _ in range(30)]
+    labels = np.array([event_label(space, e) for e in events], dtype=np.uint64)
+    names = [*CLIENTS, "c3", "stranger"]
+    cands = [rnd.sample(names, rnd.randint(0, len(names))) for _ in events]
+    offsets = np.r_[0, np.cumsum([len(c) for c in cands])]
+    ids = table.client_ids([n for c in cands for n in c])
+    kinds, rows, owner = table.classify(labels, offsets, ids, compiled=False)
+    k2, rows2, owner2 = table.classify(labels, offsets, ids, compiled=True)
+    assert kinds.tolist() == k2.tolist()
+    # the same rows per candidate (the kernels may list a candidate's rows in another order)
+    pairs = sorted(zip(owner.tolist(), rows.tolist(), strict=True))
+    assert pairs == sorted(zip(owner2.tolist(), rows2.tolist(), strict=True))
+    assert owner2.tolist() == sorted(owner2.tolist())

@@ -8,11 +8,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Message
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from broker_node.metrics import OTHERS, client_estimated_fpr, node_registry
 from broker_node.service import NodeService
 from connectors.serde import encode_raw_event
-from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN
+from connectors.topics import (
+    HEADER_CLIENTS,
+    HEADER_EVENT_ID,
+    HEADER_LABEL,
+    HEADER_ORIGIN,
+    decode_clients,
+)
 from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
@@ -53,12 +63,20 @@ class _Node:
                                     (HEADER_EVENT_ID, b"e%d" % self.n)]))
         self.svc.process(msgs)
         value_x = {m.value(): x for m, x in zip(msgs, xs, strict=True)}
-        return sorted((topic, value_x[v]) for topic, v, _, _ in sent[start:]
-                      if topic.startswith("dls.deliver."))
+        out = []
+        for topic, v, headers, _ in sent[start:]:
+            if topic == "dls.deliver":  # the shared topic: the clients in a header
+                out += [(f"dls.deliver.{c}", value_x[v])
+                        for c in decode_clients(dict(headers)[HEADER_CLIENTS])]
+            elif topic.startswith("dls.deliver."):
+                out.append((topic, value_x[v]))
+        return sorted(out)
 
 
-def test_the_router_delivers_exactly_and_checks_a_run_at_once(tmp_path: Path) -> None:
-    node = _Node(tmp_path)
+@pytest.mark.parametrize("partitions", [0, 1, 3])
+def test_the_router_delivers_exactly_and_checks_a_run_at_once(tmp_path: Path,
+                                                             partitions: int) -> None:
+    node = _Node(tmp_path, partitions=partitions)
     node.subscribe("ann", "s1", "x between 20 and 60")
     node.subscribe("bob", "s2", "x > 55")
     xs = [19.0, 20.0, 30.0, 55.0, 56.0, 60.0, 61.0, 62.4, 99.0]
@@ -104,3 +122,60 @@ def test_an_unreadable_value_goes_by_label_and_is_counted(tmp_path: Path) -> Non
                                   (HEADER_ORIGIN, b"A/pub"), (HEADER_EVENT_ID, b"e1")])])
     assert [t for t, *_ in sent] == ["dls.deliver.ann"]
     assert node.svc.metrics.edge_unreadable == 1
+
+
+def _page(svc: NodeService) -> dict[tuple[str, str], float]:
+    """The node's metrics page, parsed: (sample name, client) -> value."""
+    page = generate_latest(svc.registry).decode()
+    return {(s.name, s.labels.get("client", "")): s.value
+            for f in text_string_to_metric_families(page) for s in f.samples}
+
+
+def test_the_page_shows_per_client_deliveries_removals_and_filter_rates(
+        tmp_path: Path) -> None:
+    node = _Node(tmp_path)
+    node.subscribe("ann", "s1", "x between 20 and 60")
+    node.subscribe("bob", "s2", "x > 55")
+    # cy's filter holds cell 7 but its subscription does not: what a filter's false
+    # positive looks like to the edge (a NONE verdict, removed without reading the value)
+    high = Subscription(node.space, "x > 90").labels().tolist()
+    node.svc.state.subscribe("cy", "s3", high)
+    node.edge.add("cy", "s3", Subscription(node.space, "x < 10"))
+    xs = [19.0, 20.0, 30.0, 55.0, 56.0, 61.0, 95.0]
+    for _ in range(2):  # the second time from cached plans: counted per use
+        node.publish(xs)
+    got = _page(node.svc)
+    # per round: ann gets 20, 30, 55, 56 and loses 19, 61; bob gets 56, 61, 95 and loses
+    # 55; cy loses 95
+    assert got[("dls_client_deliveries_total", "ann")] == 2 * 4
+    assert got[("dls_client_edge_removed_total", "ann")] == 2 * 2
+    assert got[("dls_client_deliveries_total", "bob")] == 2 * 3
+    assert got[("dls_client_edge_removed_total", "bob")] == 2 * 1
+    assert got[("dls_client_deliveries_total", "cy")] == 0
+    assert got[("dls_client_edge_removed_total", "cy")] == 2 * 1
+    assert got[("dls_edge_removed_total", "")] == 2 * 4
+    fill = node.svc.state.client_fill()
+    k = node.svc.state.config.client_k
+    for i, name in enumerate(node.svc.state.clients):
+        assert got[("dls_client_filter_estimated_fpr", name)] == fill[i] ** k > 0
+    assert ("dls_client_deliveries_total", OTHERS) not in got  # three clients: all shown
+
+
+def test_clients_past_the_bound_share_one_series(tmp_path: Path) -> None:
+    node = _Node(tmp_path)
+    for c in ("ann", "bob", "cy", "dee"):
+        node.subscribe(c, f"{c}1", "x between 20 and 60")
+    node.subscribe("bob", "bob2", "x > 0")
+    node.publish([19.0, 30.0, 61.0])  # ann, cy, dee: 1 each and 2 removed; bob: 3
+    page = generate_latest(node_registry("A", node.svc.metrics, node.svc.state,
+                                         client_series=2)).decode()
+    got = {(s.name, s.labels["client"]): s.value
+           for f in text_string_to_metric_families(page) for s in f.samples
+           if "client" in s.labels}
+    # the busiest two: bob (3 + 0), then ann (1 + 2; the first known of the ties)
+    shown = {c for (_, c) in got}
+    assert shown == {"ann", "bob", OTHERS}
+    assert got[("dls_client_deliveries_total", OTHERS)] == 2
+    assert got[("dls_client_edge_removed_total", OTHERS)] == 4
+    fpr = client_estimated_fpr(node.svc.state, node.svc.state.client_fill())
+    assert got[("dls_client_filter_estimated_fpr", OTHERS)] == max(fpr[2], fpr[3])

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_nodes import SHARED_PARTITIONS, Net, _net, settled
 from tests.waiting import wait_for
@@ -69,6 +71,13 @@ def test_the_clients_node_delivers_exactly_its_matches(exact: Net) -> None:
     assert c.edge_removed >= 4  # 20, 24.9, 55.1, 62.0 share alice's boundary cells
     assert c.edge_checked >= 6 and c.edge_unreadable == 0
     assert exact.nodes["A"].metrics.edge_checked == 0  # a transit node reads no value
+    # the metrics page says the same, per client (the only client at C is alice)
+    page = generate_latest(exact.nodes["C"].registry).decode()
+    got = {(s.name, s.labels.get("client")): s.value
+           for f in text_string_to_metric_families(page) for s in f.samples}
+    assert got[("dls_client_deliveries_total", "alice")] == 3
+    assert got[("dls_client_edge_removed_total", "alice")] == c.edge_removed
+    assert 0 < got[("dls_client_filter_estimated_fpr", "alice")] < 1
 
 
 def test_without_the_check_the_filters_false_positives_reach_the_client(
