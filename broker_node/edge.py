@@ -261,9 +261,16 @@ class EdgeTable:
                 continue
             if key in self._rows or key in self._unchecked_ids:
                 continue
-            row = self._take(key, self._client(client))
+            sub = None
             if i in rows.sets:
-                self._set_general(row, Subscription(self.space, json.loads(rows.sets[i])))
+                try:
+                    sub = Subscription(self.space, json.loads(rows.sets[i]))
+                except (DLSError, ValueError):  # not of this space: by label
+                    self.add(client, sid, None)
+                    continue
+            row = self._take(key, self._client(client))
+            if sub is not None:
+                self._set_general(row, sub)
                 continue
             masks = [m[j] for m in rows.masks]
             self._set_simple(row, (rows.bounds[j], masks))
