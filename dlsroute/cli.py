@@ -53,6 +53,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_labels(args: argparse.Namespace) -> int:
+    from dls.edge import interior_mask
     from dls.mapping import event_label
     from dls.predicates import Subscription
     from dls.space import ContentSpace
@@ -63,13 +64,19 @@ def _cmd_labels(args: argparse.Namespace) -> int:
         print(f"{label}\t{space.format_label(label)}")
         return 0
     where = args.where
-    if where.lstrip().startswith("["):
+    if where.lstrip().startswith(("[", "{")):
         where = json.loads(where)
-    labels = Subscription(space, where).labels()
-    for label in labels.tolist()[: args.limit]:
-        print(f"{label}\t{space.format_label(label)}")
+    sub = Subscription(space, where)
+    labels = sub.labels()
+    inner = interior_mask(sub)
+    for label, flag in zip(labels.tolist()[: args.limit], inner.tolist(), strict=False):
+        print(f"{label}\t{space.format_label(label)}\t{'interior' if flag else 'boundary'}")
     if len(labels) > args.limit:
-        print(f"... {len(labels) - args.limit} more ({len(labels)} labels)")
+        print(f"... {len(labels) - args.limit} more")
+    boundary = int(len(labels) - inner.sum())
+    print(f"# {len(labels)} labels, {boundary} boundary ({100.0 * boundary / len(labels):.1f} %: "
+          f"only events there can be false positives), {len(labels) - boundary} interior; "
+          f"{len(sub.alternatives)} alternative(s)")
     return 0
 
 
@@ -344,7 +351,8 @@ def _add_labels(sub: Any) -> None:
     s = sub.add_parser("labels", help="show the labels of a subscription or an event")
     s.add_argument("--space", required=True)
     g = s.add_mutually_exclusive_group(required=True)
-    g.add_argument("--where", help="subscription, text or JSON list")
+    g.add_argument("--where", help="subscription: text, JSON list or {\"any\": [...]}; "
+                   "prints each label, whether its cell is interior or boundary, and a summary")
     g.add_argument("--event", help="event attributes as a JSON object")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=_cmd_labels)
