@@ -40,10 +40,15 @@ Alternatives = list[list["Predicate"]]
 """A parsed ``where``: its alternatives, each a conjunction of predicates."""
 
 
+_BARE_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_NOT_BARE = KEYWORDS | {"nan", "inf", "infinity"}  # read as a keyword or a float
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, str):
-        return v if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", v) and v.lower() not in (
-            KEYWORDS) else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if _BARE_VALUE.fullmatch(v) and v.lower() not in _NOT_BARE:
+            return v
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
         return str(int(v))
     return repr(v)

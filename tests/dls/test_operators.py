@@ -34,8 +34,8 @@ SPEC = {"attributes": [
 SPACE = ContentSpace.from_spec(SPEC)
 NUMS = {"price": [0, 12.5, 25, 30, 50, 99.5, 100], "vol": [0, 1.5, 2, 5, 7, 10]}
 STRS = ["", "A", "AB", "ABC", "B", "B\x00", "Ga", "G", "Gz", "N", "Na", "Z", "a",
-        "\U0010ffff", "A\U0010ffff", "\x00"]
-USERS = ["u1", "u2", "u3", "zz", "", "é"]
+        "\U0010ffff", "A\U0010ffff", "\x00", "nan", "Inf", "or", 'a "b\\', "1x"]
+USERS = ["u1", "u2", "u3", "zz", "", "é", "missing", "u 1"]
 POOL = {"price": NUMS["price"], "vol": NUMS["vol"], "sym": ["A", "B", "C"], "name": STRS,
         "user": USERS}
 OPS = {"price": ["=", "!=", "<", "<=", ">", ">=", "between", "in", "not in"],
@@ -142,6 +142,7 @@ def test_operators_match_the_brute_force(alts: list[list[dict[str, Any]]],
             assert want, (str(sub), e)  # an interior cell holds only matches
     again = Subscription(SPACE, str(sub))
     assert np.array_equal(again.labels(), labels)
+    assert all(again.matches(e) == sub.matches(e) for e in evs), str(sub)
     assert Subscription(SPACE, sub.to_json()).to_json() == sub.to_json()
 
 
