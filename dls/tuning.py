@@ -111,7 +111,7 @@ def equi_depth_strings(values: Any, cells: int, *, field: str = "values") -> tup
 def cell_shares(space: ContentSpace, name: str, values: Any) -> np.ndarray:
     """Share of ``values`` in each cell of attribute ``name`` of ``space``."""
     attr = space.by_name[name]
-    given = list(values) if attr.kind == "string" else np.asarray(values, dtype=np.float64)
+    given: Any = list(values) if attr.kind == "string" else np.asarray(values, np.float64)
     cells = np.asarray(attr.cells(given), dtype=np.int64)
     counts = np.bincount(cells, minlength=attr.n_cells)
     return counts / max(1, counts.sum())
