@@ -59,8 +59,9 @@ matches per client per event, and it does not depend on N. What does grow in (b)
 node's cost per event (routing to more clients): see ``exact.json`` (1,000 clients).
 
 Output: ``rawtopic.json`` (records ``{"benchmark", "system", "params", "metric", "value",
-"unit"}``), and ``rawtopic.meta.json``. ``--quick`` is a small run for the
-tests (a few clients, g = 8 so that matches are frequent).
+"unit"}``), ``rawtopic.meta.json`` and ``rawtopic.png`` (bytes and client CPU per event vs
+clients). ``--quick`` is a small run for the tests (a few clients, g = 8 so that matches
+are frequent).
 """
 
 from __future__ import annotations
@@ -531,6 +532,7 @@ def run(s: Settings, bootstrap: str, out: Path) -> list[dict[str, Any]]:
                   phases={k: {x: v for x, v in res.items() if x != "tallies"}
                           for k, res in results.items()})
     summarise(records)
+    plot(records, out.with_suffix(".png"))
     return records
 
 
@@ -640,6 +642,38 @@ def summarise(records: list[dict[str, Any]]) -> None:
         if x["params"].get("extrapolated_from") and x["metric"] != "bytes_read_ratio":
             print(f"  N={x['params']['clients']:>6,} {x['system']:<10} {x['metric']:<38} "
                   f"{x['value']:>14,.1f} {x['unit']}")
+
+
+def plot(records: list[dict[str, Any]], path: Path) -> bool:
+    """Bytes read and client CPU per event vs clients, measured and extrapolated (log-log).
+
+    Returns False when matplotlib is missing.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metric, label in zip(axes, ("bytes_read_per_event", "client_cpu_per_event"),
+                                 ("bytes read by all clients per event",
+                                  "client CPU per event (µs)"), strict=True):
+        for system, colour in zip(SYSTEMS, ("tab:red", "tab:blue"), strict=True):
+            pts = sorted((x["params"].get("clients", x["params"]["n_clients"]), x["value"])
+                         for x in records if x["system"] == system and x["metric"] == metric)
+            ax.plot(*zip(*pts, strict=True), "--", color=colour, label=system)
+            ax.plot(*pts[0], "o", color=colour)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("clients (dot: measured; dashed: per-client cost x N)")
+        ax.set_title(label, fontsize=10)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
