@@ -46,6 +46,9 @@ Measured per phase:
 * ``latency_p50`` / ``latency_p99``: the client's clock when its filter (its own in (a),
   the SDK's in (b)) has passed the batch that held a matching event, minus the event's
   record timestamp, over every (client, matching event) pair, in ms;
+* ``node_cpu_per_event`` (b) and ``publisher_cpu_per_event``: CPU of the node loop's
+  thread and of the publishing thread (``time.thread_time``; librdkafka's threads not
+  included);
 * ``deliveries`` and ``true_matches``: (client, event) pairs each phase gave its
   applications, and the brute-force count (numpy boxes); ``false_deliveries`` in (b).
 
