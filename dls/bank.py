@@ -264,6 +264,30 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         if cli.size:
             self._items -= np.bincount(cli, minlength=self._cap)
 
+    @property
+    def item_counts(self) -> np.ndarray:
+        """Read-only pairs added minus removed, per client slot (repeats counted)."""
+        return read_only(self._items)
+
+    def estimated_fprs(self) -> np.ndarray:
+        """Estimated false-positive rate of each client's filter: ``fill ** k``."""
+        return self.fill_ratios() ** self._k
+
+    def resized(self, m: int, k: int, clients: np.ndarray, labels: np.ndarray, *,
+                position_fn: PositionFn | None = None) -> BitSlicedCBFBank:
+        """A new bank of ``(m, k)`` holding exactly the given (client, label) pairs.
+
+        The counter width, seed, client slots and match threads are this bank's, which is
+        left unchanged: the owner swaps the new one in once it is built (a node rebuilds
+        its client bank larger from its exact tables, ``broker_node.resize``).
+        """
+        new = BitSlicedCBFBank(m, k, counter_bits=self._counter_bits, seed=self._seed,
+                               position_fn=position_fn, initial_capacity=self._cap)
+        new.match_threads = self.match_threads
+        new.add(clients, labels)
+        new._ensure_clients(self._n_clients)
+        return new
+
     def contains(self, client: int, label: int) -> bool:
         """Whether ``client``'s filter (possibly) contains ``label``."""
         c = check_client(client)
