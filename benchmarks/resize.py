@@ -39,6 +39,7 @@ from benchmarks.core import write_results
 from benchmarks.workload import space_spec
 from broker_node.state import BrokerState
 from dls.bank import BitSlicedCBFBank
+from dls.hashing import make_position_fn
 from dls.space import ContentSpace
 
 CLIENT_SPEC = {"expected_items": 64, "fp_rate": 0.01}
@@ -105,6 +106,7 @@ def _ert_round(s: Settings, r: int, rng: np.random.Generator, add: Any) -> None:
         state.resizer._rebuild_ert(state, "A", ert.estimated_fpr())
         add(system, r, "forced_rebuild_s", time.perf_counter() - t0, "s",
             labels=s.labels, new=[state._ert["A"].m, state._ert["A"].k])
+        _table_time(system, r, state, state._ert["A"].m, state._ert["A"].k, add)
 
 
 def _bank_round(s: Settings, r: int, rng: np.random.Generator, add: Any) -> None:
@@ -157,6 +159,15 @@ def _bank_round(s: Settings, r: int, rng: np.random.Generator, add: Any) -> None
         new = cast(BitSlicedCBFBank, state._bank)
         add(system, r, "forced_rebuild_s", time.perf_counter() - t0, "s",
             labels=s.labels, new=[new.m, new.k])
+        _table_time(system, r, state, new.m, new.k, add)
+
+
+def _table_time(system: str, r: int, state: BrokerState, m: int, k: int, add: Any) -> None:
+    """The part of a rebuild that builds the new size's position table, timed apart."""
+    t0 = time.perf_counter()
+    make_position_fn(m, k, state.config.seed, state.label_space_size,
+                     base=state.label_base or 0)
+    add(system, r, "position_table_s", time.perf_counter() - t0, "s", m=m, k=k)
 
 
 def _true_hits(state: BrokerState, owner_idx: np.ndarray, flat: np.ndarray,

@@ -17,9 +17,9 @@ any size from them, losing nothing.
   from the item counts alone, ``(1 - exp(-k n / m)) ** k`` (a few integer reads); only if
   that passes the target are the counters scanned for the fill, and then again only once
   the item count has grown by :data:`RESCAN_GROWTH` since the last scan.
-* **Rebuild.** Sized for twice the labels held (the client bank: the fullest client's,
-  estimated from its fill) at the target rate, at least twice the old ``m``, with ``k``
-  at most the target's optimal ``round(-log2 target)``. Right after it the estimate is far
+* **Rebuild.** ``m`` doubled until it holds twice the labels held (the client bank: the
+  fullest client's, estimated from its fill) at the target rate, with ``k`` at most the
+  target's optimal ``round(-log2 target)``. Right after it the estimate is far
   under the target (about ``target ** 1.8``), which is the hysteresis: the filter must
   take twice its labels again before the next rebuild. Filters never shrink.
 * **No false negatives.** The new filter is built whole from the exact tables while the
@@ -115,10 +115,18 @@ def expected_rate(n: int, m: int, k: int) -> float:
 
 
 def grown_size(n: int, target: float, m: int) -> tuple[int, int]:
-    """``(m, k)`` for ``2 n`` labels at ``target``: ``m`` at least doubled, ``k`` capped."""
+    """``(m, k)`` for ``2 n`` labels at ``target``: ``m`` doubled until it holds them.
+
+    Doubling (never less than once) keeps the sizes of filters grown from one spec on one
+    ladder, so that ERTs of equal size share their position table and their hashing in a
+    route; ``k`` is at most the target's optimal ``round(-log2 target)``.
+    """
     n2 = max(1, 2 * n)
     ln2 = math.log(2)
-    m2 = max(2 * m, math.ceil(-n2 * math.log(target) / ln2 ** 2))
+    need = math.ceil(-n2 * math.log(target) / ln2 ** 2)
+    m2 = 2 * m
+    while m2 < need:
+        m2 *= 2
     k_target = max(1, round(-math.log2(target)))
     return m2, min(64, k_target, max(1, round(m2 / n2 * ln2)))
 
