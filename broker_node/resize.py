@@ -14,9 +14,10 @@ any size from them, losing nothing.
   the worst client's (the bank's ``(m, k)`` is shared, so one rebuild serves them all).
 * **Where the check runs.** After each batch of subscriptions and each advertisement
   from a neighbour (``BrokerState.subscribe_many``, ``on_link``), never per event. First
-  from the item counts alone, ``(1 - exp(-k n / m)) ** k`` (a few integer reads); only if
-  that passes the target are the counters scanned for the fill, and then again only once
-  the item count has grown by :data:`RESCAN_GROWTH` since the last scan.
+  from the item counts alone, ``(1 - exp(-k n / m)) ** k`` (the bank: of the batch's
+  clients); only if that passes the target are the counters scanned for the fill (the
+  bank: of those clients), and then again only once the item count has grown by
+  :data:`RESCAN_GROWTH` since the last scan.
 * **Rebuild.** ``m`` doubled until it holds twice the labels held (the client bank: the
   fullest client's, estimated from its fill) at the target rate, with ``k`` at most the
   target's optimal ``round(-log2 target)``. Right after it the estimate is far
@@ -157,7 +158,9 @@ class FilterResizer:
         self.history: deque[Rebuild] = deque(maxlen=64)
         #: True while a snapshot is restored: one check at its end instead
         self.suspended = False
-        self._scanned: dict[str, int] = {}  # item count at a filter's last scan
+        self._scanned: dict[str, int] = {}  # an ERT's item count at its last scan
+        #: per client slot, its item count when its filter was last scanned
+        self._client_scanned = np.zeros(0, dtype=np.int64)
         self._capped: set[str] = set()  # filters left as they are (MAX_FILTER_BYTES)
 
     @staticmethod
@@ -172,12 +175,11 @@ class FilterResizer:
         if (self.suspended or not clients.size or not self.on(state)
                 or not isinstance(bank, BitSlicedCBFBank)):
             return
-        n = int(bank.item_counts[clients].max())
-        if self._due(CLIENTS, n, bank.m, bank.k, self.client_target):
-            fill = bank.fill_ratios()
-            worst = float(fill.max(initial=0.0)) ** bank.k
+        due = self._due_clients(bank, clients)
+        if due.size:
+            worst = float(bank.fill_of(due).max()) ** bank.k
             if worst > self.client_target:
-                self._rebuild_bank(state, bank, worst, fill)
+                self._rebuild_bank(state, bank, worst, bank.fill_ratios())
 
     def after_advertise(self, state: BrokerState, neighbour: str) -> None:
         """After labels advertised by ``neighbour`` were added to its ERT."""
@@ -194,6 +196,7 @@ class FilterResizer:
     def check_all(self, state: BrokerState) -> None:
         """Check every filter now (after a restore), whatever was scanned before."""
         self._scanned.clear()
+        self._client_scanned[:] = 0
         bank = state._bank
         if isinstance(bank, BitSlicedCBFBank) and bank.n_clients:
             self.after_subscribe(state, np.arange(bank.n_clients))
@@ -201,13 +204,36 @@ class FilterResizer:
             self.after_advertise(state, n)
 
     def _due(self, name: str, n: int, m: int, k: int, target: float) -> bool:
-        """Whether to scan a filter's counters: its item count says it may be over."""
+        """Whether to scan an ERT's counters: its item count says it may be over."""
         if name in self._capped or expected_rate(n, m, k) <= target:
             return False
         if n < self._scanned.get(name, 0) * (1 + RESCAN_GROWTH):
             return False
         self._scanned[name] = n
         return True
+
+    def _due_clients(self, bank: BitSlicedCBFBank, clients: np.ndarray) -> np.ndarray:
+        """The clients of a batch whose filters to scan, client by client as :meth:`_due`.
+
+        A client's item count counts repeated labels (two subscriptions of one label), so
+        it may say over when the filter is not: that client is scanned again only once its
+        count grew by :data:`RESCAN_GROWTH`, and it hides no other client.
+        """
+        if CLIENTS in self._capped:
+            return clients[:0]
+        cli = np.unique(clients)
+        n = bank.item_counts[cli]
+        m, k = bank.m, bank.k
+        over = (-np.expm1(-k * n / m)) ** k > self.client_target
+        if not over.any():
+            return cli[:0]
+        if len(self._client_scanned) < bank.capacity:
+            grown = np.zeros(bank.capacity, dtype=np.int64)
+            grown[:len(self._client_scanned)] = self._client_scanned
+            self._client_scanned = grown
+        due = over & (n >= self._client_scanned[cli] * (1 + RESCAN_GROWTH))
+        self._client_scanned[cli[due]] = n[due]
+        return cli[due]
 
     # -- rebuilds -----------------------------------------------------------------------
     def _too_big(self, name: str, nbytes: int) -> bool:
@@ -235,6 +261,7 @@ class FilterResizer:
                            position_fn=state._position_fn(m2, k2))
         state._bank = new  # the swap: routes from here on use the new bank
         state.version += 1
+        self._client_scanned[:] = 0
         self._done(state, CLIENTS, (m, k), (m2, k2), rate, len(flat), t0,
                    float(new.estimated_fprs().max(initial=0.0)))
 

@@ -269,6 +269,15 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         """Read-only pairs added minus removed, per client slot (repeats counted)."""
         return read_only(self._items)
 
+    def fill_of(self, clients: np.ndarray) -> np.ndarray:
+        """:meth:`fill_ratios` of some clients only (indexes below the capacity)."""
+        cli = np.asarray(clients, dtype=np.int64)
+        if not self._packed:
+            return np.count_nonzero(self._counts[:, cli], axis=0) / float(self._m)
+        shift = (4 * (cli & 1)).astype(np.uint8)
+        cols = (self._counts[:, cli >> 1] >> shift) & np.uint8(15)
+        return np.count_nonzero(cols, axis=0) / float(self._m)
+
     def estimated_fprs(self) -> np.ndarray:
         """Estimated false-positive rate of each client's filter: ``fill ** k``."""
         return self.fill_ratios() ** self._k

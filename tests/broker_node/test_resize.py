@@ -144,12 +144,27 @@ def test_a_routing_filter_past_its_target_is_rebuilt_under_it_and_misses_nothing
 def test_a_check_below_the_target_scans_nothing_and_a_rebuild_waits_for_growth() -> None:
     node = Exact(tiny(client_m=4096))
     node.subscribe([("c0", "s0", list(range(10)))])
-    assert node.state.resizer._scanned == {}  # 10 labels in 4096 counters: no scan
+    assert not node.state.resizer._client_scanned.any()  # 10 labels in 4096: no scan
     node = Exact(tiny())
     node.subscribe([("c0", "s0", list(range(0, 1200, 10)))])
     first = node.state.resizer.rebuilds[CLIENTS]
     node.subscribe([("c0", "s1", [5])])  # one more label: far under the target now
     assert node.state.resizer.rebuilds[CLIENTS] == first == 1
+
+
+def test_a_client_with_repeated_labels_does_not_hide_another_that_grows() -> None:
+    node = Exact(tiny())
+    # c0: 40 subscriptions of the same 5 labels, 200 items: the item count says over,
+    # the scan says not (5 labels in 256 counters)
+    node.subscribe([("c0", f"a{i}", [1, 2, 3, 4, 5]) for i in range(40)])
+    assert node.state.resizer.rebuilds == {}
+    for b in range(20):  # c1 grows, 10 new labels a batch
+        node.subscribe([("c1", f"b{b}", list(range(1000 + 10 * b, 1010 + 10 * b)))])
+        if node.state.resizer.rebuilds:
+            break
+    assert node.state.resizer.rebuilds == {CLIENTS: 1}
+    assert node.state.resizer.history[-1].rate_before < 0.3  # caught soon after the target
+    assert len(node.subs["b0"][1]) * (b + 1) < 100
 
 
 def test_resizing_off_or_in_paper_mode_keeps_the_sizes() -> None:

@@ -43,3 +43,12 @@ def test_a_resized_bank_keeps_clients_with_no_pairs() -> None:
     new = old.resized(64, 2, np.zeros(0, np.int64), np.zeros(0, np.uint64))
     assert new.n_clients == 131 and new.capacity == old.capacity
     assert not new.counters.any() and new.fill_ratios().shape == (131,)
+
+
+def test_the_fill_of_some_clients_is_theirs_in_every_layout() -> None:
+    rng = np.random.default_rng(4)
+    for bits in (4, 8):
+        bank = BitSlicedCBFBank(128, 3, counter_bits=bits)
+        bank.add(rng.integers(0, 130, 900), rng.integers(0, 5000, 900).astype(np.uint64))
+        some = np.array([0, 1, 7, 64, 129, 128])
+        assert np.array_equal(bank.fill_of(some), bank.fill_ratios()[some])
