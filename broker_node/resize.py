@@ -221,12 +221,12 @@ class FilterResizer:
         """
         if CLIENTS in self._capped:
             return clients[:0]
-        cli = np.unique(clients)
-        n = bank.item_counts[cli]
+        n = bank.item_counts[clients]  # a client twice in the batch is looked at twice
         m, k = bank.m, bank.k
+        if expected_rate(int(n.max()), m, k) <= self.client_target:
+            return clients[:0]  # the usual case: one max over the batch
+        cli = clients
         over = (-np.expm1(-k * n / m)) ** k > self.client_target
-        if not over.any():
-            return cli[:0]
         if len(self._client_scanned) < bank.capacity:
             grown = np.zeros(bank.capacity, dtype=np.int64)
             grown[:len(self._client_scanned)] = self._client_scanned
