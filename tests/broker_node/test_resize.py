@@ -290,3 +290,16 @@ def test_rebuilds_are_counted_on_the_metrics_page() -> None:
     node.subscribe([("c0", f"s{i}", list(range(i * 40, i * 40 + 40))) for i in range(10)])
     page = generate_latest(node_registry("B", Metrics(), node.state)).decode()
     assert 'dls_filter_rebuilds_total{filter="clients",node="B"} 1.0' in page
+
+
+def test_a_rebuild_moves_the_version_so_no_cached_route_outlives_it() -> None:
+    node = Exact(tiny())
+    node.link("A", "advertise", list(range(50)))
+    node.subscribe([("c0", "s0", list(range(100, 150)))])
+    v, before = node.state.version, node.state._ert["A"]
+    node.state.resizer._rebuild_ert(node.state, "A", before.estimated_fpr())
+    assert node.state.version == v + 1 and node.state._ert["A"] is not before
+    bank = node.state._bank
+    node.state.resizer._rebuild_bank(node.state, bank, 1.0, bank.fill_ratios())  # type: ignore[arg-type]
+    assert node.state.version == v + 2 and node.state._bank is not bank
+    assert node.misses(np.arange(0, 200, dtype=np.uint64)) == []
