@@ -9,7 +9,8 @@ may share a process), served by :class:`MetricsServer` on ``metrics_host:metrics
 Names: every counter ``dls_<name>_total`` with the label ``node``; gauges
 ``dls_subscriptions``, ``dls_clients``, ``dls_ert_fill`` and ``dls_ert_estimated_fpr``
 (label ``neighbour``), ``dls_client_filter_fill`` (label ``client``); per-client
-deliveries ``dls_client_deliveries_total`` (label ``client``).
+deliveries ``dls_client_deliveries_total`` (label ``client``); filter rebuilds
+``dls_filter_rebuilds_total`` (label ``filter``).
 """
 
 from __future__ import annotations
@@ -208,6 +209,12 @@ class NodeCollector:
             for neighbour, value in stats[key].items():
                 g.add_metric([self.node, neighbour], float(value))
             yield g
+        rebuilds = CounterMetricFamily(
+            "dls_filter_rebuilds", "filters rebuilt larger from the exact tables (clients: "
+            "the client bank; ert:<neighbour>: a routing filter)", labels=["node", "filter"])
+        for name, count in stats["filter_rebuilds"].items():
+            rebuilds.add_metric([self.node, name], count)
+        yield rebuilds
 
     def _client_families(self) -> Iterator[Metric]:
         names = self.state.clients
