@@ -10,7 +10,8 @@ Names: every counter ``dls_<name>_total`` with the label ``node``; gauges
 ``dls_subscriptions``, ``dls_clients``, ``dls_ert_fill`` and ``dls_ert_estimated_fpr``
 (label ``neighbour``), ``dls_client_filter_fill`` and ``dls_client_filter_estimated_fpr``
 (label ``client``); per-client counters ``dls_client_deliveries_total`` and
-``dls_client_edge_removed_total`` (label ``client``). Per-client series are bounded: the
+``dls_client_edge_removed_total`` (label ``client``); filter rebuilds
+``dls_filter_rebuilds_total`` (label ``filter``). Per-client series are bounded: the
 :data:`CLIENT_SERIES` busiest clients get their own, the rest share ``client="(others)"``.
 """
 
@@ -246,6 +247,12 @@ class NodeCollector:
             for neighbour, value in stats[key].items():
                 g.add_metric([self.node, neighbour], float(value))
             yield g
+        rebuilds = CounterMetricFamily(
+            "dls_filter_rebuilds", "filters rebuilt larger from the exact tables (clients: "
+            "the client bank; ert:<neighbour>: a routing filter)", labels=["node", "filter"])
+        for name, count in stats["filter_rebuilds"].items():
+            rebuilds.add_metric([self.node, name], count)
+        yield rebuilds
 
     def _client_families(self) -> Iterator[Metric]:
         """Per client: deliveries, removed at the edge, filter fill and estimated rate.
@@ -310,12 +317,13 @@ def client_estimated_fpr(state: BrokerState, fill: np.ndarray) -> np.ndarray:
     """The estimated false-positive rate of each client's filter from its ``fill``.
 
     A counting Bloom filter answers a label it does not hold when its ``k`` positions are
-    all set: ``fill ** k``. A direct filter holds exactly its labels: 0.
+    all set: ``fill ** k`` (``BitSlicedCBFBank.estimated_fprs``). A direct filter holds
+    exactly its labels: 0.
     """
-    cfg = state.config
-    if cfg.client_filter != "cbf":
+    k = getattr(state._bank, "k", None)  # the bank's own: a rebuilt bank may change it
+    if state.config.client_filter != "cbf" or k is None:
         return np.zeros_like(fill)
-    return np.power(fill, cfg.client_k)
+    return np.power(fill, int(k))
 
 
 def node_registry(node: str, metrics: Metrics, state: BrokerState, client_series: int = 0
