@@ -39,7 +39,7 @@ import numpy as np
 from connectors.serde import decode_raw_event
 from dls import _edgekernels as _ek
 from dls import _jit
-from dls.edge import interior_mask
+from dls.edge import interior_labels
 from dls.exceptions import DLSError
 from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
 from dls.space import ContentSpace
@@ -97,22 +97,20 @@ def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
     any kind, optional or not) allows every cell, absent included: its bounds are
     ``[-inf, inf]``, its mask full.
     """
-    alts = getattr(sub, "alternatives", None)
-    if alts is not None and len(alts) != 1:
+    if len(sub.alternatives) != 1:
         return None
-    alt = sub if alts is None else alts[0]
+    alt = sub.alternatives[0]
     cons = alt.constraints
     attrs = sub.space.attributes
-    if any(getattr(a, "optional", False) or a.kind not in ("numeric", "discrete")
-           for a in attrs if a.name in cons):
+    if any(a.optional or a.kind not in ("numeric", "discrete") for a in attrs
+           if a.name in cons):
         return None
     bounds = np.empty((len(numeric), 2), dtype=np.float64)
     for j, i in enumerate(numeric):
         c = cons.get(attrs[i].name)
         if c is None:
             bounds[j] = (-math.inf, math.inf)
-        elif (isinstance(c, NumericConstraint) and c.values is None
-              and not getattr(c, "excluded", ())):
+        elif isinstance(c, NumericConstraint) and c.values is None and not c.excluded:
             bounds[j] = c.effective_bounds()
         else:
             return None
@@ -131,8 +129,7 @@ def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
 
 def _general(sub: Subscription) -> tuple[Subscription, np.ndarray, np.ndarray]:
     """A general row: the subscription, its sorted labels, its sorted interior labels."""
-    labels = sub.labels()
-    return sub, labels, labels[interior_mask(sub)]
+    return sub, sub.labels(), interior_labels(sub)
 
 
 def _has(sorted_labels: np.ndarray, label: int) -> bool:
@@ -150,7 +147,7 @@ class EdgeTable:
         self._numeric = [i for i, a in enumerate(attrs) if a.kind == "numeric"]
         #: the names of the numeric attributes, in the order of a row's bounds
         self.numeric_names = tuple(attrs[i].name for i in self._numeric)
-        self._optional = [bool(getattr(attrs[i], "optional", False)) for i in self._numeric]
+        self._optional = [attrs[i].optional for i in self._numeric]
         self._discrete = [i for i, a in enumerate(attrs) if a.kind == "discrete"]
         self._words = [(attrs[i].n_cells + 63) // 64 for i in self._discrete]
         n_num = len(self._numeric)

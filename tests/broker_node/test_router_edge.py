@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Message
@@ -33,9 +34,10 @@ SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
 
 
 class _Node:
-    def __init__(self, tmp_path: Path, cache: float = 1.0, partitions: int = 0) -> None:
+    def __init__(self, tmp_path: Path, cache: float = 1.0, partitions: int = 0,
+                 spec: dict[str, Any] | None = None) -> None:
         space_file = tmp_path / "space.json"
-        space_file.write_text(json.dumps(SPEC))
+        space_file.write_text(json.dumps(spec or SPEC))
         self.space = ContentSpace.from_json(space_file)
         self.svc: NodeService = _node(space_file, cache=cache, partitions=partitions,
                                       delivery="exactly_once")
@@ -48,21 +50,24 @@ class _Node:
         self.svc.state.subscribe(client, sid, sub.labels().tolist())
         self.edge.add(client, sid, sub)
 
-    def publish(self, xs: list[float]) -> list[tuple[str, float]]:
-        """Publish events of these x values; the (topic, x) of each delivery made."""
+    def publish(self, xs: list[Any]) -> list[tuple[str, Any]]:
+        """Publish events of these x values (or attributes); the (topic, x) of each
+        delivery made (the event's number for events given as attributes)."""
         sent = self.svc.committer.producer.sent  # type: ignore[union-attr]
         start, msgs = len(sent), []
         for x in xs:
             self.n += 1
-            label = event_label(self.space, {"x": x})
-            value = encode_raw_event("A", "pub", f"e{self.n}", {"x": x})
+            attrs = x if isinstance(x, dict) else {"x": x}
+            label = event_label(self.space, attrs)
+            value = encode_raw_event("A", "pub", f"e{self.n}", attrs)
             msgs.append(Message(topic="dls.node.A.publish", partition=0, offset=self.n,
                                 value=value, headers=[
                                     (HEADER_LABEL, label.to_bytes(8, "big")),
                                     (HEADER_ORIGIN, b"A/pub"),
                                     (HEADER_EVENT_ID, b"e%d" % self.n)]))
         self.svc.process(msgs)
-        value_x = {m.value(): x for m, x in zip(msgs, xs, strict=True)}
+        value_x = {m.value(): (i if isinstance(x, dict) else x)
+                   for i, (m, x) in enumerate(zip(msgs, xs, strict=True))}
         out = []
         for topic, v, headers, _ in sent[start:]:
             if topic == "dls.deliver":  # the shared topic: the clients in a header
@@ -179,3 +184,31 @@ def test_clients_past_the_bound_share_one_series(tmp_path: Path) -> None:
     assert got[("dls_client_edge_removed_total", OTHERS)] == 4
     fpr = client_estimated_fpr(node.svc.state, node.svc.state.client_fill())
     assert got[("dls_client_filter_estimated_fpr", OTHERS)] == max(fpr[2], fpr[3])
+
+
+OPS_SPEC = {"attributes": [
+    {"name": "x", "type": "numeric", "low": 0, "high": 100, "granules": 8},
+    {"name": "q", "type": "numeric", "low": 0, "high": 10, "granules": 2, "optional": True},
+    {"name": "sym", "type": "string", "breakpoints": ["G", "N", "T"]},
+    {"name": "user", "type": "hashed", "buckets": 4, "optional": True}]}
+
+
+@pytest.mark.parametrize("partitions", [0, 3])
+def test_every_operator_through_the_router(tmp_path: Path, partitions: int) -> None:
+    """General rows (OR, prefix, !=, exists/missing, hashed) beside a simple one."""
+    node = _Node(tmp_path, partitions=partitions, spec=OPS_SPEC)
+    wheres = {"ann": 'sym prefix "GO" or (x > 30 and q missing)',
+              "bob": 'user != alice and x between 20 and 60 and sym >= "N"',
+              "cy": "q exists and x not in (50, 51)", "dee": "x between 20 and 60"}
+    for c, w in wheres.items():
+        node.subscribe(c, f"{c}1", w)
+    events = [{"x": 31.0, "sym": "GOLD"}, {"x": 31.0, "sym": "GA", "q": 1.0},
+              {"x": 12.0, "sym": "GOA", "user": "bob"}, {"x": 50.0, "sym": "NZ", "q": 3.0},
+              {"x": 51.5, "sym": "Q", "user": "alice", "q": 9.0}, {"x": 19.9, "sym": "N"},
+              {"x": 60.0, "sym": "Z", "user": "carol"}, {"x": 99.0, "sym": "", "q": 0.0}]
+    subs = {c: Subscription(node.space, w) for c, w in wheres.items()}
+    want = sorted((f"dls.deliver.{c}", i) for i, e in enumerate(events)
+                  for c, sub in subs.items() if sub.matches(e))
+    assert node.publish(events) == want
+    assert node.svc.metrics.edge_unreadable == 0
+    assert node.svc.metrics.edge_removed > 0
