@@ -148,6 +148,7 @@ class EdgeTable:
         #: the names of the numeric attributes, in the order of a row's bounds
         self.numeric_names = tuple(attrs[i].name for i in self._numeric)
         self._optional = [attrs[i].optional for i in self._numeric]
+        self._optional_mask = np.array(self._optional, dtype=bool)
         self._discrete = [i for i, a in enumerate(attrs) if a.kind == "discrete"]
         self._words = [(attrs[i].n_cells + 63) // 64 for i in self._discrete]
         n_num = len(self._numeric)
@@ -425,10 +426,14 @@ class EdgeTable:
         return ok
 
     def matches(self, verdict: Verdict, event: dict[str, Any], values: np.ndarray) -> bool:
-        """Whether the event (its attributes, its numeric values) passes ``verdict``."""
+        """Whether the event (its attributes, its numeric values) passes ``verdict``.
+
+        An optional attribute left out may be given as NaN (read as :meth:`values_of` does).
+        """
         if verdict.kind != CHECK:
             return verdict.kind == SURE
         rows = verdict.rows
+        values = np.where(np.isnan(values) & self._optional_mask, 0.0, values)
         return bool(self.passes(rows, values[None, :], [event],
                                 np.zeros(len(rows), dtype=np.int64)).any())
 
