@@ -72,16 +72,12 @@ def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, Any]) ->
 
 @dataclass(frozen=True)
 class EdgeRows:
-    """The checked subscriptions of a snapshot: their indexes there, bounds, masks, wheres.
-
-    ``bounds`` of a general row are NaN; ``sets`` holds the JSON ``where`` of each general
-    row (by subscription index), which a restore compiles again.
-    """
+    """The checked subscriptions of a snapshot (a general row: NaN bounds, its ``where``)."""
 
     index: np.ndarray  # int64: which of the snapshot's subscriptions these rows are
     bounds: np.ndarray  # (rows, numeric attributes, 2) float64
     masks: list[np.ndarray]  # per discrete attribute, (rows, words) uint64
-    sets: dict[int, str]  # subscription index -> its JSON where (a general row)
+    sets: dict[int, str]  # subscription index -> its JSON where (a general row: compiled)
 
 
 #: A simple row: its bounds ``(numeric attributes, 2)`` and its mask per discrete attribute.
@@ -167,6 +163,9 @@ class EdgeTable:
         self._unchecked_ids: set[tuple[str, str]] = set()
         self._free: list[int] = []
         self._csr: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._gcsr: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = (
+            None)
+        self._gkeys: tuple[int, np.ndarray, np.ndarray] | None = None
         #: moves at every change of the rows; a plan naming rows is valid at its version only
         self.version = 0
 
@@ -348,36 +347,38 @@ class EdgeTable:
         """The kernels: each candidate's rows walked until one holds the cell wholly."""
         k = np.empty(len(cid), dtype=np.int8)
         n_rows = np.empty(len(cid), dtype=np.int64)
-        cols = (np.asarray(self._numeric, dtype=np.int64),
-                np.asarray(self._discrete, dtype=np.int64), self._word_off)
-        tables = (start, count, flat, self._span, self._masks,
-                  self._general_flag)
-        _ek.edge_verdicts(cid, ev, cells, *cols, *tables, k, n_rows)
-        extra_rows: list[int] = []
-        extra_owner: list[int] = []
-        for i in np.flatnonzero(k == _ek.UNDECIDED).tolist():  # a client with general rows
-            sure, some, label = False, n_rows[i] > 0, int(labels[ev[i]])
-            mine = [r for r in self._client_rows[int(cid[i])] if self._general_flag[r]]
-            for r in mine:
-                h, w = self._holds_general(r, label)
-                sure, some = sure or (h and w), some or h
-            k[i] = SURE if sure else (CHECK if some else NONE)
-            if k[i] == CHECK:
-                held = [r for r in mine if self._holds_general(r, label)[0]]
-                extra_rows += held
-                extra_owner += [i] * len(held)
+        args = (cells, labels, np.asarray(self._numeric, dtype=np.int64),
+                np.asarray(self._discrete, dtype=np.int64), self._word_off, start, count,
+                flat, self._span, self._masks, self._general_flag, *self._general_csr())
+        none = np.zeros(0, dtype=np.int64)
+        _ek.edge_walk(np.arange(len(cid)), cid, ev, *args, k, n_rows, none, none, none, False)
         which = np.flatnonzero(k == CHECK)
         sz = n_rows[which]
         rows = np.empty(int(sz.sum()), dtype=np.int64)
         owner = np.empty(len(rows), dtype=np.int64)
-        _ek.edge_check_rows(which, cid, ev, cells, *cols, *tables, np.cumsum(sz) - sz,
-                            rows, owner)
-        if extra_rows:
-            rows = np.r_[rows, extra_rows]
-            owner = np.r_[owner, extra_owner]
-            order = np.argsort(owner, kind="stable")
-            rows, owner = rows[order], owner[order]
+        _ek.edge_walk(which, cid, ev, *args, k, n_rows, np.cumsum(sz) - sz, rows, owner, True)
         return k, rows, owner
+
+    def _general_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The general rows' labels for the kernels (made again after a change).
+
+        By row, its first place and count in the flat sorted labels; the flat interior flags.
+        """
+        if self._gcsr is not None and self._gcsr[0] == self.version:
+            return self._gcsr[1]
+        n = len(self._general_flag)
+        g_start = np.zeros(n, dtype=np.int64)
+        g_count = np.zeros(n, dtype=np.int64)
+        parts, inside = [np.zeros(0, dtype=np.uint64)], [np.zeros(0, dtype=np.bool_)]
+        at = 0
+        for r, (_, labels, interior) in self._general.items():
+            g_start[r], g_count[r] = at, len(labels)
+            parts.append(labels)
+            inside.append(np.isin(labels, interior, assume_unique=True))
+            at += len(labels)
+        out = (g_start, g_count, np.concatenate(parts), np.concatenate(inside))
+        self._gcsr = (self.version, out)
+        return out
 
     # -- value checks -------------------------------------------------------------------------
     def read(self, value: bytes | None) -> tuple[dict[str, Any], np.ndarray] | None:
@@ -549,9 +550,38 @@ class EdgeTable:
             word += self._word_off[k]
             holds &= (self._masks[rows, word] >> bit.astype(np.uint64)) & one == one
         if self._general:
-            for j in np.flatnonzero(self._general_flag[rows]).tolist():
-                holds[j], wholly[j] = self._holds_general(int(rows[j]), int(labels[j]))
+            g = np.flatnonzero(self._general_flag[rows])
+            holds[g], wholly[g] = self._general_lookup(rows[g], labels[g])
         return holds, wholly
+
+    def _general_lookup(self, rows: np.ndarray, labels: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Whether general row ``rows[i]`` holds ``labels[i]`` (a space's label), and wholly.
+
+        One search in the sorted keys ``row * label space + cell bits`` of every general
+        row's labels (made again after a change).
+        """
+        size, base = self.space.label_space_size, np.uint64(self.space.app_prefix)
+        g_start, g_count, g_labels, g_inside = self._general_csr()
+        if len(g_start) * size >= 2**63:  # keys would not fit: one row at a time
+            out = [self._holds_general(int(r), int(x)) for r, x in zip(
+                rows.tolist(), labels.tolist(), strict=True)]
+            return (np.array([h for h, _ in out], dtype=bool),
+                    np.array([w for _, w in out], dtype=bool))
+        if self._gkeys is None or self._gkeys[0] != self.version:
+            nz = np.flatnonzero(g_count)
+            by_place = nz[np.argsort(g_start[nz])]  # the rows in the order of their labels
+            row_of = np.repeat(by_place, g_count[by_place]).astype(np.uint64)
+            keys = row_of * np.uint64(size) + (g_labels - base)
+            order = np.argsort(keys, kind="stable")
+            self._gkeys = (self.version, keys[order], g_inside[order])
+        _, keys, inside = self._gkeys
+        if not len(keys):
+            return np.zeros(len(rows), dtype=bool), np.zeros(len(rows), dtype=bool)
+        q = rows.astype(np.uint64) * np.uint64(size) + (labels.astype(np.uint64) - base)
+        at = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+        found = keys[at] == q
+        return found, found & inside[at]
 
     def _grow(self) -> int:
         row = len(self._bounds)
