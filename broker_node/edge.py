@@ -1,29 +1,16 @@
 """The exact check at a client's node: which label-matched clients an event really matches.
 
-Routing between nodes is by label only. The node a client is attached to holds the
-client's subscriptions in an :class:`EdgeTable`, one *row* per subscription. For a label,
-a label-matched candidate client is **sure** when one of its subscriptions holds the
-label's cell wholly (an interior cell: delivered without reading the value), **check**
-when those that hold the cell all cut it (delivered when the value satisfies one), and
-**none** when none holds the cell (a false positive of its filter: not delivered).
-
-A *simple* row (one alternative of numeric ranges and discrete sets on required
-attributes: the paper's subscriptions) is a few numbers in arrays shared by all rows: per
-numeric attribute its float bounds and the cells it holds and holds wholly, per discrete
-attribute a bit mask of its cells. Any other subscription (OR, string or hashed
-constraints, exclusions, numeric sets, ``exists``/``missing``, optional attributes) is a
-*general* row: it holds the cells of its labels, wholly those :mod:`dls.edge` calls
-interior, and its value check is ``sub.matches(event)``.
-
-A route plan names the rows a CHECK verdict left to decide, never copies of them: row
-numbers are valid while :attr:`EdgeTable.version` is the one the plan was made at (every
-add, remove or restore moves it, and the router drops its plans), so a row freed and given
-to another subscription is never read through an old plan. The router decides the CHECK
-candidates of a whole run at once (:meth:`EdgeTable.passes`: one gather, one comparison).
-
-A client never given to the table, or with a subscription whose ``where`` the node could
-not compile (a raw writer may send labels alone), is *sure* for every label: the table
-only ever removes what it knows no subscription matches.
+An :class:`EdgeTable` holds the local subscriptions, one *row* each. For a label, a
+candidate client is **sure** when one of its rows holds the label's cell wholly (an
+interior cell: delivered without reading the value), **check** when those that hold the
+cell all cut it (delivered when the value satisfies one), **none** when none holds it (a
+false positive of its filter). A *simple* row (one alternative of numeric ranges and
+discrete sets on required attributes) is a few numbers in shared arrays; any other is a
+*general* row: its labels, its interior labels (:mod:`dls.edge`) and ``sub.matches``.
+Plans name rows (valid at :attr:`EdgeTable.version`, which every change moves), never
+copies. A client never given to the table, or with a ``where`` the node could not
+compile, is *sure* for every label: the table only removes what no subscription matches.
+See docs/architecture.md, "Exact delivery at the edge".
 """
 
 from __future__ import annotations
@@ -72,7 +59,7 @@ def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, Any]) ->
 
 @dataclass(frozen=True)
 class EdgeRows:
-    """The checked subscriptions of a snapshot (a general row: NaN bounds, its ``where``)."""
+    """The checked subscriptions of a snapshot (a general row: its hull, its ``where``)."""
 
     index: np.ndarray  # int64: which of the snapshot's subscriptions these rows are
     bounds: np.ndarray  # (rows, numeric attributes, 2) float64
@@ -126,6 +113,23 @@ def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
 def _general(sub: Subscription) -> tuple[Subscription, np.ndarray, np.ndarray]:
     """A general row: the subscription, its sorted labels, its sorted interior labels."""
     return sub, sub.labels(), interior_labels(sub)
+
+
+def _hull(sub: Subscription, numeric: list[int]) -> np.ndarray:
+    """``(numeric attributes, 2)``: bounds that hold every matching event's values.
+
+    Per attribute the widest of the alternatives' effective bounds; ``[-inf, inf]`` where
+    an alternative leaves it unconstrained or lets it be absent (read as 0).
+    """
+    attrs = sub.space.attributes
+    out = np.full((len(numeric), 2), (np.inf, -np.inf))
+    for alt in sub.alternatives:
+        for j, i in enumerate(numeric):
+            c = alt.constraints.get(attrs[i].name)
+            lo, hi = c.effective_bounds() if isinstance(c, NumericConstraint) else (
+                -math.inf, math.inf)
+            out[j] = (min(out[j, 0], lo), max(out[j, 1], hi))
+    return out
 
 
 def _has(sorted_labels: np.ndarray, label: int) -> bool:
@@ -288,14 +292,9 @@ class EdgeTable:
         offsets = np.r_[0, np.cumsum(sizes, dtype=np.int64)]
         ids = self.client_ids([n for c in candidates for n in c])
         kinds, rows, owner = self.classify(np.asarray(labels, dtype=np.uint64), offsets, ids)
-        out: list[list[Verdict]] = []
-        for e in range(len(candidates)):
-            vs = []
-            for j in range(int(offsets[e]), int(offsets[e + 1])):
-                k = int(kinds[j])
-                vs.append(Verdict(k, rows[owner == j], self) if k == CHECK else Verdict(k))
-            out.append(vs)
-        return out
+        vs = [Verdict(int(k), rows[owner == j], self) if k == CHECK else Verdict(int(k))
+              for j, k in enumerate(kinds.tolist())]
+        return [vs[int(offsets[e]):int(offsets[e + 1])] for e in range(len(candidates))]
 
     def classify(self, labels: np.ndarray, offsets: np.ndarray, ids: np.ndarray,
                  compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -426,7 +425,7 @@ class EdgeTable:
         ok = ((b[:, :, 0] <= v) & (v <= b[:, :, 1])).all(axis=1)
         if self._general:
             general = self._general
-            for i in np.flatnonzero(self._general_flag[rows]).tolist():
+            for i in np.flatnonzero(self._general_flag[rows] & ok).tolist():  # in its hull
                 ok[i] = general[int(rows[i])][0].matches(attrs[int(event_of[i])])
         return ok
 
@@ -443,7 +442,7 @@ class EdgeTable:
                                 np.zeros(len(rows), dtype=np.int64)).any())
 
     def row_bounds(self, rows: np.ndarray) -> np.ndarray:
-        """The bounds of ``rows`` (NaN for a general row): what a snapshot test compares."""
+        """The bounds of ``rows`` (a general row: its hull): what a snapshot test compares."""
         return self._bounds[rows]
 
     # -- inside -------------------------------------------------------------------------------
@@ -468,13 +467,8 @@ class EdgeTable:
         for k, m in enumerate(masks):
             self._masks[row, self._word_off[k]:self._word_off[k + 1]] = m
 
-    def _holds_general(self, row: int, label: int) -> tuple[bool, bool]:
-        """Whether general row ``row`` holds ``label``, and wholly (an interior cell)."""
-        _, labels, inside = self._general[row]
-        return _has(labels, label), _has(inside, label)
-
     def _set_general(self, row: int, sub: Subscription) -> None:
-        self._bounds[row] = np.nan
+        self._bounds[row] = _hull(sub, self._numeric)  # a first test before sub.matches
         self._span[row] = (1, 0, 1, 0)  # holds no cell: a general row decides for itself
         self._masks[row] = 0
         self._general_flag[row] = True
@@ -568,22 +562,21 @@ class EdgeTable:
         size, base = self.space.label_space_size, np.uint64(self.space.app_prefix)
         g_start, g_count, g_labels, g_inside = self._general_csr()
         if len(g_start) * size >= 2**63:  # keys would not fit: one row at a time
-            out = [self._holds_general(int(r), int(x)) for r, x in zip(
-                rows.tolist(), labels.tolist(), strict=True)]
-            return (np.array([h for h, _ in out], dtype=bool),
-                    np.array([w for _, w in out], dtype=bool))
+            out = np.array([[_has(self._general[r][1], x), _has(self._general[r][2], x)]
+                            for r, x in zip(rows.tolist(), labels.tolist(), strict=True)],
+                           dtype=bool).reshape(-1, 2)
+            return out[:, 0], out[:, 1]
         if self._gkeys is None or self._gkeys[0] != self.version:
             nz = np.flatnonzero(g_count)
             by_place = nz[np.argsort(g_start[nz])]  # the rows in the order of their labels
             row_of = np.repeat(by_place, g_count[by_place]).astype(np.uint64)
             keys = row_of * np.uint64(size) + (g_labels - base)
             order = np.argsort(keys, kind="stable")
-            self._gkeys = (self.version, keys[order], g_inside[order])
+            self._gkeys = (self.version, np.r_[keys[order], np.uint64(2**64 - 1)],
+                           np.r_[g_inside[order], False])  # an end key no query equals
         _, keys, inside = self._gkeys
-        if not len(keys):
-            return np.zeros(len(rows), dtype=bool), np.zeros(len(rows), dtype=bool)
         q = rows.astype(np.uint64) * np.uint64(size) + (labels.astype(np.uint64) - base)
-        at = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+        at = np.searchsorted(keys, q)
         found = keys[at] == q
         return found, found & inside[at]
 
