@@ -30,6 +30,9 @@ __all__ = [
     "cell",
     "discrete_index",
     "error",
+    "hash_cell",
+    "is_optional",
+    "kind_of",
     "first_error",
     "fmt_num",
     "fns",
@@ -44,6 +47,8 @@ __all__ = [
     "replace_err",
     "schema_json",
     "str_array",
+    "string_cell",
+    "value_cells",
     "variant_type",
 ]
 
@@ -194,6 +199,47 @@ def cell(a: UniformAttribute | BreakpointAttribute, v: Column) -> Column:
         return F.least(F.lit(g - 1).cast("bigint"), raw.cast("bigint"))
     bps = F.array(*[F.lit(float(b)) for b in a.breakpoints])
     return F.size(F.filter(bps, lambda b: b <= v)).cast("bigint")
+
+
+def kind_of(a: Any) -> str:
+    """The attribute's type word: ``numeric``, ``discrete``, ``string`` or ``hashed``."""
+    if isinstance(a, UniformAttribute | BreakpointAttribute):
+        return "numeric"
+    if isinstance(a, DiscreteAttribute):
+        return "discrete"
+    if hasattr(a, "buckets"):
+        return "hashed"
+    return "string"
+
+
+def is_optional(a: Any) -> bool:
+    """True when the attribute is ``optional`` (an event may leave it out)."""
+    return bool(getattr(a, "optional", False))
+
+
+def value_cells(a: Any) -> int:
+    """The number of value cells of an attribute (its absent cell, if optional, is this)."""
+    k = kind_of(a)
+    if isinstance(a, UniformAttribute):
+        return a.granules
+    if k == "discrete":
+        return len(a.values)
+    if k == "hashed":
+        return int(a.buckets)
+    return len(a.breakpoints) + 1
+
+
+def string_cell(a: Any, v: Column) -> Column:
+    """Cell (bigint) of a string value: the number of breakpoints ``<= v`` (binary order)."""
+    F = fns()
+    bps = F.array(*[F.lit(b) for b in a.breakpoints]).cast("array<string>")
+    return F.size(F.filter(bps, lambda b: b <= v)).cast("bigint")
+
+
+def hash_cell(a: Any, v: Column) -> Column:
+    """Bucket (bigint) of a hashed attribute's string: ``crc32(utf8(v)) mod buckets``."""
+    F = fns()
+    return F.pmod(F.crc32(v.cast("binary")), F.lit(int(a.buckets)).cast("bigint"))
 
 
 def discrete_index(a: DiscreteAttribute) -> Column:

@@ -32,6 +32,11 @@ import org.apache.spark.sql.api.java.UDF2;
  *       label budget.</li>
  * </ul>
  *
+ * <p>A space with an optional, string or hashed attribute is not this class's: its config says
+ * {@code decline all}, and every record goes to the general path. A subscription using
+ * {@code !=}, {@code not in}, {@code prefix}, {@code exists}, {@code missing}, {@code or} or
+ * parentheses is declined by the text reader below (it knows none of them).
+ *
  * <p>The config (first argument) is built by {@code spark.mapping._fast_config}: lines of
  * space-separated fields, strings as hex of their UTF-8 bytes, doubles as hex of their bits.
  * The result is {@code struct<topic:binary,value:binary,label:binary,origin:binary,
@@ -64,6 +69,9 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             cfg = new Config(config);
             cache = new Object[] {config, cfg};
         }
+        if (cfg.declineAll) {
+            return null;
+        }
         try {
             return cfg.event ? mapEvent(cfg, value) : mapSubscription(cfg, value);
         } catch (RuntimeException e) {
@@ -79,6 +87,11 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
 
     static final class Config {
         final boolean event;
+        /**
+         * The space has attributes this class does not know (optional, string, hashed): every
+         * record goes to the general path.
+         */
+        final boolean declineAll;
         final String prefix;
         final byte[] header;
         final long appPrefix;
@@ -119,6 +132,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             values = new String[nAttrs][];
             shift = new int[nAttrs];
             boolean ev = false;
+            boolean off = false;
             String pre = null;
             byte[] hdr = null;
             long app = 0;
@@ -130,6 +144,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                 String[] f = line.split(" ");
                 switch (f[0]) {
                     case "kind" -> ev = f[1].equals("event");
+                    case "decline" -> off = true;
                     case "prefix" -> pre = str(f[1]);
                     case "header" -> hdr = unhex(f[1]);
                     case "app" -> app = Long.parseLong(f[1]);
@@ -170,6 +185,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                 }
             }
             event = ev;
+            declineAll = off;
             prefix = pre;
             topicHead = (pre + ".node.").getBytes(StandardCharsets.UTF_8);
             header = hdr;
