@@ -21,7 +21,7 @@ from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.topics import NAME_RE
 from dls.mapping import event_label
 from dls.predicates import Subscription
-from dls.space import ContentSpace
+from dls.space import ContentSpace, is_number
 
 __all__ = ["Overlay", "OverlayStats", "Topology"]
 
@@ -172,8 +172,10 @@ class Overlay:
         sub = Subscription(self.space, where)
         labels = sub.labels()
         msgs = state.subscribe(client, sub_id, labels)
-        if self.edges is not None:
-            self.edges[node].add(client, sub_id, sub)
+        if self.edges is not None:  # as the node's Controls: a table that reads only simple
+            edge = self.edges[node]  # subscriptions is given the others as label-only
+            edge.add(client, sub_id, sub if sub.is_simple or getattr(edge, "checks_any", False)
+                     else None)
         self._client_subs.setdefault((node, client), {})[sub_id] = sub
         self.stats.subscriptions += 1
         self.stats.subscription_labels += len(labels)
@@ -229,7 +231,8 @@ class Overlay:
     def _exact(self, edge: EdgeTable, label: int, clients: list[str],
                attrs: Mapping[str, Any]) -> list[str]:
         """The label-matched ``clients`` the event really matches (the node's exact check)."""
-        values = np.array([attrs[a] for a in edge.numeric_names], dtype=np.float64)
+        given = (attrs.get(a) for a in edge.numeric_names)
+        values = np.array([v if is_number(v) else np.nan for v in given], dtype=np.float64)
         event = dict(attrs)
         kept = [c for c, v in zip(clients, edge.verdicts(label, clients), strict=True)
                 if values_match(v, values, event)]

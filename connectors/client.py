@@ -293,7 +293,8 @@ class Client:
         """Map and send one event (validated against the space); returns its id."""
         label = event_label(self.space, attrs)
         eid = event_id or uuid.uuid4().hex
-        value = encode_raw_event(self.node, self.client_id, eid, dict(attrs), payload)
+        given = {k: v for k, v in attrs.items() if v is not None}  # None: an absent attribute
+        value = encode_raw_event(self.node, self.client_id, eid, given, payload)
         topic = self._input(self.node, "publish", label_shard(label, self.shards))
         if self.client_inputs and topic not in self._control_ready:
             ensure_topics(self.bootstrap, [topic], kafka=self._kafka,  # the node sets it up

@@ -67,13 +67,13 @@ class StoredSubscription:
     """One record of a client's subscriptions topic (``where`` None: a tombstone)."""
 
     sub_id: str
-    where: list[Any] | None
+    where: list[Any] | dict[str, Any] | None
     node: str = ""
     sent: bool = True
     source: str = ""
 
 
-def encode_stored(where: list[Any], node: str, sent: bool) -> bytes:
+def encode_stored(where: list[Any] | dict[str, Any], node: str, sent: bool) -> bytes:
     """The value of a live subscription's record."""
     return json.dumps({"where": where, "node": node, "sent": sent}).encode()
 
@@ -96,8 +96,9 @@ def decode_stored(key: bytes | None, value: bytes | None, source: str = "") -> S
     except ValueError as exc:
         raise SerdeError(f"subscription record {sid!r} at {source} is not JSON: {exc}",
                          field="value", value=value[:80]) from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("where"), list):
-        raise SerdeError(f"subscription record {sid!r} at {source} has no 'where' list",
+    if not isinstance(obj, dict) or not isinstance(obj.get("where"), list | dict):
+        raise SerdeError(f"subscription record {sid!r} at {source} has no 'where' list or "
+                         "object",
                          field="where", value=obj)
     return StoredSubscription(sid, obj["where"], str(obj.get("node", "")),
                               bool(obj.get("sent", True)), source)
@@ -150,7 +151,7 @@ class SubscriptionStore:
                           kafka=self._kafka, **self._replication)
             self._ready = True
 
-    def put(self, sub_id: str, where: list[Any], node: str, *, sent: bool,
+    def put(self, sub_id: str, where: list[Any] | dict[str, Any], node: str, *, sent: bool,
             flush: bool = True) -> None:
         """Write a live subscription (``flush``: wait until the broker has it)."""
         self._write(sub_id, encode_stored(where, node, sent), flush)

@@ -5,61 +5,39 @@ lies wholly inside the subscription) matches it whatever its value; only an even
 *boundary* cell can be a false positive, and only there does the node a client is attached
 to need the event's value to deliver exactly.
 
-Per attribute, a cell is interior when every in-domain value that falls in it satisfies the
-attribute's constraint:
+Per attribute and alternative, which cells are interior is :func:`dls.constraints.interior`
+(an attribute left out, a discrete set, the absent cell of ``missing``: every cell; a range:
+the cells strictly between its ends' cells, minus the cells of excluded values; a finite
+set of numbers or strings: none). A label is interior in an alternative when its cell is
+interior in every attribute, and interior in the subscription when it is in some
+alternative. :func:`interior_mask` gives one flag per label, aligned with
+:meth:`~dls.predicates.Subscription.labels`.
 
-* an attribute the subscription leaves out: every cell;
-* a discrete attribute: every cell it touches (one cell per value);
-* a numeric range ``[lo, hi]`` (its effective bounds, open ends resolved): the cells
-  strictly between ``cell(lo)`` and ``cell(hi)``, and the end cells too where the range
-  reaches the domain's edge. A cell function is monotone, so a value of a cell strictly
-  between the two cannot lie outside the range; no float arithmetic on cell edges is
-  needed, and no cell is called interior that is not;
-* a numeric ``in`` set of values: no cell.
-
-A label is interior when its cell is interior in every attribute. :func:`interior_mask`
-gives one flag per label, aligned with :meth:`~dls.predicates.Subscription.labels`.
-
-:func:`numeric_bounds` gives what the exact check of a boundary cell needs: per numeric
-attribute, the smallest and largest float64 inside the constraint (the domain's edges
-where the attribute is left out). A value ``v`` in the domain satisfies the constraint when
-``lo <= v <= hi``, except for a numeric ``in`` set, which :func:`needs_values` flags.
+:func:`numeric_bounds` gives what the vectorised check of a boundary cell needs for a
+:attr:`~dls.predicates.Subscription.is_simple` subscription: per numeric attribute, the
+smallest and largest float64 inside the constraint (the domain's edges where the attribute is
+left out). A value ``v`` in the domain satisfies the constraint when ``lo <= v <= hi``,
+except for a numeric ``in`` set, which :func:`needs_values` flags.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from dls import constraints as _c
 from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
-from dls.space import Attribute, ContentSpace, DiscreteAttribute
+from dls.space import Attribute, ContentSpace
 
-__all__ = ["interior_cells", "interior_mask", "needs_values", "numeric_attributes",
-           "numeric_bounds"]
+__all__ = ["interior_cells", "interior_labels", "interior_mask", "needs_values",
+           "numeric_attributes", "numeric_bounds"]
 
 
 def interior_cells(sub: Subscription, attr: Attribute) -> np.ndarray:
-    """One flag per cell of ``sub.cells(attr)``: True where the cell is interior."""
-    cells = sub.cells(attr)
-    c = sub.constraints.get(attr.name)
-    if c is None or isinstance(c, DiscreteConstraint):
-        return np.ones(len(cells), dtype=bool)
-    if isinstance(attr, DiscreteAttribute) or c.values is not None:
-        return np.zeros(len(cells), dtype=bool)
-    lo, hi = c.effective_bounds()
-    low, high = float(attr.low), float(attr.high)
-    c_lo = -1 if lo <= low else attr.cell(lo)
-    c_hi = attr.n_cells if hi >= high else attr.cell(hi)
-    return (cells > c_lo) & (cells < c_hi)
+    """One flag per cell of ``sub.cells(attr)`` (one alternative): True where interior."""
+    return _c.interior(attr, sub.constraints.get(attr.name))
 
 
-def interior_mask(sub: Subscription) -> np.ndarray:
-    """One flag per label of ``sub.labels()`` (same order): True where the cell is interior.
-
-    The labels are the cross product of the attributes' cells with the first attribute
-    varying slowest; the flags are the same product of the per-attribute flags (AND).
-    """
-    space = sub.space
-    flags = [interior_cells(sub, a) for a in space.attributes]
+def _product(flags: list[np.ndarray]) -> np.ndarray:
     grids = np.meshgrid(*flags, indexing="ij")
     out = np.ones(grids[0].shape, dtype=bool)
     for g in grids:
@@ -67,20 +45,50 @@ def interior_mask(sub: Subscription) -> np.ndarray:
     return out.ravel()
 
 
+def interior_mask(sub: Subscription) -> np.ndarray:
+    """One flag per label of ``sub.labels()`` (same order): True where the cell is interior.
+
+    An alternative's labels are the cross product of the attributes' cells with the first
+    attribute varying slowest; its flags are the same product of the per-attribute flags
+    (AND). Over several alternatives a label is interior when it is in any of them.
+    """
+    space = sub.space
+    alts = sub.alternatives
+    if len(alts) == 1:
+        cons = alts[0].constraints
+        return _product([_c.interior(a, cons.get(a.name)) for a in space.attributes])
+    labels = sub.labels()
+    return np.isin(labels, interior_labels(sub), assume_unique=False)
+
+
+def interior_labels(sub: Subscription) -> np.ndarray:
+    """Sorted labels of the subscription's interior cells."""
+    space = sub.space
+    parts = []
+    for alt in sub.alternatives:
+        per = [alt.cells(a) for a in space.attributes]
+        flags = _product([_c.interior(a, alt.constraints.get(a.name))
+                          for a in space.attributes])
+        grids = np.meshgrid(*per, indexing="ij")
+        cells = np.stack([g.ravel() for g in grids], axis=1)
+        parts.append(space.compose_many(cells[flags]))
+    return np.unique(np.concatenate(parts))
+
+
 def numeric_attributes(space: ContentSpace) -> tuple[str, ...]:
     """The names of the space's numeric attributes, in the space's order."""
-    return tuple(a.name for a in space.attributes if not isinstance(a, DiscreteAttribute))
+    return tuple(a.name for a in space.attributes if a.kind == "numeric")
 
 
 def numeric_bounds(sub: Subscription) -> np.ndarray:
     """``(n, 2)`` float64: ``[lo, hi]`` inside the constraint of each numeric attribute."""
     rows = []
     for a in sub.space.attributes:
-        if isinstance(a, DiscreteAttribute):
+        if a.kind != "numeric":
             continue
         c = sub.constraints.get(a.name)
         if c is None:
-            rows.append((float(a.low), float(a.high)))
+            rows.append((float(a.low), float(a.high)))  # type: ignore[union-attr]
         else:
             assert isinstance(c, NumericConstraint)  # noqa: S101 - guaranteed by compile
             rows.append(c.effective_bounds())
@@ -91,3 +99,6 @@ def needs_values(sub: Subscription) -> bool:
     """True when a numeric constraint is a set of values (bounds alone cannot check it)."""
     return any(isinstance(c, NumericConstraint) and c.values is not None
                for c in sub.constraints.values())
+
+
+_ = DiscreteConstraint  # re-exported for the node's table

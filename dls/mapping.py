@@ -17,6 +17,8 @@ from dls.space import (
     Attribute,
     ContentSpace,
     DiscreteAttribute,
+    HashedAttribute,
+    StringAttribute,
     is_number,
 )
 
@@ -27,6 +29,7 @@ __all__ = [
     "event_labels_batch",
     "subscription_labels",
     "validate_event",
+    "value_cell",
 ]
 
 
@@ -47,7 +50,8 @@ class CellSet(Protocol):
 def validate_event(space: ContentSpace, attrs: Any) -> tuple[int, ...]:
     """Check an event and return its cell index per attribute.
 
-    An event must give every attribute of the space, no other, each inside its domain.
+    An event must give every required attribute of the space, no other, each inside its
+    domain; an optional attribute left out (or given as None) falls in its absent cell.
     """
     if not isinstance(attrs, Mapping):
         raise EventError(f"event attributes must be an object, got {attrs!r}", field="attrs",
@@ -59,31 +63,47 @@ def validate_event(space: ContentSpace, attrs: Any) -> tuple[int, ...]:
                          field=str(extra[0]), value=attrs[extra[0]])
     cells: list[int] = []
     for a in space.attributes:
-        if a.name not in attrs:
+        v = attrs.get(a.name)
+        if v is None and a.optional:
+            cells.append(a.n_values)
+        elif a.name not in attrs:
             raise EventError(f"event lacks attribute {a.name!r}", field=a.name, value=None)
-        v = attrs[a.name]
-        if isinstance(a, DiscreteAttribute):
-            if not isinstance(v, str):
-                raise EventError(f"attribute {a.name!r} is discrete: value must be a string, "
-                                 f"got {v!r}", field=a.name, value=v)
-            idx = a.index.get(v)
-            if idx is None:
-                raise EventError(f"attribute {a.name!r}: unknown value {v!r}", field=a.name,
-                                 value=v)
-            cells.append(idx)
-            continue
-        if not is_number(v):
-            raise EventError(f"attribute {a.name!r}: value must be a number, got {v!r}",
-                             field=a.name, value=v)
-        f = float(v)
-        if math.isnan(f):
-            raise EventError(f"attribute {a.name!r}: value is NaN", field=a.name, value=v)
-        if not a.low <= f <= a.high:
-            raise EventError(
-                f"attribute {a.name!r}: value {v!r} is outside the domain [{a.low}, {a.high}]",
-                field=a.name, value=v)
-        cells.append(a.cell(f))
+        else:
+            cells.append(value_cell(a, v))
     return tuple(cells)
+
+
+def value_cell(a: Attribute, v: Any) -> int:
+    """The cell of one given value of ``a`` (raises :class:`EventError` naming it)."""
+    if isinstance(a, DiscreteAttribute):
+        if not isinstance(v, str):
+            raise EventError(f"attribute {a.name!r} is discrete: value must be a string, "
+                             f"got {v!r}", field=a.name, value=v)
+        idx = a.index.get(v)
+        if idx is None:
+            raise EventError(f"attribute {a.name!r}: unknown value {v!r}", field=a.name,
+                             value=v)
+        return idx
+    if isinstance(a, StringAttribute | HashedAttribute):
+        if not isinstance(v, str):
+            raise EventError(f"attribute {a.name!r} is a {a.kind} attribute: value must be a "
+                             f"string, got {v!r}", field=a.name, value=v)
+        try:
+            return a.cell(v)
+        except UnicodeEncodeError:
+            raise EventError(f"attribute {a.name!r}: value {v!r} is not valid Unicode text",
+                             field=a.name, value=v) from None
+    if not is_number(v):
+        raise EventError(f"attribute {a.name!r}: value must be a number, got {v!r}",
+                         field=a.name, value=v)
+    f = float(v)
+    if math.isnan(f):
+        raise EventError(f"attribute {a.name!r}: value is NaN", field=a.name, value=v)
+    if not a.low <= f <= a.high:
+        raise EventError(
+            f"attribute {a.name!r}: value {v!r} is outside the domain [{a.low}, {a.high}]",
+            field=a.name, value=v)
+    return a.cell(f)
 
 
 def event_label(space: ContentSpace, attrs: Any) -> int:
@@ -116,7 +136,9 @@ def event_labels_batch(
     valid = np.ones(n, dtype=bool)
     for a, s in zip(space.attributes, space.shifts, strict=True):
         col = columns[a.name]
-        if isinstance(a, DiscreteAttribute):
+        if a.optional or isinstance(a, StringAttribute | HashedAttribute):
+            cells, ok = _cells_one_by_one(a, col)
+        elif isinstance(a, DiscreteAttribute):
             cells = a.cells(np.asarray(col, dtype=str))
             ok = cells >= 0
         else:
@@ -127,6 +149,21 @@ def event_labels_batch(
         labels |= np.where(ok, cells, 0).astype(np.uint64) << np.uint64(s)
     labels[~valid] = 0
     return labels, valid
+
+
+def _cells_one_by_one(a: Attribute, col: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Cells and validity of a column, value by value (optional, string and hashed)."""
+    cells = np.zeros(len(col), dtype=np.int64)
+    ok = np.ones(len(col), dtype=bool)
+    for i, v in enumerate(col):
+        if v is None and a.optional:
+            cells[i] = a.n_values
+            continue
+        try:
+            cells[i] = value_cell(a, v.item() if isinstance(v, np.generic) else v)
+        except EventError:
+            ok[i] = False
+    return cells, ok
 
 
 def _check_budget(space: ContentSpace, counts: list[int], budget: int | None, what: str) -> int:

@@ -8,7 +8,14 @@ A content space is a list of attributes. Each attribute's domain is cut into cel
   bit);
 * ``numeric`` with ``breakpoints`` b1 < ... < bn: cells ``[low,b1), [b1,b2), ..., [bn,high]``;
   the cell of v is the number of breakpoints ``<= v``;
-* ``discrete`` with ``values``: one cell per value, in the order given.
+* ``discrete`` with ``values``: one cell per value, in the order given;
+* ``string`` with ``breakpoints`` s1 < ... < sn (code-point order, which is UTF-8 byte
+  order): the cell of a string v is the number of breakpoints ``<= v``; every string has one;
+* ``hashed`` with ``buckets`` B: the cell of a string v is ``crc32(utf8(v)) mod B``, so values
+  never seen before have a cell too.
+
+An attribute marked ``optional`` has one more cell, the last: the *absent* cell, where an
+event that leaves the attribute out (or gives it as null) falls.
 
 Attribute i takes ``k_i = max(1, ceil(log2(cells_i)))`` bits. A label is the concatenation of
 the cell indexes, the first attribute in the most significant bits; with an ``app_id``,
@@ -18,8 +25,10 @@ space is loaded. The JSON form of a space and its validation are :mod:`dls.space
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +42,8 @@ from dls.space_spec import (
     AttributeSpec,
     DiscreteSpec,
     FilterSettings,
+    HashedSpec,
+    StringSpec,
     UniformSpec,
     is_number,
     parse_space_spec,
@@ -46,6 +57,10 @@ __all__ = [
     "ContentSpace",
     "DiscreteAttribute",
     "FilterSettings",
+    "NumericAttribute",
+    "absent_cell",
+    "HashedAttribute",
+    "StringAttribute",
     "UniformAttribute",
     "is_number",
 ]
@@ -65,12 +80,18 @@ class UniformAttribute:
     low: float
     high: float
     granules: int
+    optional: bool = False
     kind: str = field(default="numeric", init=False)
 
     @property
-    def n_cells(self) -> int:
-        """Number of cells."""
+    def n_values(self) -> int:
+        """Number of value cells (the absent cell of an optional attribute not counted)."""
         return self.granules
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells, the absent one included."""
+        return self.granules + self.optional
 
     def cell(self, value: float) -> int:
         """Cell index of one in-domain value."""
@@ -92,7 +113,7 @@ class UniformAttribute:
             "low": self.low,
             "high": self.high,
             "granules": self.granules,
-        }
+        } | _optional(self)
 
 
 @dataclass(frozen=True)
@@ -103,12 +124,18 @@ class BreakpointAttribute:
     low: float
     high: float
     breakpoints: tuple[float, ...]
+    optional: bool = False
     kind: str = field(default="numeric", init=False)
 
     @property
-    def n_cells(self) -> int:
-        """Number of cells (one more than the number of breakpoints)."""
+    def n_values(self) -> int:
+        """Number of value cells (one more than the number of breakpoints)."""
         return len(self.breakpoints) + 1
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells, the absent one included."""
+        return self.n_values + self.optional
 
     def cell(self, value: float) -> int:
         """Cell index of one in-domain value: the number of breakpoints <= value."""
@@ -128,7 +155,7 @@ class BreakpointAttribute:
             "low": self.low,
             "high": self.high,
             "breakpoints": list(self.breakpoints),
-        }
+        } | _optional(self)
 
 
 @dataclass(frozen=True)
@@ -137,12 +164,18 @@ class DiscreteAttribute:
 
     name: str
     values: tuple[str, ...]
+    optional: bool = False
     kind: str = field(default="discrete", init=False)
 
     @property
-    def n_cells(self) -> int:
-        """Number of cells (one per value)."""
+    def n_values(self) -> int:
+        """Number of value cells (one per value)."""
         return len(self.values)
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells, the absent one included."""
+        return len(self.values) + self.optional
 
     @property
     def index(self) -> dict[str, int]:
@@ -164,7 +197,89 @@ class DiscreteAttribute:
 
     def to_spec(self) -> dict[str, Any]:
         """JSON form of this attribute."""
-        return {"name": self.name, "type": "discrete", "values": list(self.values)}
+        return {"name": self.name, "type": "discrete", "values": list(self.values)
+                } | _optional(self)
+
+
+@dataclass(frozen=True)
+class StringAttribute:
+    """A string attribute cut at lexicographic breakpoints (code-point order)."""
+
+    name: str
+    breakpoints: tuple[str, ...]
+    optional: bool = False
+    kind: str = field(default="string", init=False)
+
+    @property
+    def n_values(self) -> int:
+        """Number of value cells (one more than the number of breakpoints)."""
+        return len(self.breakpoints) + 1
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells, the absent one included."""
+        return self.n_values + self.optional
+
+    def cell(self, value: str) -> int:
+        """Cell index of one string: the number of breakpoints <= value."""
+        return bisect.bisect_right(self.breakpoints, value)
+
+    def cell_below(self, value: str) -> int:
+        """The last cell holding a string < value (-1 when there is none)."""
+        return bisect.bisect_left(self.breakpoints, value) - (value == "")
+
+    def cells(self, values: np.ndarray | Sequence[str]) -> np.ndarray:
+        """Cell indexes (int64) of a sequence of strings."""
+        bps = self.breakpoints
+        return np.fromiter((bisect.bisect_right(bps, v) for v in values), dtype=np.int64)
+
+    def to_spec(self) -> dict[str, Any]:
+        """JSON form of this attribute."""
+        return {"name": self.name, "type": "string", "breakpoints": list(self.breakpoints)
+                } | _optional(self)
+
+
+@dataclass(frozen=True)
+class HashedAttribute:
+    """Open-ended strings (user ids, tags) hashed into ``buckets`` cells."""
+
+    name: str
+    buckets: int
+    optional: bool = False
+    kind: str = field(default="hashed", init=False)
+
+    @property
+    def n_values(self) -> int:
+        """Number of value cells (one per bucket)."""
+        return self.buckets
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells, the absent one included."""
+        return self.buckets + self.optional
+
+    def cell(self, value: str) -> int:
+        """Bucket of one string: ``crc32(utf8(value)) mod buckets``."""
+        return zlib.crc32(value.encode("utf-8")) % self.buckets
+
+    def cells(self, values: np.ndarray | Sequence[str]) -> np.ndarray:
+        """Buckets (int64) of a sequence of strings."""
+        b = self.buckets
+        return np.fromiter((zlib.crc32(v.encode("utf-8")) % b for v in values),
+                           dtype=np.int64)
+
+    def to_spec(self) -> dict[str, Any]:
+        """JSON form of this attribute."""
+        return {"name": self.name, "type": "hashed", "buckets": self.buckets} | _optional(self)
+
+
+def _optional(attr: Attribute) -> dict[str, Any]:
+    return {"optional": True} if attr.optional else {}
+
+
+def absent_cell(attr: Attribute) -> int | None:
+    """The cell of an event without ``attr`` (None for a required attribute)."""
+    return attr.n_values if attr.optional else None
 
 
 _INDEX_CACHE: dict[tuple[str, ...], dict[str, int]] = {}
@@ -189,16 +304,24 @@ def _discrete_sorted(values: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     return hit
 
 
-Attribute = UniformAttribute | BreakpointAttribute | DiscreteAttribute
+Attribute = (UniformAttribute | BreakpointAttribute | DiscreteAttribute | StringAttribute
+             | HashedAttribute)
+NumericAttribute = UniformAttribute | BreakpointAttribute
 
 
 def _attribute(spec: AttributeSpec) -> Attribute:
     """The attribute a validated spec describes."""
+    opt = spec.optional
     if isinstance(spec, DiscreteSpec):
-        return DiscreteAttribute(spec.name, tuple(spec.values))
+        return DiscreteAttribute(spec.name, tuple(spec.values), optional=opt)
+    if isinstance(spec, StringSpec):
+        return StringAttribute(spec.name, tuple(spec.breakpoints), optional=opt)
+    if isinstance(spec, HashedSpec):
+        return HashedAttribute(spec.name, spec.buckets, optional=opt)
     if isinstance(spec, UniformSpec):
-        return UniformAttribute(spec.name, spec.low, spec.high, spec.granules)
-    return BreakpointAttribute(spec.name, spec.low, spec.high, tuple(spec.breakpoints))
+        return UniformAttribute(spec.name, spec.low, spec.high, spec.granules, optional=opt)
+    return BreakpointAttribute(spec.name, spec.low, spec.high, tuple(spec.breakpoints),
+                               optional=opt)
 
 
 @dataclass(frozen=True)

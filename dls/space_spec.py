@@ -11,6 +11,10 @@ and an ATTRIBUTE one of::
     {"name": N, "type": "numeric", "low": L, "high": H, "granules": G}
     {"name": N, "type": "numeric", "low": L, "high": H, "breakpoints": [B1, ..., Bn]}
     {"name": N, "type": "discrete", "values": [V1, ..., Vn]}
+    {"name": N, "type": "string", "breakpoints": [S1, ..., Sn]}   strings, increasing
+    {"name": N, "type": "hashed", "buckets": B}                   B in [1, 65536]
+
+Any attribute may also say ``"optional": true``: an event may then leave it out.
 
 :func:`parse_space_spec` validates a spec against the models below. Of the rules the spec
 breaks, the one that comes first (an object before its keys; an attribute's name, then its
@@ -53,6 +57,8 @@ __all__ = [
     "AttributeSpec",
     "BreakpointSpec",
     "DiscreteSpec",
+    "HashedSpec",
+    "StringSpec",
     "FilterSettings",
     "SpaceSpec",
     "UniformSpec",
@@ -61,7 +67,8 @@ __all__ = [
 ]
 
 DEFAULT_LABEL_BUDGET = 65_536
-_KEYWORDS = {"and", "between", "in"}
+_KEYWORDS = {"and", "or", "not", "between", "in", "prefix", "exists", "missing"}
+MAX_BUCKETS = 65_536
 
 
 def is_number(value: Any) -> bool:
@@ -184,6 +191,7 @@ class DiscreteSpec(_Spec):
     name: _Name
     type: Literal["discrete"]
     values: list[Annotated[str, Strict()]] = Field(strict=True, min_length=1)
+    optional: bool = Field(default=False, strict=True)
 
     @field_validator("values")
     @classmethod
@@ -202,6 +210,7 @@ class _NumericSpec(_Spec):
     type: Literal["numeric"]
     low: _Number
     high: _Number
+    optional: bool = Field(default=False, strict=True)
 
     @field_validator("high")
     @classmethod
@@ -240,6 +249,34 @@ class BreakpointSpec(_NumericSpec):
         return points
 
 
+class StringSpec(_Spec):
+    """A string attribute cut at lexicographic ``breakpoints`` (code-point order)."""
+
+    name: _Name
+    type: Literal["string"]
+    breakpoints: list[Annotated[str, Strict()]] = Field(strict=True, min_length=1)
+    optional: bool = Field(default=False, strict=True)
+
+    @field_validator("breakpoints")
+    @classmethod
+    def _increasing(cls, points: list[str], info: ValidationInfo) -> list[str]:
+        name = info.data.get("name")
+        for prev, b in zip(points, points[1:], strict=False):
+            if not prev < b:
+                raise SpaceSpecError(f"attribute {name!r}: breakpoints must increase "
+                                     f"strictly, got {b!r}", field=name, value=b)
+        return points
+
+
+class HashedSpec(_Spec):
+    """An attribute of open-ended strings hashed into ``buckets`` cells."""
+
+    name: _Name
+    type: Literal["hashed"]
+    buckets: int = Field(strict=True, ge=1, le=MAX_BUCKETS)
+    optional: bool = Field(default=False, strict=True)
+
+
 class _UncutSpec(_NumericSpec):
     """A numeric attribute with both or neither of granules and breakpoints: refused."""
 
@@ -256,14 +293,15 @@ def _attribute_kind(spec: Any) -> str | None:
     """The model of an attribute: its type and, if numeric, how it is cut."""
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     if kind != "numeric":
-        return kind if kind == "discrete" else None
+        return kind if kind in ("discrete", "string", "hashed") else None
     cuts = [key for key in ("granules", "breakpoints") if key in spec]
     return cuts[0] if len(cuts) == 1 else "uncut"
 
 
 AttributeSpec = Annotated[
     Annotated[UniformSpec, Tag("granules")] | Annotated[BreakpointSpec, Tag("breakpoints")]
-    | Annotated[DiscreteSpec, Tag("discrete")] | Annotated[_UncutSpec, Tag("uncut")],
+    | Annotated[DiscreteSpec, Tag("discrete")] | Annotated[StringSpec, Tag("string")]
+    | Annotated[HashedSpec, Tag("hashed")] | Annotated[_UncutSpec, Tag("uncut")],
     Discriminator(_attribute_kind)]
 """One attribute of a spec."""
 
@@ -296,6 +334,7 @@ _RULES = {
     "label_budget": f"an integer in [1, {2**40}]", "expected_items": "a positive integer",
     "fp_rate": "in (0, 1)", "m": "a positive integer", "k": "an integer in [1, 64]",
     "granules": "a positive integer", "breakpoints": "a non-empty list",
+    "buckets": f"an integer in [1, {MAX_BUCKETS}]", "optional": "true or false",
     "values": "a non-empty list",
 }
 # The order of the rules where an object breaks several: an attribute's name, unknown keys
@@ -303,7 +342,7 @@ _RULES = {
 _PRECEDENCE = {key: i for i, key in enumerate((
     "name", "<unknown>", "attributes", "app_id", "filters", "client", "routing",
     "counter_bits", "seed", "label_budget", "expected_items", "fp_rate", "m", "k", "low",
-    "high", "granules", "breakpoints", "values"))}
+    "high", "granules", "breakpoints", "values", "buckets", "optional"))}
 
 _M = TypeVar("_M", bound=_Spec)
 
@@ -397,9 +436,12 @@ def _attribute_error(i: int, loc: tuple[str | int, ...], kind: str, spec: Any
     value = _at(spec, loc)
     key = str(loc[0]) if loc else ""
     if not loc:
-        rule, value = f"type must be 'numeric' or 'discrete', got {given!r}", given
+        rule = f"type must be 'numeric', 'discrete', 'string' or 'hashed', got {given!r}"
+        value = given
     elif kind == "extra_forbidden":
         rule = f"unknown key {key!r}"
+    elif len(loc) == 2 and key == "breakpoints" and given == "string":
+        rule = f"breakpoints must be strings, got {value!r}"
     elif key in ("low", "high") or len(loc) == 2 and key == "breakpoints":
         what = key if len(loc) == 1 else "breakpoint"
         rule = f"{what} must be {'finite' if kind == 'finite_number' else 'a number'}, got " \

@@ -26,7 +26,7 @@ import numpy as np
 from dls.exceptions import SpaceSpecError
 from dls.space import ContentSpace
 
-__all__ = ["cell_shares", "equi_depth_breakpoints", "tune_space"]
+__all__ = ["cell_shares", "equi_depth_breakpoints", "equi_depth_strings", "tune_space"]
 
 
 def _sample(values: Any, field: str, low: float, high: float) -> np.ndarray:
@@ -82,17 +82,44 @@ def equi_depth_breakpoints(values: Any, cells: int, low: float, high: float, *,
     return tuple(float(b) for b in points if low < b < high)
 
 
+def equi_depth_strings(values: Any, cells: int, *, field: str = "values") -> tuple[str, ...]:
+    """Lexicographic breakpoints cutting a string sample into up to ``cells`` equal shares.
+
+    The same rule as :func:`equi_depth_breakpoints` on the sample sorted in code-point
+    order; ``""`` is never a breakpoint (no string lies below it).
+
+    Raises:
+        SpaceSpecError: ``cells`` is not a positive integer, or the sample is empty or holds
+            something other than strings.
+    """
+    if not isinstance(cells, int | np.integer) or isinstance(cells, bool) or cells < 1:
+        raise SpaceSpecError(f"attribute {field!r}: cells must be a positive integer, got "
+                             f"{cells!r}", field=field, value=cells)
+    v = list(values)
+    bad = [x for x in v if not isinstance(x, str)]
+    if bad:
+        raise SpaceSpecError(f"attribute {field!r}: sample values must be strings, got "
+                             f"{bad[0]!r}", field=field, value=bad[0])
+    if not v:
+        raise SpaceSpecError(f"attribute {field!r}: the sample is empty", field=field,
+                             value=[])
+    v.sort()
+    ranks = (np.arange(1, int(cells), dtype=np.int64) * len(v)) // int(cells)
+    return tuple(sorted({v[int(r)] for r in ranks} - {""}))
+
+
 def cell_shares(space: ContentSpace, name: str, values: Any) -> np.ndarray:
     """Share of ``values`` in each cell of attribute ``name`` of ``space``."""
     attr = space.by_name[name]
-    cells = np.asarray(attr.cells(np.asarray(values, dtype=np.float64)), dtype=np.int64)
+    given: Any = list(values) if attr.kind == "string" else np.asarray(values, np.float64)
+    cells = np.asarray(attr.cells(given), dtype=np.int64)
     counts = np.bincount(cells, minlength=attr.n_cells)
     return counts / max(1, counts.sum())
 
 
 def tune_space(spec: Mapping[str, Any], samples: Mapping[str, Any], *,
                cells: int | None = None) -> dict[str, Any]:
-    """A copy of ``spec`` whose sampled numeric attributes get equi-depth breakpoints.
+    """A copy of ``spec`` whose sampled numeric and string attributes get equi-depth cuts.
 
     Each numeric attribute named in ``samples`` keeps its number of cells (``granules``,
     or one more than its breakpoints) unless ``cells`` says otherwise, and gets the
@@ -112,12 +139,18 @@ def tune_space(spec: Mapping[str, Any], samples: Mapping[str, Any], *,
         if name not in by_name:
             raise SpaceSpecError(f"sample for unknown attribute {name!r}", field=str(name),
                                  value=sorted(by_name))
-        if by_name[name].get("type") != "numeric":
-            raise SpaceSpecError(f"attribute {name!r} is not numeric: only numeric "
-                                 "attributes can be tuned", field=name,
+        if by_name[name].get("type") not in ("numeric", "string"):
+            raise SpaceSpecError(f"attribute {name!r} is {by_name[name].get('type')}: only "
+                                 "numeric and string attributes can be tuned", field=name,
                                  value=by_name[name].get("type"))
     for name, values in samples.items():
         attr = by_name[name]
+        if attr["type"] == "string":
+            n = cells if cells is not None else len(attr["breakpoints"]) + 1
+            cuts = equi_depth_strings(values, n, field=name)
+            if cuts:
+                attr["breakpoints"] = list(cuts)
+            continue
         n = cells if cells is not None else (
             attr["granules"] if "granules" in attr else len(attr["breakpoints"]) + 1)
         low, high = float(attr["low"]), float(attr["high"])

@@ -53,6 +53,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_labels(args: argparse.Namespace) -> int:
+    from dls.edge import interior_mask
     from dls.mapping import event_label
     from dls.predicates import Subscription
     from dls.space import ContentSpace
@@ -63,13 +64,19 @@ def _cmd_labels(args: argparse.Namespace) -> int:
         print(f"{label}\t{space.format_label(label)}")
         return 0
     where = args.where
-    if where.lstrip().startswith("["):
+    if where.lstrip().startswith(("[", "{")):
         where = json.loads(where)
-    labels = Subscription(space, where).labels()
-    for label in labels.tolist()[: args.limit]:
-        print(f"{label}\t{space.format_label(label)}")
+    sub = Subscription(space, where)
+    labels = sub.labels()
+    inner = interior_mask(sub)
+    for label, flag in zip(labels.tolist()[: args.limit], inner.tolist(), strict=False):
+        print(f"{label}\t{space.format_label(label)}\t{'interior' if flag else 'boundary'}")
     if len(labels) > args.limit:
-        print(f"... {len(labels) - args.limit} more ({len(labels)} labels)")
+        print(f"... {len(labels) - args.limit} more")
+    boundary = int(len(labels) - inner.sum())
+    print(f"# {len(labels)} labels, {boundary} boundary ({100.0 * boundary / len(labels):.1f} %: "
+          f"only events there can be false positives), {len(labels) - boundary} interior; "
+          f"{len(sub.alternatives)} alternative(s)")
     return 0
 
 
@@ -214,14 +221,15 @@ def add_kafka_config_arg(s: argparse.ArgumentParser, extra: str = "") -> None:
                         "`dlsroute access` writes them)" + extra)
 
 
-def _read_event_sample(path: str, names: Sequence[str]) -> dict[str, list[float]]:
-    """Numeric values per attribute from a JSONL file of events.
+def _read_event_sample(path: str, names: Sequence[str], strings: Sequence[str] = ()
+                       ) -> dict[str, list[Any]]:
+    """Values per attribute from a JSONL file of events (``strings``: string attributes).
 
     A line is an event's attributes as a JSON object, or a trace op with an ``attrs``
     object (the publish ops of ``dlsroute simulate``). Ops without ``attrs`` (subscribe,
     unsubscribe) are skipped; an attribute an event lacks adds nothing to its sample.
     """
-    values: dict[str, list[float]] = {n: [] for n in names}
+    values: dict[str, list[Any]] = {n: [] for n in names}
     with open(path, encoding="utf-8") as fh:
         for no, line in enumerate(fh, 1):
             if not line.strip():
@@ -242,6 +250,12 @@ def _read_event_sample(path: str, names: Sequence[str]) -> dict[str, list[float]
                 v = rec.get(n)
                 if v is None:
                     continue
+                if n in strings:
+                    if not isinstance(v, str):
+                        raise EventSampleError(f"{path}:{no}: attribute {n!r} must be a "
+                                               f"string, got {v!r}", field=n, value=v)
+                    values[n].append(v)
+                    continue
                 if isinstance(v, bool) or not isinstance(v, int | float):
                     raise EventSampleError(f"{path}:{no}: attribute {n!r} must be a number, "
                                            f"got {v!r}", field=n, value=v)
@@ -256,10 +270,11 @@ def _cmd_tune_space(args: argparse.Namespace) -> int:
     with open(args.space, encoding="utf-8") as fh:
         spec = json.load(fh)
     space = ContentSpace.from_spec(spec)
-    names = [a.name for a in space.attributes if a.kind == "numeric"]
+    names = [a.name for a in space.attributes if a.kind in ("numeric", "string")]
     if args.attributes:
         names = [n.strip() for n in args.attributes.split(",") if n.strip()]
-    sample = _read_event_sample(args.events, names)
+    strings = [a.name for a in space.attributes if a.kind == "string"]
+    sample = _read_event_sample(args.events, names, strings)
     empty = [n for n, v in sample.items() if not v]
     if empty:
         raise EventSampleError(f"{args.events}: no value of attribute {empty[0]!r} in the "
@@ -344,14 +359,15 @@ def _add_labels(sub: Any) -> None:
     s = sub.add_parser("labels", help="show the labels of a subscription or an event")
     s.add_argument("--space", required=True)
     g = s.add_mutually_exclusive_group(required=True)
-    g.add_argument("--where", help="subscription, text or JSON list")
+    g.add_argument("--where", help="subscription: text, JSON list or {\"any\": [...]}; "
+                   "prints each label, whether its cell is interior or boundary, and a summary")
     g.add_argument("--event", help="event attributes as a JSON object")
     s.add_argument("--limit", type=int, default=50)
     s.set_defaults(func=_cmd_labels)
 
 
 def _add_tune_space(sub: Any) -> None:
-    s = sub.add_parser("tune-space", help="fit numeric cells to a sample of events "
+    s = sub.add_parser("tune-space", help="fit numeric and string cells to a sample of events "
                                           "(equi-depth breakpoints)")
     s.add_argument("--space", required=True, help="content space spec (JSON)")
     s.add_argument("--events", required=True,

@@ -162,12 +162,16 @@ def _cell_edges(a: Any) -> np.ndarray:
     return np.asarray([a.low, *a.breakpoints, a.high], dtype=np.float64)
 
 
-def subscription_volumes(space: ContentSpace, sub: Any) -> tuple[float, float]:
+def subscription_volumes(space: ContentSpace, sub: Any) -> tuple[float, float] | None:
     """``(vol(box), vol(cells))`` of a compiled subscription, as fractions of the space.
 
     Numeric attributes measure lengths (a set of single values has length 0), discrete
-    attributes count values.
+    attributes count values. None for a subscription that is not
+    :attr:`~dls.predicates.Subscription.is_simple` (OR, exclusions, string, hashed or
+    optional attributes): it has no box to measure.
     """
+    if not sub.is_simple:
+        return None
     box = 1.0
     cells = 1.0
     for a in space.attributes:
@@ -179,14 +183,14 @@ def subscription_volumes(space: ContentSpace, sub: Any) -> tuple[float, float]:
             cells *= len(touched) / n
             continue
         edges = _cell_edges(a)
-        span = a.high - a.low
+        span = a.high - a.low  # type: ignore[union-attr]
         cells *= float(np.sum(edges[touched + 1] - edges[touched])) / span
         if c is None:
             continue
         if c.values is not None:
             box = 0.0
             continue
-        lo, hi = max(c.lo, a.low), min(c.hi, a.high)
+        lo, hi = max(c.lo, a.low), min(c.hi, a.high)  # type: ignore[union-attr]
         box *= max(0.0, hi - lo) / span
     return box, cells
 
@@ -209,6 +213,13 @@ def _events_in(ev: _Events, labels: np.ndarray) -> np.ndarray:
 
 
 def _exact(space: ContentSpace, sub: Any, ev: _Events, idx: np.ndarray) -> int:
+    if not sub.is_simple:  # one event at a time; NaN is an absent numeric value
+        def value(col: np.ndarray, i: int) -> Any:
+            v = col[i]
+            return None if isinstance(v, float) and math.isnan(v) else v
+
+        return sum(bool(sub.matches({a.name: value(ev.columns[a.name], int(i))
+                                     for a in space.attributes})) for i in idx)
     ok = np.ones(len(idx), dtype=bool)
     for a in space.attributes:
         c = sub.constraints.get(a.name)
@@ -232,7 +243,6 @@ def _subscription_rows(spec_json: str, events: Any) -> Any:
 
     def run(rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         from connectors.serde import decode_raw
-        from dls.mapping import subscription_labels
         from dls.predicates import Subscription
 
         space = ContentSpace.from_spec(json.loads(spec_json))
@@ -241,11 +251,11 @@ def _subscription_rows(spec_json: str, events: Any) -> Any:
             try:
                 rec = decode_raw(row[0], "subscription")
                 sub = Subscription(space, rec["where"])
-                labels = subscription_labels(sub)
+                labels = sub.labels()
             except (DLSError, ValueError) as exc:
                 yield (None, 0, [], 0.0, 0.0, 0, 0, _reason(exc))
                 continue
-            box, cells = subscription_volumes(space, sub)
+            box, cells = subscription_volumes(space, sub) or (None, None)
             hits = matches = 0
             if ev is not None and len(ev.labels):
                 idx = _events_in(ev, labels)
@@ -274,7 +284,7 @@ def _event_rows(spec_json: str) -> Any:
                 yield (None, None, _reason(exc))
                 continue
             signed = label - (1 << 64) if label >= 1 << 63 else label
-            yield (signed, json.dumps([rec["attrs"][n] for n in names]), None)
+            yield (signed, json.dumps([rec["attrs"].get(n) for n in names]), None)
 
     return run
 
@@ -302,8 +312,9 @@ def _load_events(spark: SparkSession, space: ContentSpace, raw: DataFrame,
     columns: dict[str, np.ndarray] = {}
     for i, a in enumerate(space.attributes):
         col = [v[i] for v in values]
-        arr = (np.asarray(col, dtype=str) if isinstance(a, DiscreteAttribute)
-               else np.asarray(col, dtype=np.float64))
+        arr = (np.asarray(col, dtype=np.float64) if a.kind == "numeric"
+               else np.asarray(col, dtype=object) if a.optional or a.kind != "discrete"
+               else np.asarray(col, dtype=str))
         columns[a.name] = arr[order] if len(arr) else arr
     ev = _Events(labels[order], columns)
     info = {"read": int(n_total), "used": len(good), "rejected": int(n_bad),
@@ -396,9 +407,10 @@ def _summarise(df: DataFrame, space: ContentSpace,
     per_client = np.asarray(
         [int(r[1]) for r in exploded.distinct().groupBy("client").count().collect()],
         dtype=np.float64)
+    measured = agg["cells"] is not None  # None: no subscription had a box (OR, strings...)
     quant: dict[str, Any] = {
-        "volume_mean": float(agg["vol_mean"]),
-        "volume_pooled": 1.0 - float(agg["box"]) / float(agg["cells"]),
+        "volume_mean": float(agg["vol_mean"]) if measured else None,
+        "volume_pooled": 1.0 - float(agg["box"]) / float(agg["cells"]) if measured else None,
     }
     hits = int(agg["hits"] or 0)
     if hits:
@@ -454,7 +466,10 @@ def format_table(result: dict[str, Any]) -> str:
         f"clients                   {result['clients']:>12,}   distinct labels per client: "
         f"mean {result['distinct_labels_per_client']['mean']:.1f}  "
         f"max {result['distinct_labels_per_client']['max']}",
-        f"quantisation FP (volume)  mean {q['volume_mean']:.4f}  pooled {q['volume_pooled']:.4f}",
+        f"quantisation FP (volume)  mean {q['volume_mean']:.4f}  pooled {q['volume_pooled']:.4f}"
+        if q["volume_mean"] is not None else
+        "quantisation FP (volume)  n/a (no subscription has a box: OR, strings, hashed or "
+        "optional attributes)",
     ]
     if "events" in result:
         e = result["events"]

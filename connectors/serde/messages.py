@@ -87,10 +87,15 @@ def encode_raw_event(node: str, client: str, event_id: str, attrs: Mapping[str, 
 
 
 def encode_raw_subscription(node: str, client: str, sub_id: str,
-                            where: str | Sequence[Mapping[str, Any]]) -> bytes:
-    """A RawSubscription message; a predicate list is written as a JSON string."""
-    text = where if isinstance(where, str) else json.dumps(
-        [dict(p) for p in where], separators=(",", ":"))
+                            where: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]
+                            ) -> bytes:
+    """A RawSubscription message (a list or an ``{"any": ...}`` object goes as JSON text)."""
+    if isinstance(where, str):
+        text = where
+    elif isinstance(where, Mapping):
+        text = json.dumps(dict(where), separators=(",", ":"))
+    else:
+        text = json.dumps([dict(p) for p in where], separators=(",", ":"))
     return SERDE.encode("RawSubscription", {"node": node, "client": client, "id": sub_id,
                                             "where": text})
 

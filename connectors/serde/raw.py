@@ -43,17 +43,19 @@ def decode_raw(data: bytes, kind: RawKind) -> dict[str, Any]:
     Avro messages must be of the matching Raw* schema. JSON objects carry the fields of
     the trace ops of ``dlsroute simulate``:
 
-    * event: ``node``, ``client``, ``id``, ``attrs`` (object of numbers and strings) and
-      optionally ``payload`` (a string, taken as UTF-8);
-    * subscription: ``node``, ``client``, ``id``, ``where`` (the text form, or a list of
-      predicate objects);
+    * event: ``node``, ``client``, ``id``, ``attrs`` (object of numbers and strings; an
+      optional attribute is left out, not null) and optionally ``payload`` (a string, taken
+      as UTF-8);
+    * subscription: ``node``, ``client``, ``id``, ``where`` (the text form, a list of
+      predicate objects, or ``{"any": [[...], ...]}``);
     * unsubscription: ``node``, ``client``, ``id``;
 
     plus, optionally, the op name (``"op": "publish"``, ``"subscribe"`` or
     ``"unsubscribe"``), which is dropped.
 
     Returns the same plain dict for both encodings: the fields above, with ``payload``
-    always present (bytes) for an event and ``where`` a ``str`` or a ``list``.
+    always present (bytes) for an event and ``where`` a ``str``, a ``list`` or a ``dict``.
+    In Avro, a ``where`` that starts with ``[`` or ``{`` is read as JSON.
 
     Raises:
         SerdeError: Undecodable bytes, another schema, a missing, unknown or ill-typed field
@@ -79,17 +81,19 @@ def decode_raw(data: bytes, kind: RawKind) -> dict[str, Any]:
     return rec
 
 
-def _where_from_avro(where: str) -> str | list[Any]:
-    if not where.lstrip().startswith("["):
+def _where_from_avro(where: str) -> str | list[Any] | dict[str, Any]:
+    first = where.lstrip()[:1]
+    if first not in ("[", "{"):
         return where
+    what = "list" if first == "[" else "object"
     try:
         preds = json.loads(where)
     except json.JSONDecodeError as exc:
-        raise SerdeError(f"raw subscription: where starts with '[' but is not a JSON list: "
-                         f"{exc.msg} at column {exc.colno}", field="where",
+        raise SerdeError(f"raw subscription: where starts with {first!r} but is not a JSON "
+                         f"{what}: {exc.msg} at column {exc.colno}", field="where",
                          value=where) from exc
-    if not isinstance(preds, list):  # pragma: no cover - '[' opens a list
-        raise SerdeError("raw subscription: where is not a JSON list", field="where",
+    if not isinstance(preds, list | dict):  # pragma: no cover - '[' / '{' open one
+        raise SerdeError(f"raw subscription: where is not a JSON {what}", field="where",
                          value=where)
     return preds
 
@@ -146,10 +150,11 @@ def _from_json(data: bytes, kind: str) -> dict[str, Any]:
                              field="payload", value=payload) from None
     elif kind == "subscription":
         where = obj["where"]
-        if not isinstance(where, str | list):
+        if not isinstance(where, str | list | dict):
             raise SerdeError(
-                f"raw subscription: where must be a string or a list of predicates, got "
-                f"{short_repr(where)}", field="where", value=where)
+                f"raw subscription: where must be a string, a list of predicates or an "
+                f"object {{\"any\": [...]}}, got {short_repr(where)}", field="where",
+                value=where)
     return obj
 
 

@@ -469,8 +469,9 @@ def test_raw_subscription_json_and_avro_agree() -> None:
     preds: list[dict[str, Any]] = [
         {"attr": "price", "op": "between", "low": 10, "high": 20},
         {"attr": "sym", "op": "in", "values": ["A", "B"]}]
-    text_where = "price between 10 and 20 and sym in (A, B)"
-    wheres: list[str | list[dict[str, Any]]] = [preds, text_where]
+    text_where = "price between 10 and 20 and sym in (A, B) or sym != C"
+    wheres: list[Any] = [preds, text_where, {"any": [preds, [{"attr": "sym", "op": "!=",
+                                                              "value": "C"}]]}]
     for where in wheres:
         want = {"node": "A", "client": "c1", "id": "s1", "where": where}
         assert decode_raw(_j({"node": "A", "client": "c1", "id": "s1", "where": where}),
@@ -480,6 +481,8 @@ def test_raw_subscription_json_and_avro_agree() -> None:
                           "subscription") == want
     got = decode_raw(encode_raw_subscription("A", "c1", "s1", "  [ ]"), "subscription")
     assert got["where"] == []
+    with pytest.raises(SerdeError, match="starts with '{' but is not a JSON object"):
+        decode_raw(encode_raw_subscription("A", "c1", "s1", "{any"), "subscription")
 
 
 def test_raw_unsubscription_json_and_avro_agree() -> None:
@@ -528,7 +531,8 @@ SUB = {"node": "A", "client": "c1", "id": "s1", "where": "p < 3"}
     (_j({**EV, "id": 17}), "event", "raw event: id must be a non-empty string, got 17",
      "id", 17),
     (_j({**SUB, "where": 3}), "subscription",
-     "raw subscription: where must be a string or a list of predicates, got 3", "where", 3),
+     'raw subscription: where must be a string, a list of predicates or an object {"any": '
+     '[...]}, got 3', "where", 3),
     (_j({k: v for k, v in SUB.items() if k != "where"}), "subscription",
      "raw subscription: missing field 'where'", "where", None),
     (_j({**SUB, "op": "publish"}), "subscription",

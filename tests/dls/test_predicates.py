@@ -15,7 +15,7 @@ SPACE = ContentSpace.from_spec({"attributes": [
 
 def test_text_and_json_forms_agree():
     text = "price between 10 and 20 and vol >= 100 and sym in (AAPL, IBM)"
-    preds = parse_text(text)
+    [preds] = parse_text(text)
     assert [p.to_json() for p in preds] == [
         {"attr": "price", "op": "between", "low": 10, "high": 20},
         {"attr": "vol", "op": ">=", "value": 100},
@@ -28,7 +28,7 @@ def test_text_and_json_forms_agree():
 
 
 def test_text_form_quoted_values_and_case():
-    preds = parse_text('sym IN ("IBM", \'MSFT\') AND price < 1e2')
+    [preds] = parse_text('sym IN ("IBM", \'MSFT\') AND price < 1e2')
     assert preds[0] == Predicate("sym", "in", ("IBM", "MSFT"))
     assert preds[1] == Predicate("price", "<", (100.0,))
 
@@ -96,14 +96,14 @@ def test_numeric_in_and_equality():
     ("price > 10 and price < 5", "can match nothing"),
     ("price > 1000", "can match nothing"),
     ("sym = GOOG", "unknown value 'GOOG'"),
-    ("sym > AAPL", "only '=' and 'in' apply"),
+    ("sym > AAPL", "is discrete: '>' does not apply (it takes =, !=, in, not in)"),
     ("sym in (AAPL) and sym in (IBM)", "can match nothing"),
     ([{"attr": "price", "op": "~", "value": 1}], "unknown op '~'"),
     ([{"attr": "price", "op": "between", "low": 1}], "takes keys ['high', 'low']"),
     ("price between 1", "expected 'and' inside between"),
     ("price 5", "expected an operator"),
-    ("price > 5 or vol < 3", "expected 'and' between predicates"),
-    (42, "must be a list of predicates or a text expression"),
+    ("price > 5 vol < 3", "expected 'and' or 'or' between predicates"),
+    (42, "must be a list of predicates, {\"any\": [...]} or a text expression"),
 ])
 def test_bad_subscriptions_name_attribute_and_value(where, fragment):
     with pytest.raises(PredicateError) as exc:

@@ -83,7 +83,8 @@ def test_not_an_object():
     # the name is checked before the type, the type before unknown keys, unknown keys (the
     # first by name) before the other fields, low and high before how the domain is cut
     ({"name": "in", "type": "text"}, "attributes[0].name must be an identifier"),
-    ({"name": "a", "type": "text", "zz": 1}, "type must be 'numeric' or 'discrete', got 'text'"),
+    ({"name": "a", "type": "text", "zz": 1},
+     "type must be 'numeric', 'discrete', 'string' or 'hashed', got 'text'"),
     ({"name": "a", "type": "numeric", "values": ["x"], "low": "x"}, "unknown key 'values'"),
     ({"name": "a", "type": "discrete", "values": [], "low": 0, "granules": 1},
      "unknown key 'granules'"),
@@ -93,8 +94,8 @@ def test_not_an_object():
      "breakpoints"),
     ({"name": "a", "type": "numeric", "low": 0, "high": 1, "granules": 0, "breakpoints": "x"},
      "give exactly one of granules or breakpoints"),
-    ({"name": "a", "type": ["numeric"]}, "type must be 'numeric' or 'discrete', got "
-     "['numeric']"),
+    ({"name": "a", "type": ["numeric"]},
+     "type must be 'numeric', 'discrete', 'string' or 'hashed', got ['numeric']"),
 ])
 def test_the_first_broken_rule_is_reported(attribute, message):
     err = refused({"attributes": [attribute]})

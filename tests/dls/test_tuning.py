@@ -71,7 +71,7 @@ def test_cells_option_overrides_the_spec() -> None:
     ({"a": [-3]}, {}, "a", -3.0, "not a finite number"),
     ({"a": ["x"]}, {}, "a", None, "must be numbers"),
     ({"zz": [1]}, {}, "zz", None, "unknown attribute 'zz'"),
-    ({"kind": [1]}, {}, "kind", "discrete", "not numeric"),
+    ({"kind": [1]}, {}, "kind", "discrete", "only numeric and string attributes can be tuned"),
     ({"a": [1]}, {"cells": 0}, "a", 0, "cells must be a positive integer"),
     ({"a": [1]}, {"cells": True}, "a", True, "cells must be a positive integer"),
 ])
@@ -116,3 +116,26 @@ def test_tuned_spaces_never_lose_a_matching_event(sample, cells, rnd) -> None:
                      "b": rnd.choice([lo_b, min(1000, lo_b + 1), rnd.randint(0, 1000)])}
             if sub.matches(event):
                 assert event_label(space, event) in labels
+
+
+def test_string_attributes_get_equi_depth_breakpoints() -> None:
+    from dls.tuning import equi_depth_strings
+
+    rng = np.random.default_rng(3)
+    # skewed names: most start with "A"
+    sample = [("A" if rng.random() < 0.8 else "Q") + f"{rng.integers(0, 10**6):06d}"
+              for _ in range(4000)]
+    spec = {"attributes": [{"name": "s", "type": "string", "breakpoints": ["H", "P", "X"],
+                            "optional": True}]}
+    before = ContentSpace.from_spec(spec)
+    tuned = ContentSpace.from_spec(tune_space(spec, {"s": sample}))
+    assert tuned.by_name["s"].optional and len(tuned.by_name["s"].breakpoints) == 3
+    assert cell_shares(before, "s", sample).max() > 0.75
+    assert cell_shares(tuned, "s", sample).max() < 0.3
+    assert equi_depth_strings(["", "", "b"], 2) == ()  # "" is never a breakpoint
+    with pytest.raises(SpaceSpecError, match="sample values must be strings, got 5"):
+        equi_depth_strings(["a", 5], 2, field="s")
+    sub = Subscription(tuned, "s prefix A0")
+    for v in sample:
+        if v.startswith("A0"):
+            assert tuned.compose([tuned.by_name["s"].cell(v)]) in set(sub.labels().tolist())

@@ -25,7 +25,17 @@ def test_cli_reports_bad_space_clearly(tmp_path, capsys):
 def test_labels_cli(tmp_path, capsys):
     space = write(tmp_path, "s.json", SPACE_SPEC)
     assert main(["labels", "--space", str(space), "--where", "price < 10 and sym = B"]) == 0
-    assert capsys.readouterr().out.split() == ["1", "0000-1"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["1", "0000-1", "boundary"]  # price < 10 ends inside cell 0
+    assert lines[1].startswith("# 1 labels, 1 boundary (100.0 %")
+    where = '{"any": [[{"attr": "price", "op": "<", "value": 30}], ' \
+            '[{"attr": "sym", "op": "!=", "value": "A"}]]}'
+    assert main(["labels", "--space", str(space), "--where", where]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # cells 0-1 of price x both syms are interior (price < 30 covers [0, 20)), cell 2 x A is
+    # boundary; sym = B is interior in every price cell
+    assert len(lines) == 14 and lines[-1].startswith("# 13 labels, 1 boundary (7.7 %")
+    assert "2 alternative(s)" in lines[-1]
     assert main(["labels", "--space", str(space), "--event",
                  '{"price": 99, "sym": "A"}']) == 0
     assert capsys.readouterr().out.split() == ["18", "1001-0"]

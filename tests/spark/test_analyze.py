@@ -109,6 +109,31 @@ def test_hand_computed_sample(spark, tmp_path: Path) -> None:  # type: ignore[no
     assert bloom[("m=32", "all")]["expected_fpr"] == pytest.approx((1 - math.exp(-6 / 32)) ** 2)
 
 
+def test_or_strings_and_optional_attributes(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    space = ContentSpace.from_spec({"attributes": [
+        {"name": "x", "type": "numeric", "low": 0, "high": 100, "granules": 10},
+        {"name": "n", "type": "string", "breakpoints": ["M"], "optional": True}]})
+    subs = _jsonl(tmp_path / "subs.jsonl", [
+        {"node": "A", "client": "c1", "id": "s1", "where": "(x < 10) or n prefix Z"},
+        {"node": "A", "client": "c1", "id": "s2", "where": {"any": [
+            [{"attr": "n", "op": "missing"}]]}},
+    ])
+    events = _jsonl(tmp_path / "events.jsonl", [
+        {"node": "A", "client": "p", "id": "e1", "attrs": {"x": 5}},             # s1, s2
+        {"node": "A", "client": "p", "id": "e2", "attrs": {"x": 50, "n": "Zed"}},  # s1
+        {"node": "A", "client": "p", "id": "e3", "attrs": {"x": 50, "n": "Q"}},  # s1 by label
+    ])
+    r = analyze(spark, space, read_raw(spark, subs), read_raw(spark, events))
+    assert r["subscriptions"]["used"] == 2
+    s1 = Subscription(space, "(x < 10) or n prefix Z")
+    s2 = Subscription(space, "n missing")
+    assert r["label_set_size"]["mean"] == (len(s1.labels()) + len(s2.labels())) / 2
+    q = r["quantisation_fp"]
+    assert q["volume_mean"] is None  # no box to measure
+    # label-matched pairs: s1 (e1, e2, e3), s2 (e1); exact: e1, e2 for s1, e1 for s2
+    assert q["label_matched_pairs"] == 4 and q["exact_pairs"] == 3
+
+
 def test_nothing_usable_and_bad_sources_are_refused(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     space = ContentSpace.from_spec(SPACE)
     subs = _jsonl(tmp_path / "s.jsonl", [{"node": "A", "client": "c", "id": "s",
