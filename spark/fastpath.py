@@ -84,7 +84,7 @@ def fast_config(space: ContentSpace, topics: Topics, kind: str, shards: int = 1)
             lines.append(f"{head} d " + " ".join(_hex(v) for v in a.values))
         elif isinstance(a, UniformAttribute):
             lines.append(f"{head} u {_bits(a.low)} {_bits(a.high)} {a.granules}")
-        else:
+        elif isinstance(a, BreakpointAttribute):
             lines.append(f"{head} b {_bits(a.low)} {_bits(a.high)} "
                          + " ".join(_bits(b) for b in a.breakpoints))
     return ("\n".join(lines) + "\n").encode()

@@ -211,15 +211,23 @@ def _str_domain() -> Column:
 
 
 def _kept(a: Any, s: Column) -> Column:
-    """The value set of summary ``s`` filtered by every other predicate (null: no set)."""
+    """``struct<kept, lo, hi>`` of summary ``s``.
+
+    Its value set filtered by every other predicate (null: no set) and, for a numeric
+    attribute, the closed float bounds.
+    """
     F = fns()
     kind = kind_of(a)
     k, ex = s["k"], s["ex"]
+    lo = hi = F.lit(None).cast("double")
     if kind == "numeric":
-        return F.filter(k["vs"], _inside(k, ex))
-    if kind == "string":
-        return F.filter(k["vs"], _str_inside(k, ex))
-    return F.filter(k["vs"], lambda v: ~F.array_contains(ex, v))
+        kept = F.filter(k["vs"], _inside(k, ex))
+        lo, hi = _bounds(s)
+    elif kind == "string":
+        kept = F.filter(k["vs"], _str_inside(k, ex))
+    else:
+        kept = F.filter(k["vs"], lambda v: ~F.array_contains(ex, v))
+    return F.struct(kept.alias("kept"), lo.alias("lo"), hi.alias("hi"))
 
 
 def _bounds(s: Column) -> tuple[Column, Column]:
@@ -230,21 +238,21 @@ def _bounds(s: Column) -> tuple[Column, Column]:
             F.when(k["hic"], k["hi"]).otherwise(next_down(k["hi"])))
 
 
-def _empty(a: Any, s: Column, kept: Column) -> Column:
-    """True when the summary ``s`` (value set ``kept``) leaves no value."""
+def _empty(a: Any, s: Column, v: Column) -> Column:
+    """True when the summary ``s`` (``v``: its :func:`_kept`) leaves no value."""
     F = fns()
     kind = kind_of(a)
     has_set = s["k"]["vs"].isNotNull()
-    none_kept = has_set & (F.size(kept) == 0)
+    none_kept = has_set & (F.size(v["kept"]) == 0)
     if kind == "numeric":
-        lo, hi = _bounds(s)
+        lo, hi = v["lo"], v["hi"]
         return none_kept | (lo > hi) | ((lo == hi) & F.array_contains(s["ex"], lo))
     if kind == "string":
         return F.when(has_set, none_kept).otherwise(_str_empty(s["k"], s["ex"]))
     return none_kept
 
 
-def _error(a: Any, m: Column, s: Column, kept: Column, j: Column) -> Column:
+def _error(a: Any, m: Column, s: Column, v: Column, j: Column) -> Column:
     """The first refusal of attribute ``a`` in one alternative (null when none).
 
     As ``dls.constraints.compile_attribute``: an operator that does not apply (any
@@ -261,7 +269,7 @@ def _error(a: Any, m: Column, s: Column, kept: Column, j: Column) -> Column:
         (F.lit(True), first(F.transform(m, lambda p: op_error(a, p)))),
         (presence, _nothing(a, j)),
         (F.lit(True), first(F.transform(m, lambda p: value_error(a, p)))),
-        ((s["nm"] == 0) & _empty(a, s, kept), _nothing(a, j)),
+        ((s["nm"] == 0) & _empty(a, s, v), _nothing(a, j)),
     )
 
 
@@ -274,18 +282,18 @@ def _nothing(a: Any, j: Column) -> Column:
                  "the domain", a.name, j)
 
 
-def _cells(a: Any, s: Column, kept: Column) -> Column:
-    """Sorted cells of attribute ``a`` in one alternative (summary ``s``)."""
+def _cells(a: Any, s: Column, v: Column) -> Column:
+    """Sorted cells of attribute ``a`` in one alternative (``v``: :func:`_kept` of ``s``)."""
     F = fns()
+    kept = v["kept"]
     kind = kind_of(a)
     n = value_cells(a)
     set_cells: Column
     if kind == "numeric":
-        set_cells = F.transform(kept, lambda v: cell(a, v))
-        lo, hi = _bounds(s)
-        rng = F.sequence(cell(a, lo), cell(a, hi))
+        set_cells = F.transform(kept, lambda x: cell(a, x))
+        rng = F.sequence(cell(a, v["lo"]), cell(a, v["hi"]))
     elif kind == "string":
-        set_cells = F.transform(kept, lambda v: string_cell(a, v))
+        set_cells = F.transform(kept, lambda x: string_cell(a, x))
         k = s["k"]
         bps = F.array(*[F.lit(b) for b in a.breakpoints]).cast("array<string>")
         c_lo = F.coalesce(string_cell(a, k["lo"]), F.lit(0).cast("bigint"))
@@ -294,10 +302,10 @@ def _cells(a: Any, s: Column, kept: Column) -> Column:
             k["hic"], string_cell(a, k["hi"])).otherwise(below)
         rng = F.sequence(c_lo, c_hi)
     elif kind == "discrete":
-        set_cells = F.transform(kept, lambda v: F.try_element_at(discrete_index(a), v))
+        set_cells = F.transform(kept, lambda x: F.try_element_at(discrete_index(a), x))
         rng = set_cells
     else:
-        set_cells = F.transform(kept, lambda v: hash_cell(a, v))
+        set_cells = F.transform(kept, lambda x: hash_cell(a, x))
         rng = F.sequence(F.lit(0).cast("bigint"), F.lit(n - 1).cast("bigint"))
     values = F.when(s["k"]["vs"].isNotNull(), F.array_sort(F.array_distinct(set_cells)))\
         .otherwise(rng)

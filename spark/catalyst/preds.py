@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
 __all__ = ["KEYWORDS", "allowed_ops", "fmt_value", "op_error", "pred_text", "prefix_end",
-           "py_float", "py_repr", "value_error"]
+           "py_float", "py_repr", "py_str", "value_error", "with_texts"]
 
 KEYWORDS = ("and", "or", "between", "in", "not", "prefix", "exists", "missing")
 """Reserved words of the text form (a value spelled like one must be quoted)."""
@@ -39,8 +39,8 @@ def allowed_ops(a: Any) -> tuple[str, ...]:
 def py_float(x: Column) -> Column:
     """``repr(x)`` of a double, as Python writes it (``1e-05``, ``45.0``, ``1.5e+16``).
 
-    From Spark's text of the double (Java's digits, the shortest on every JDK for all but a
-    few subnormals), re-placed by Python's rules: positional for decimal exponents from -4
+    From Spark's text of the double (Java's digits, the shortest but for some subnormals on
+    JDK 17), re-placed by Python's rules: positional for decimal exponents from -4
     to 15, else ``d.ddde±XX``.
     """
     F = fns()
@@ -62,10 +62,13 @@ def py_float(x: Column) -> Column:
                    F.when(n > 1, F.concat(F.lit("."), F.substring(d, F.lit(2), F.lit(400))))
                    .otherwise(F.lit("")),
                    F.lit("e"), F.when(e < 0, F.lit("-")).otherwise(F.lit("+")),
-                   F.lpad(F.abs(e).cast("string"), 2, "0"))
+                   F.when(F.abs(e) < 10, F.lit("0")).otherwise(F.lit("")),
+                   F.abs(e).cast("string"))
     body = (F.when(n == 0, F.lit("0.0"))
             .when((e >= -4) & (e < 16), positional).otherwise(sci))
+    # JDK 17 writes the least subnormal as 4.9E-324, one digit more than it needs.
     return (F.when(F.isnan(x), F.lit("nan"))
+            .when(F.abs(x) == 5e-324, F.when(x < 0, F.lit("-5e-324")).otherwise(F.lit("5e-324")))
             .when(x == float("inf"), F.lit("inf")).when(x == float("-inf"), F.lit("-inf"))
             .otherwise(F.concat(F.when(x.cast("string").startswith("-"), F.lit("-"))
                                 .otherwise(F.lit("")), body)))
@@ -80,19 +83,40 @@ def _int_text(v: Column) -> Column:
     return v["s"].cast("decimal(38,0)").cast("string")
 
 
-def py_repr(v: Column) -> Column:
-    """A predicate value (``struct<k, n, s>``) as Python's ``repr`` shows it.
+def py_str(s: Column) -> Column:
+    """``repr`` of a string: in single quotes, or double when it holds only a single one."""
+    F = fns()
+    back = F.replace(s, F.lit("\\"), F.lit("\\\\"))
+    return (F.when((F.instr(s, "'") > 0) & (F.instr(s, '"') == 0),
+                   F.concat(F.lit('"'), back, F.lit('"')))
+            .otherwise(F.concat(F.lit("'"), F.replace(back, F.lit("'"), F.lit("\\'")),
+                                F.lit("'"))))
 
-    A string in Python's quotes, an int's digits, a float's repr, JSON's true/false/null
-    as Python's.
+
+def with_texts(v: Column) -> Column:
+    """A value ``struct<k, n, s>`` with ``r`` and ``f`` added (``VAL_TYPE``).
+
+    ``r``: its Python ``repr``; ``f``: its text-form spelling. Each is built once here
+    (bound to a lambda variable), so that the refusals that show a value read a field
+    instead of carrying the whole formatting.
     """
     F = fns()
+
+    def add_repr(x: Column) -> Column:
+        return F.struct(x["k"].alias("k"), x["n"].alias("n"), x["s"].alias("s"),
+                        _repr_text(x).alias("r"))
+
+    def add_fmt(x: Column) -> Column:
+        return F.struct(x["k"].alias("k"), x["n"].alias("n"), x["s"].alias("s"),
+                        x["r"].alias("r"), _fmt_text(x).alias("f"))
+
+    return F.get(F.transform(F.transform(F.array(v), add_repr), add_fmt), 0)
+
+
+def _repr_text(v: Column) -> Column:
+    F = fns()
     s = v["s"]
-    escaped = F.replace(F.replace(s, F.lit("\\"), F.lit("\\\\")), F.lit("'"), F.lit("\\'"))
-    text = (F.when((F.instr(s, "'") > 0) & (F.instr(s, '"') == 0),
-                   F.concat(F.lit('"'), F.replace(s, F.lit("\\"), F.lit("\\\\")), F.lit('"')))
-            .otherwise(F.concat(F.lit("'"), escaped, F.lit("'"))))
-    return (F.when(v["k"] == "str", text)
+    return (F.when(v["k"] == "str", py_str(s))
             .when(_is_int(v), _int_text(v))
             .when(v["k"] == "num", py_float(v["n"]))
             .when(v["k"] == "inf", F.lit("inf")).when(v["k"] == "nan", F.lit("nan"))
@@ -100,22 +124,37 @@ def py_repr(v: Column) -> Column:
             .when(s == "null", F.lit("None")).otherwise(s))
 
 
-def fmt_value(v: Column) -> Column:
-    """A value as the text form writes it (``dls.where._fmt``).
-
-    A word bare, any other string in double quotes, a whole float below 1e15 as an int,
-    else its repr.
-    """
+def _fmt_text(v: Column) -> Column:
     F = fns()
     s = v["s"]
-    bare = s.rlike(r"\A[A-Za-z_][A-Za-z0-9_.\-]*\z") & ~F.lower(s).isin(*KEYWORDS)
+    # A word bare, unless the text form would read it as a keyword or a float.
+    bare = (s.rlike(r"\A[A-Za-z_][A-Za-z0-9_.\-]*\z")
+            & ~F.lower(s).isin(*KEYWORDS, "nan", "inf", "infinity"))
     quoted_s = F.concat(F.lit('"'), F.replace(F.replace(s, F.lit("\\"), F.lit("\\\\")),
                                               F.lit('"'), F.lit('\\"')), F.lit('"'))
     whole = (v["k"] == "num") & (F.floor(v["n"]) == v["n"]) & (F.abs(v["n"]) < 1e15)
     return (F.when(v["k"] == "str", F.when(bare, s).otherwise(quoted_s))
             .when(_is_int(v), _int_text(v))
             .when(whole, v["n"].cast("bigint").cast("string"))
-            .otherwise(py_repr(v)))
+            .otherwise(v["r"]))
+
+
+def py_repr(v: Column) -> Column:
+    """A predicate value as Python's ``repr`` shows it.
+
+    A string in Python's quotes, an int's digits, a float's repr, JSON's true/false/null
+    as Python's.
+    """
+    return v["r"]
+
+
+def fmt_value(v: Column) -> Column:
+    """A value as the text form writes it (``dls.where._fmt``).
+
+    A word bare, any other string in double quotes (a keyword or nan/inf too), a whole
+    float below 1e15 as an int, else its repr.
+    """
+    return v["f"]
 
 
 def pred_text(p: Column) -> Column:
@@ -124,13 +163,12 @@ def pred_text(p: Column) -> Column:
     op, vals = p["op"], p["vals"]
     head = F.concat(p["attr"], F.lit(" "), op)
     return (F.when(op == "between", F.concat(p["attr"], F.lit(" between "),
-                                             fmt_value(F.get(vals, 0)), F.lit(" and "),
-                                             fmt_value(F.get(vals, 1))))
+                                             F.get(vals, 0)["f"], F.lit(" and "),
+                                             F.get(vals, 1)["f"]))
             .when(op.isin("in", "not in"),
-                  F.concat(head, F.lit(" ("), F.array_join(F.transform(vals, fmt_value), ", "),
-                           F.lit(")")))
+                  F.concat(head, F.lit(" ("), F.array_join(vals["f"], ", "), F.lit(")")))
             .when(op.isin("exists", "missing"), head)
-            .otherwise(F.concat(head, F.lit(" "), fmt_value(F.get(vals, 0)))))
+            .otherwise(F.concat(head, F.lit(" "), F.get(vals, 0)["f"])))
 
 
 def prefix_end(p: Column) -> Column:
@@ -141,7 +179,10 @@ def prefix_end(p: Column) -> Column:
     """
     F = fns()
     q = F.regexp_replace(p, "\\x{10FFFF}+$", "")
-    cp = F.ascii(F.substring(q, -1, 1)).cast("bigint") + 1
+    up = F.ascii(F.substring(q, -1, 1)).cast("bigint") + 1
+    # U+D800..U+DFFF (surrogates) hold no character of valid UTF-8: from U+D7FF, the next
+    # one Spark can write is U+E000, the same bound for every valid string.
+    cp = F.when(up == 0xD800, F.lit(0xE000).cast("bigint")).otherwise(up)
 
     def byte(x: Column) -> Column:
         return F.lpad(F.hex(x), 2, "0")

@@ -26,7 +26,7 @@ from spark.catalyst.columns import (
     quoted,
     variant_type,
 )
-from spark.catalyst.preds import KEYWORDS, py_repr
+from spark.catalyst.preds import KEYWORDS, py_str, with_texts
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -85,7 +85,7 @@ def _text_value(tok: Column) -> Column:
          .when(low.isin(*KEYWORDS), "kw").otherwise("str"))
     n = F.when(is_num, tok.try_cast("double"))
     s = F.when(is_str, inner).otherwise(tok)
-    return F.struct(k.alias("k"), n.alias("n"), s.alias("s"))
+    return with_texts(F.struct(k.alias("k"), n.alias("n"), s.alias("s")))
 
 
 def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
@@ -277,7 +277,7 @@ def _json_value(x: Column) -> Column:
     whole = t.startswith("DECIMAL") & ~text.rlike("[.eE]")
     s = (F.when(t == "STRING", F.try_variant_get(x, "$", "string"))
          .when(whole, F.concat(text, F.lit(".0"))).otherwise(text))
-    return F.struct(k.alias("k"), n.alias("n"), s.alias("s"))
+    return with_texts(F.struct(k.alias("k"), n.alias("n"), s.alias("s")))
 
 
 def _py_json(x: Column) -> Column:
@@ -295,12 +295,10 @@ def _py_json(x: Column) -> Column:
         plain = F.regexp_replace(F.regexp_replace(t, ":", ": "), ",", ", ")
         for a, b in (("true", "True"), ("false", "False"), ("null", "None")):
             plain = F.regexp_replace(plain, rf"\b{a}\b", b)
-        return F.when(t.startswith('"'), py_repr(F.struct(F.lit("str").alias("k"),
-                                                          F.lit(None).alias("n"),
-                                                          inner.alias("s")))).otherwise(plain)
+        return F.when(t.startswith('"'), py_str(inner)).otherwise(plain)
 
     return F.when(variant_type(x).startswith("DECIMAL") | variant_type(x).isin("DOUBLE"),
-                  _json_value(x)["s"]).otherwise(F.array_join(F.transform(toks, one), ""))
+                  _json_value(x)["r"]).otherwise(F.array_join(F.transform(toks, one), ""))
 
 
 def _json_alternatives() -> tuple[Column, Column]:

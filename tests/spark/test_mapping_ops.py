@@ -9,7 +9,8 @@ Java UDFs, where FastMap declines these records and ``General`` maps them) and t
 same field (and, for the refusals of the operator contract, giving the same reason); any
 other must give the same labels and bytes.
 
-Cost: one SparkSession (shared) and about 40 s of Spark jobs on two cores.
+Cost: one SparkSession (shared); each space's records are mapped once per path (a module
+fixture), about 60 s of Spark jobs on two cores, most of it building the Catalyst plans.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ SOURCE_SCHEMA = ("value binary, topic string, partition int, offset long, "
 MAX = chr(0x10FFFF)
 SPACE = ContentSpace.from_spec({
     "attributes": [
-        {"name": "sym", "type": "string", "breakpoints": ["G", "N", "T", "é"]},
+        # Breakpoints on the edges of each UTF-8 length and around U+10FFFF.
+        {"name": "sym", "type": "string", "breakpoints": sorted([
+            "\x7f", "\x80", "G", "N", "T", "b", "b\U0010ffff", "é", "߿", "ࠀ", "\uffff",
+            "\U00010000"])},
         {"name": "user", "type": "hashed", "buckets": 16, "optional": True},
         {"name": "price", "type": "numeric", "low": 0, "high": 10, "granules": 8,
          "optional": True},
@@ -59,8 +63,8 @@ OLD = ContentSpace.from_spec({
         {"name": "temp", "type": "numeric", "low": 30, "high": 45,
          "breakpoints": [35, 36.5, 37.5, 38.5, 40]}],
     "app_id": 7})
-STRINGS = ["", "A", "G", "Ga", "G" + MAX, "M", "N", "NZ", "T", "Tz", "z", "é", "éa", "x y",
-           "\U0001f600", "a'b", 'q"', MAX]
+STRINGS = ["", "nan", "Or", "A", "G", "Ga", "G" + MAX, "M", "N", "NZ", "T", "Tz", "z", "é", "éa",
+           "x y", "\U0001f600", "a'b", 'q"', MAX, "b" + MAX, "߿", "\uffff"]
 
 
 def _source(spark: Any, values: list[bytes], topic: str) -> Any:
@@ -178,9 +182,40 @@ def _where(rng: np.random.Generator, space: ContentSpace) -> Any:
 
 
 # -- tests ------------------------------------------------------------------------------------
+PREFIXES = ["", "\x7e", "\x7f", "߾", "߿", "\ufffe", "\uffff", "\U0010fffe", MAX, "a" + MAX, "b",
+            "b" + MAX, "b" + MAX + MAX, "T", "T\x00"]
+
+
+def _wheres(space: ContentSpace) -> list[Any]:
+    """Random draws, and for the new types the bad forms and prefixes on code-point edges."""
+    rng = np.random.default_rng(1600 if space is SPACE else 1601)
+    wheres = [_where(rng, space) for _ in range(90)]
+    if space is SPACE:
+        wheres += [f"price {w[1]}" if isinstance(w, tuple) else w for w in BAD]
+        wheres += [f"sym prefix {json.dumps(p, ensure_ascii=False)}" for p in PREFIXES]
+        wheres += [[{"attr": "sym", "op": "prefix", "value": p},
+                    {"attr": "sym", "op": "<", "value": q}]
+                   for p in PREFIXES[::2] for q in ("b", "é", "\uffff")]
+    return wheres
+
+
+@pytest.fixture(scope="module")
+def mapped(spark: Any) -> dict[str, tuple[list[Any], list[tuple[Any, ...]]]]:
+    """Each space's subscriptions (``_wheres``), mapped by both paths (checked alike)."""
+    out = {}
+    for name, space in (("new", SPACE), ("old", OLD)):
+        wheres = _wheres(space)
+        values = [encode_raw_subscription("A", "c", f"s{i}", w) if i % 5 == 4 else
+                  json.dumps({"node": "A", "client": "c", "id": f"s{i}", "where": w}).encode()
+                  for i, w in enumerate(wheres)]
+        out[name] = (wheres, _both(spark, map_subscriptions, space, values,
+                                   TOPICS.raw_subscriptions))
+    return out
+
+
 def test_events_of_every_attribute_type_match_python(spark: Any) -> None:
     rng = np.random.default_rng(16)
-    events = [_event(rng, SPACE, i) for i in range(120)]
+    events = [_event(rng, SPACE, i) for i in range(80)]
     values = []
     for i, e in enumerate(events):
         try:
@@ -208,18 +243,15 @@ def test_events_of_every_attribute_type_match_python(spark: Any) -> None:
         assert value == raw if raw[:2] == b"\xc3\x01" else value == encode_raw_event(
             "A", "c", e["id"], e["attrs"], b"")
         n_good += 1
-    assert n_good > 60
+    assert n_good > 40
 
 
-@pytest.mark.parametrize("space", [SPACE, OLD], ids=["new-types", "old-types"])
-def test_subscriptions_with_every_operator_match_python(spark: Any, space: ContentSpace) -> None:
-    rng = np.random.default_rng(1600 if space is SPACE else 1601)
-    wheres = [_where(rng, space) for _ in range(150)]
-    values = [encode_raw_subscription("A", "c", f"s{i}", w) if i % 5 == 4 and
-              not isinstance(w, dict) else
-              json.dumps({"node": "A", "client": "c", "id": f"s{i}", "where": w}).encode()
-              for i, w in enumerate(wheres)]
-    rows = _both(spark, map_subscriptions, space, values, TOPICS.raw_subscriptions)
+@pytest.mark.parametrize("name", ["new", "old"])
+def test_subscriptions_with_every_operator_match_python(mapped: Any, name: str) -> None:
+    """Labels, or the dead letter's field and reason, as the SDK's (on both paths: the
+    fixture checks they agree)."""
+    space = SPACE if name == "new" else OLD
+    wheres, rows = mapped[name]
     n_good = n_same_reason = 0
     for w, (topic, value, _headers) in zip(wheres, rows, strict=True):
         want, exc = _python(space, w)
@@ -234,7 +266,29 @@ def test_subscriptions_with_every_operator_match_python(spark: Any, space: Conte
         assert topic == TOPICS.node_subscribe("A"), (w, decode_dead_letter(value)["reason"])
         assert np.array_equal(decode_label_subscription(value)["labels"], want), w
         n_good += 1
-    assert n_good > 40 and n_same_reason > 50, (n_good, n_same_reason)
+    assert n_good > 25 and n_same_reason > 25, (n_good, n_same_reason)
+
+
+def test_bad_subscriptions_get_the_sdks_field_and_reason(mapped: Any) -> None:
+    """The bad forms of the issue (an operator on the wrong type, an empty 'in' / 'not in',
+    an OR over nothing, a prefix on a numeric attribute, exists on a required attribute, a
+    value of the wrong type...): the SDK's compile and the job (both paths) refuse each
+    with the same field and reason."""
+    wheres, rows = mapped["new"]
+    bad = {json.dumps(f"price {w[1]}" if isinstance(w, tuple) else w) for w in BAD}
+    n = 0
+    for i, (w, (topic, value, headers)) in enumerate(zip(wheres, rows, strict=True)):
+        if json.dumps(w) not in bad:
+            continue
+        _, exc = _python(SPACE, w)
+        assert exc is not None, w
+        assert topic == TOPICS.deadletter, w
+        dl = decode_dead_letter(value)
+        assert headers[HEADER_DLQ_SOURCE].decode() == dl["source"]
+        assert dl["source"].endswith(f"@{i}")
+        assert (dl["field"], dl["reason"]) == (exc.field, str(exc)), w
+        n += 1
+    assert n == len(BAD)
 
 
 def _contract_reason(reason: str) -> bool:
@@ -269,48 +323,6 @@ BAD = [
     "side in (buy, hold)", "(temp > 36) or sym missing", "price not in (1) and price > a",
     "temp missing or user between a and b",
 ]
-
-
-@pytest.mark.parametrize("fast", [True, False])
-def test_bad_subscriptions_get_the_sdks_field_and_reason(spark: Any, fast: bool) -> None:
-    wheres = [f"price {w[1]}" if isinstance(w, tuple) else w for w in BAD]
-    values = [json.dumps({"node": "A", "client": "c", "id": f"s{i}", "where": w}).encode()
-              for i, w in enumerate(wheres)]
-    rows = _rows(map_subscriptions(SPACE, _source(spark, values, TOPICS.raw_subscriptions),
-                                   TOPICS, fast=fast))
-    assert len(rows) == len(wheres)
-    for w, (topic, value, headers) in zip(wheres, rows, strict=True):
-        _, exc = _python(SPACE, w)
-        assert exc is not None, w
-        assert topic == TOPICS.deadletter, w
-        dl = decode_dead_letter(value)
-        assert headers[HEADER_DLQ_SOURCE].decode() == dl["source"]
-        assert (dl["field"], dl["reason"]) == (exc.field, str(exc)), w
-
-
-def test_prefix_ranges_on_code_point_edges(spark: Any) -> None:
-    """``prefix p`` is the range ``[p, p+)``: p+ built from UTF-8 bytes in Spark, on the
-    edges of each UTF-8 length, U+10FFFF and the breakpoints."""
-    space = ContentSpace.from_spec({"attributes": [{"name": "s", "type": "string",
-                                                    "breakpoints": sorted(set(
-                                                        ["\x7f", "\x80", "߿", "ࠀ", "\uffff",
-                                                         "\U00010000", "b", "b" + MAX, "c"]))}]})
-    prefixes = ["", "\x7e", "\x7f", "߾", "߿", "\ufffe", "\uffff", "\U0010fffe", MAX, "a" + MAX,
-                "b", "b" + MAX, "b" + MAX + MAX, "c", "c\x00"]
-    wheres = [f"s prefix {json.dumps(p, ensure_ascii=False)}" for p in prefixes]
-    wheres += [[{"attr": "s", "op": "prefix", "value": p}, {"attr": "s", "op": "<", "value": q}]
-               for p in prefixes[::2] for q in ("b", "c", "\uffff")]
-    values = [json.dumps({"node": "A", "client": "c", "id": f"s{i}", "where": w}).encode()
-              for i, w in enumerate(wheres)]
-    rows = _rows(map_subscriptions(space, _source(spark, values, TOPICS.raw_subscriptions),
-                                   TOPICS, fast=False))
-    for w, (topic, value, _headers) in zip(wheres, rows, strict=True):
-        want, exc = _python(space, w)
-        if exc is not None:
-            assert topic == TOPICS.deadletter, w
-            continue
-        assert topic == TOPICS.node_subscribe("A"), (w, decode_dead_letter(value)["reason"])
-        assert np.array_equal(decode_label_subscription(value)["labels"], want), w
 
 
 def test_fast_map_declines_every_record_of_a_space_with_new_types(spark: Any) -> None:
