@@ -344,3 +344,26 @@ def test_fast_map_declines_every_record_of_a_space_with_new_types(spark: Any) ->
                                     F.lit(bytearray(fast_config(OLD, TOPICS, "event"))),
                                     F.col("value")).alias("m")).collect()
     assert got[0].m is not None
+
+
+def test_fast_map_maps_numeric_exclusions_and_declines_the_other_new_forms(spark: Any) -> None:
+    """``!=`` / ``not in`` of finite numbers on a numeric attribute are FastMap's (the
+    labels are the test_mapping_fast cases'); every other new form goes to General."""
+    from pyspark.sql import functions as F
+
+    map_subscriptions(OLD, _source(spark, [b"{}"], TOPICS.raw_subscriptions), TOPICS,
+                      fast=True)
+    mine = ["price != 3", "price > 1 and price != 3 and price not in (4, 5.5)",
+            "temp not in(36) and price < 2"]
+    others = ["price between 2 and 2 and price != 2", "sym != IBM", "price < 1 or price > 3",
+              "(price < 1)", "sym not in (IBM)", "price != 1e999", "price not in (1, x)"]
+    values = [json.dumps({"node": "A", "client": "c", "id": f"s{i}", "where": w}).encode()
+              for i, w in enumerate(mine + others)]
+    df = spark.createDataFrame([(bytearray(v),) for v in values], "value binary")
+    cfg = bytearray(fast_config(OLD, TOPICS, "subscription"))
+    got = df.select(F.call_function("dlsroute_fast_map", F.lit(cfg), F.col("value"))
+                    .alias("m")).collect()
+    assert [r.m is not None for r in got] == [True] * len(mine) + [False] * len(others)
+    for w, r in zip(mine, got[:len(mine)], strict=True):
+        labels = decode_label_subscription(bytes(r.m.value))["labels"]
+        assert np.array_equal(labels, Subscription(OLD, w).labels()), w
