@@ -64,6 +64,11 @@ bench-propagation: setup ## subscribe() to first delivery across A-B-C on the lo
 	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
 	$(PY) -m benchmarks.propagation --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/propagation.json
 
+.PHONY: bench-raw
+bench-raw: setup ## 100 clients filtering the raw topic vs the same subscriptions through dlsroute, not in CI (~5 min; KAFKA_PORT) -> benchmarks/results/rawtopic.json
+	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
+	$(PY) -m benchmarks.rawtopic --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/rawtopic.json
+
 CHAOS_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATION)) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(CHAOS_PORT),--port $(CHAOS_PORT))
 chaos: setup ## Fault harness on its own Kafka (~25 min with the replica scenarios; SEED, DURATION, SCENARIOS, CHAOS_PORT) -> benchmarks/results/chaos.json
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS) --out benchmarks/results/chaos.json

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "client": {"expected_items": items, "fp_rate": CLIENT_FP_RATE},
         "routing": dict(ROUTING_FILTER)}))
     kw = {} if a.system == "dls" else {"client_filter": "direct", "routing_filter": "direct"}
-    state = BrokerState.for_space("B", list(NEIGHBOURS), space, **kw)
+    state = BrokerState.for_space("B", list(NEIGHBOURS), space, resize_filters=False, **kw)
     for j in range(a.n_clients):
         state.client_index(f"c{j}")
     state.subscribe_many([f"c{a.n_clients - 1}"], ["warm-up"], np.array([0, 1]), labels[:1])

@@ -208,7 +208,8 @@ def run_dls(rec: Recorder, system: str, space_sp: dict[str, Any], w: Workload,
     n, nc = w.params.n_subs, w.params.n_clients
     space = ContentSpace.from_spec(space_sp)
     t0 = time.perf_counter()
-    state = BrokerState.for_space("B", list(NEIGHBOURS), space, **state_kw)
+    state = BrokerState.for_space("B", list(NEIGHBOURS), space, resize_filters=False,
+                                  **state_kw)  # the paper's fixed sizes
     for j in range(nc):  # bank index j == workload client j
         state.client_index(f"c{j}")
     # Pre-grow the client bank to every client (one dummy subscription of the last client).

@@ -19,6 +19,9 @@ hit rate. CPU per event is the process's CPU time over the window's events.
 
 Output: ``exact.json`` (records ``{"benchmark", "system", "params", "metric", "value",
 "unit"}``) and ``exact.meta.json``. ``--quick`` is a small run for the tests.
+``--general``: every ``where`` also excludes a value no event has (the same labels and matches), so that the
+node holds each subscription as a general row (``broker_node/edge.py``): what the check
+costs for OR, ``!=``, strings and the other operators beyond ranges and sets.
 """
 
 from __future__ import annotations
@@ -78,15 +81,22 @@ class Settings:
     g: int = 32
     distribution: str = "uniform"
     seed: int = 0
+    general: bool = False  # each where also excludes a value inside its box: general rows
 
 
 QUICK = Settings(n_clients=40, n_subs=2_000, events=2_000, rounds=1)
 
 
-def where_of(lo: np.ndarray, hi: np.ndarray, names: list[str]) -> str:
-    """The text of one box subscription, as the SDK normalises it."""
-    return " and ".join(f"{n} between {a} and {b}"
+def where_of(lo: np.ndarray, hi: np.ndarray, names: list[str], general: bool = False) -> str:
+    """The text of one box subscription, as the SDK normalises it.
+
+    ``general``: also ``a0 != lo + 0.5``, a value no (integer) event has: the same labels
+    and matches, but the node's exact check holds it as a general row (``sub.matches``),
+    not as a simple one.
+    """
+    text = " and ".join(f"{n} between {a} and {b}"
                         for n, a, b in zip(names, lo.tolist(), hi.tolist(), strict=True))
+    return f"{text} and {names[0]} != {float(lo[0]) + 0.5}" if general else text
 
 
 def true_deliveries(lo: np.ndarray, hi: np.ndarray, owners: np.ndarray,
@@ -137,7 +147,7 @@ def run(s: Settings, bootstrap: str, out: Path) -> list[dict[str, Any]]:
     owners = w.owners.tolist()
     subs = [encode_label_subscription(f"c{owners[i]}", f"s{i}",
                                       labels[offsets[i]:offsets[i + 1]],
-                                      where_of(w.lo[i], w.hi[i], names))
+                                      where_of(w.lo[i], w.hi[i], names, s.general))
             for i in range(s.n_subs)]
     ev_labels, valid = event_labels_batch(space, event_columns(w))
     assert valid.all()  # noqa: S101 - generated inside the domain
@@ -148,7 +158,8 @@ def run(s: Settings, bootstrap: str, out: Path) -> list[dict[str, Any]]:
              for r in range(s.rounds)]
     base = {**w.params.as_dict(), "events_per_round": s.events, "rounds": s.rounds,
             "client_expected_items": items, "labels_per_subscription": len(labels) / s.n_subs,
-            "transport": "loopback, one Kafka broker (KRaft)", "delivery": "exactly_once"}
+            "transport": "loopback, one Kafka broker (KRaft)", "delivery": "exactly_once",
+            "edge_rows": "general" if s.general else "simple"}
     records: list[dict[str, Any]] = []
 
     def add(system: str, metric: str, value: float, unit: str, **params: Any) -> None:
@@ -260,10 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--subscriptions", type=int, default=None)
     a.add_argument("--events", type=int, default=None)
     a.add_argument("--rounds", type=int, default=None)
+    a.add_argument("--general", action="store_true",
+                   help="every where also excludes a value no event has (general rows)")
     args = a.parse_args(argv)
     s = QUICK if args.quick else Settings()
     over = {k: v for k, v in (("n_subs", args.subscriptions), ("events", args.events),
                               ("rounds", args.rounds)) if v is not None}
+    if args.general:
+        over["general"] = True
     s = Settings(**{**s.__dict__, **over})
     run(s, args.bootstrap, args.out)
     return 0

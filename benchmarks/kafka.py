@@ -945,7 +945,8 @@ def run(s: RunSettings, bootstrap: str, rec: Recorder, *, profile: bool = True,
         settings = NodeSettings(node=NODE, space=space_path, bootstrap=bootstrap,
                                 topic_prefix=prefix, group_id=f"{prefix}-node-{NODE}",
                                 batch_size=s.batch_size, poll_timeout_s=s.poll_timeout_s,
-                                gc_freeze=s.gc_freeze, route_cache_mb=s.route_cache_mb)
+                                gc_freeze=s.gc_freeze, route_cache_mb=s.route_cache_mb,
+                                resize_filters=False)  # the paper's sizes, as before
         groups.append(settings.consumer_group)
         groups.append(f"{settings.consumer_group}-recovery")
         try:

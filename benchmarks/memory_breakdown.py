@@ -69,7 +69,7 @@ def measure(dist: str, d: int, g: int, sizes: Sequence[int]) -> list[dict[str, A
                               "fp_rate": CLIENT_FP_RATE},
                    "routing": dict(ROUTING_FILTER)}
         space = ContentSpace.from_spec(space_spec(d, g, filters))
-        state = BrokerState.for_space("B", list(NEIGHBOURS), space)
+        state = BrokerState.for_space("B", list(NEIGHBOURS), space, resize_filters=False)
         for j in range(N_CLIENTS):
             state.client_index(f"c{j}")
         gc.collect()

@@ -65,7 +65,8 @@ class BrokerMatcher:
         self.space = ContentSpace.from_spec(spec)
         self.state = BrokerState.for_space("B", NEIGHBOURS, self.space,
                                            client_filter=client_filter,
-                                           routing_filter=routing_filter)
+                                           routing_filter=routing_filter,
+                                           resize_filters=False)  # the paper's sizes
         self._names = [f"c{i}" for i in range(n_clients)]
         for i, nm in enumerate(self._names):
             if self.state.client_index(nm) != i:

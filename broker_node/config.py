@@ -84,6 +84,14 @@ class NodeSettings(BaseSettings):
                     "deliver by label, false positives included, as the paper does")
     client_filter: Literal["cbf", "direct"] = "cbf"
     routing_filter: Literal["cbf", "direct"] = "cbf"
+    resize_filters: bool = Field(
+        default=True,
+        description="rebuild the client bank or a routing filter (ERT) larger, from the "
+                    "node's exact tables, once its estimated false-positive rate passes "
+                    "its target (the fp_rate of the space's filters spec; 2**-k for a spec "
+                    "of m and k); routing waits for the rebuild "
+                    "(docs/architecture.md#filters-that-resize-themselves). false: keep "
+                    "the sizes of the spec")
     batch_size: int = Field(default=1000, ge=1, le=100_000)
     poll_timeout_s: float = Field(default=0.05, gt=0, le=10)
     delivery: Literal["exactly_once", "at_least_once"] = Field(

@@ -1,47 +1,53 @@
 """The exact check at a client's node: which label-matched clients an event really matches.
 
 Routing between nodes is by label only. The node a client is attached to holds the
-client's subscriptions, and with them what an exact check needs (:mod:`dls.edge`): per
-subscription, the bounds of each numeric attribute and the allowed cells of each discrete
-one. A label-matched candidate is then one of three things for a given label:
+client's subscriptions in an :class:`EdgeTable`, one *row* per subscription. For a label,
+a label-matched candidate client is **sure** when one of its subscriptions holds the
+label's cell wholly (an interior cell: delivered without reading the value), **check**
+when those that hold the cell all cut it (delivered when the value satisfies one), and
+**none** when none holds the cell (a false positive of its filter: not delivered).
 
-* **sure**: one of its subscriptions holds the label's cell wholly (an interior cell), so
-  every event of that label matches it: delivered without reading the value;
-* **check**: its subscriptions that hold the label all cut the cell (boundary cells):
-  delivered when the event's numeric values lie inside the bounds of one of them;
-* **none**: no subscription of it holds the label at all (the client's filter answered a
-  false positive): not delivered, whatever the value.
+A *simple* row (one alternative of numeric ranges and discrete sets on required
+attributes: the paper's subscriptions) is a few numbers in arrays shared by all rows: per
+numeric attribute its float bounds and the cells it holds and holds wholly, per discrete
+attribute a bit mask of its cells. Any other subscription (OR, string or hashed
+constraints, exclusions, numeric sets, ``exists``/``missing``, optional attributes) is a
+*general* row: it holds the cells of its labels, wholly those :mod:`dls.edge` calls
+interior, and its value check is ``sub.matches(event)``.
 
-A client never given to the table is *sure* for every label: the table may only ever
-remove what it knows no subscription matches, never what it was not told of.
+A route plan names the rows a CHECK verdict left to decide, never copies of them: row
+numbers are valid while :attr:`EdgeTable.version` is the one the plan was made at (every
+add, remove or restore moves it, and the router drops its plans), so a row freed and given
+to another subscription is never read through an old plan. The router decides the CHECK
+candidates of a whole run at once (:meth:`EdgeTable.passes`: one gather, one comparison).
 
-:meth:`EdgeTable.verdicts` decides this once per label and candidate (a route plan keeps
-it); :func:`values_match` checks an event's numeric values against the rows a "check"
-verdict names. A subscription whose ``where`` the node could not compile (a raw writer may
-send labels alone) makes its client *sure* for every label (delivered by label, as
-without the check): the check may only ever remove an event that no subscription of the
-client matches.
+A client never given to the table, or with a subscription whose ``where`` the node could
+not compile (a raw writer may send labels alone), is *sure* for every label: the table
+only ever removes what it knows no subscription matches.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import chain
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from connectors.serde import decode_raw_event
-from dls.edge import needs_values, numeric_bounds
+from dls import _edgekernels as _ek
+from dls import _jit
+from dls.edge import interior_labels
 from dls.exceptions import DLSError
-from dls.predicates import DiscreteConstraint, Subscription
-from dls.space import ContentSpace, DiscreteAttribute
+from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
+from dls.space import ContentSpace
 
-__all__ = ["CHECK", "NONE", "SURE", "Checks", "EdgeRows", "EdgeTable", "Verdict", "checked",
-           "split_routes", "values_match"]
+__all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "EdgeTable", "Verdict", "values_match"]
 
 SURE, CHECK, NONE = 0, 1, 2
+_EMPTY32 = np.zeros(0, dtype=np.int32)
 
 
 @dataclass(frozen=True)
@@ -49,68 +55,145 @@ class Verdict:
     """What the edge does with one candidate client for one label."""
 
     kind: int  # SURE, CHECK or NONE
-    bounds: np.ndarray | None = None  # CHECK: (rows, numeric attributes, 2) float64
-    subs: tuple[Subscription, ...] = ()  # CHECK: rows a numeric value set restricts
+    rows: np.ndarray = field(default_factory=lambda: _EMPTY32)  # CHECK: rows cutting the cell
+    table: EdgeTable | None = field(default=None, compare=False, repr=False)  # CHECK: whose
 
 
-_SURE = Verdict(SURE)
-_NONE = Verdict(NONE)
+def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, Any]) -> bool:
+    """Whether an event passes ``verdict`` (one of :meth:`EdgeTable.verdicts`).
 
-
-def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, object]) -> bool:
-    """True when the event's numeric ``values`` (space order) lie in one row's bounds.
-
-    ``event``: its attributes, for the rows whose numeric constraint is a set of values.
+    ``values``: its numeric values in the table's order; ``event``: its attributes.
     """
     if verdict.kind != CHECK:
         return verdict.kind == SURE
-    b = verdict.bounds
-    assert b is not None  # noqa: S101 - a CHECK verdict has its bounds
-    if len(b) and bool(((b[:, :, 0] <= values) & (values <= b[:, :, 1])).all(axis=1).any()):
-        return True
-    return any(s.matches(event) for s in verdict.subs)
+    assert verdict.table is not None  # noqa: S101 - a CHECK verdict names its table
+    return verdict.table.matches(verdict, event, values)
 
 
 @dataclass(frozen=True)
 class EdgeRows:
-    """The checked subscriptions of a snapshot: their indexes there, bounds, masks, sets."""
+    """The checked subscriptions of a snapshot (a general row: NaN bounds, its ``where``)."""
 
     index: np.ndarray  # int64: which of the snapshot's subscriptions these rows are
     bounds: np.ndarray  # (rows, numeric attributes, 2) float64
     masks: list[np.ndarray]  # per discrete attribute, (rows, words) uint64
-    sets: dict[int, str]  # subscription index -> its JSON where (a numeric set of values)
+    sets: dict[int, str]  # subscription index -> its JSON where (a general row: compiled)
+
+
+#: A simple row: its bounds ``(numeric attributes, 2)`` and its mask per discrete attribute.
+SimpleParts = tuple[np.ndarray, list[np.ndarray]]
+
+
+def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
+                 ) -> SimpleParts | None:
+    """The row of a simple subscription; None when it needs a general row.
+
+    Simple: one alternative whose constrained attributes are all required, each a numeric
+    range (no set of values, no exclusion) or a discrete set. An attribute left out (of
+    any kind, optional or not) allows every cell, absent included: its bounds are
+    ``[-inf, inf]``, its mask full.
+    """
+    if len(sub.alternatives) != 1:
+        return None
+    alt = sub.alternatives[0]
+    cons = alt.constraints
+    attrs = sub.space.attributes
+    if any(a.optional or a.kind not in ("numeric", "discrete") for a in attrs
+           if a.name in cons):
+        return None
+    bounds = np.empty((len(numeric), 2), dtype=np.float64)
+    for j, i in enumerate(numeric):
+        c = cons.get(attrs[i].name)
+        if c is None:
+            bounds[j] = (-math.inf, math.inf)
+        elif isinstance(c, NumericConstraint) and c.values is None and not c.excluded:
+            bounds[j] = c.effective_bounds()
+        else:
+            return None
+    masks = []
+    for i in discrete:
+        a = attrs[i]
+        c = cons.get(a.name)
+        if c is not None and not isinstance(c, DiscreteConstraint):
+            return None
+        out = np.zeros((a.n_cells + 63) // 64, dtype=np.uint64)
+        for cell in (range(a.n_cells) if c is None else alt.cells(a).tolist()):
+            out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
+        masks.append(out)
+    return bounds, masks
+
+
+def _general(sub: Subscription) -> tuple[Subscription, np.ndarray, np.ndarray]:
+    """A general row: the subscription, its sorted labels, its sorted interior labels."""
+    return sub, sub.labels(), interior_labels(sub)
+
+
+def _has(sorted_labels: np.ndarray, label: int) -> bool:
+    i = int(np.searchsorted(sorted_labels, np.uint64(label)))
+    return i < len(sorted_labels) and int(sorted_labels[i]) == label
 
 
 class EdgeTable:
     """Each local subscription's exact constraints, by client (rows reused after removal)."""
 
+    #: the table checks any subscription, not only simple ones (the node and simulate
+    #: give it every compiled ``where``)
+    checks_any = True
+
     def __init__(self, space: ContentSpace) -> None:
         """An empty table for ``space``."""
         self.space = space
         attrs = space.attributes
-        self._numeric = [i for i, a in enumerate(attrs) if not isinstance(a, DiscreteAttribute)]
+        self._numeric = [i for i, a in enumerate(attrs) if a.kind == "numeric"]
         #: the names of the numeric attributes, in the order of a row's bounds
         self.numeric_names = tuple(attrs[i].name for i in self._numeric)
-        self._discrete = [i for i, a in enumerate(attrs) if isinstance(a, DiscreteAttribute)]
+        self._optional = [attrs[i].optional for i in self._numeric]
+        self._optional_mask = np.array(self._optional, dtype=bool)
+        self._discrete = [i for i, a in enumerate(attrs) if a.kind == "discrete"]
         self._words = [(attrs[i].n_cells + 63) // 64 for i in self._discrete]
-        self._bounds = np.zeros((0, len(self._numeric), 2), dtype=np.float64)
-        self._allowed = [np.zeros((0, w), dtype=np.uint64) for w in self._words]
+        n_num = len(self._numeric)
+        self._bounds = np.zeros((0, n_num, 2), dtype=np.float64)
+        # per numeric attribute the cells held [first, last], then those held wholly
+        self._span = np.zeros((0, n_num, 4), dtype=np.int32)
+        #: the discrete attributes' masks side by side: attribute k from word _word_off[k]
+        self._word_off = np.r_[0, np.cumsum(self._words)].astype(np.int64)
+        self._masks = np.zeros((0, int(self._word_off[-1])), dtype=np.uint64)
+        self._general_flag = np.zeros(0, dtype=np.bool_)
+        self._general: dict[int, tuple[Subscription, np.ndarray, np.ndarray]] = {}
         self._rows: dict[tuple[str, str], int] = {}  # (client, id) -> row
-        self._by_client: dict[str, list[int]] = {}
-        self._free: list[int] = []
-        self._unchecked: dict[str, int] = {}  # client -> subscriptions without a where
+        self._cid: dict[str, int] = {}  # client -> its number in the table (kept forever)
+        self._client_rows: list[list[int]] = []  # by client number
+        self._unchecked_n: list[int] = []  # by client number: subscriptions without a where
         self._unchecked_ids: set[tuple[str, str]] = set()
-        self._known: set[str] = set()  # clients given to the table (a few bytes per client)
-        self._sets: dict[int, Subscription] = {}  # rows with a numeric set of values
+        self._free: list[int] = []
+        self._csr: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._gcsr: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = (
+            None)
+        self._gkeys: tuple[int, np.ndarray, np.ndarray] | None = None
+        #: moves at every change of the rows; a plan naming rows is valid at its version only
+        self.version = 0
 
     def __len__(self) -> int:
         """How many subscriptions the table holds (checked or not)."""
         return len(self._rows) + len(self._unchecked_ids)
 
+    @property
+    def n_clients(self) -> int:
+        """How many clients were ever given to the table (their numbers never change)."""
+        return len(self._client_rows)
+
+    def client_ids(self, names: Sequence[str]) -> np.ndarray:
+        """The table's number of each client (int64; -1: never given to the table)."""
+        get = self._cid.get
+        return np.fromiter((get(n, -1) for n in names), np.int64, len(names))
+
     def memory_bytes(self) -> int:
         """The bytes of the table's arrays (the dicts' entries not counted)."""
-        return int(self._bounds.nbytes + sum(a.nbytes for a in self._allowed))
+        return int(self._bounds.nbytes + self._span.nbytes
+                   + self._masks.nbytes + self._general_flag.nbytes
+                   + sum(a.nbytes + b.nbytes for _, a, b in self._general.values()))
 
+    # -- changes ------------------------------------------------------------------------------
     def add(self, client: str, sub_id: str, sub: Subscription | None) -> None:
         """Hold subscription ``sub_id`` of ``client``; None: its ``where`` is unknown.
 
@@ -119,37 +202,34 @@ class EdgeTable:
         key = (client, sub_id)
         if key in self._rows or key in self._unchecked_ids:
             return
-        self._known.add(client)
+        cid = self._client(client)
+        self.version += 1
         if sub is None:
             self._unchecked_ids.add(key)
-            self._unchecked[client] = self._unchecked.get(client, 0) + 1
+            self._unchecked_n[cid] += 1
             return
-        row = self._free.pop() if self._free else self._grow()
-        self._bounds[row] = numeric_bounds(sub)
-        for k, i in enumerate(self._discrete):
-            self._allowed[k][row] = self._mask(sub, i, self._words[k])
-        if needs_values(sub):
-            self._sets[row] = sub
-        self._rows[client, sub_id] = row
-        self._by_client.setdefault(client, []).append(row)
+        parts = simple_parts(sub, self._numeric, self._discrete)
+        row = self._take(key, cid)
+        if parts is None:
+            self._set_general(row, sub)
+        else:
+            self._set_simple(row, parts)
 
     def remove(self, client: str, sub_id: str) -> None:
         """Forget a subscription (none held: nothing changes)."""
-        row = self._rows.pop((client, sub_id), None)
+        key = (client, sub_id)
+        row = self._rows.pop(key, None)
         if row is None:
-            if (client, sub_id) in self._unchecked_ids:
-                self._unchecked_ids.remove((client, sub_id))
-                left = self._unchecked[client] - 1
-                if left:
-                    self._unchecked[client] = left
-                else:
-                    del self._unchecked[client]
+            if key in self._unchecked_ids:
+                self._unchecked_ids.remove(key)
+                self._unchecked_n[self._cid[client]] -= 1
+                self.version += 1
             return
-        rows = self._by_client[client]
-        rows.remove(row)
-        if not rows:
-            del self._by_client[client]
-        self._sets.pop(row, None)
+        self.version += 1
+        self._client_rows[self._cid[client]].remove(row)
+        if self._general_flag[row]:
+            del self._general[row]
+            self._general_flag[row] = False
         self._free.append(row)
 
     def export(self, clients: Sequence[str], ids: Sequence[str]) -> EdgeRows:
@@ -158,9 +238,13 @@ class EdgeTable:
                         dtype=np.int64)
         index = np.flatnonzero(rows >= 0)
         held = rows[index]
-        sets = {int(i): json.dumps(self._sets[int(r)].to_json())
-                for i, r in zip(index.tolist(), held.tolist(), strict=True) if r in self._sets}
-        return EdgeRows(index, self._bounds[held], [a[held] for a in self._allowed], sets)
+        general = self._general_flag[held] if len(held) else np.zeros(0, dtype=np.bool_)
+        sets = {int(i): json.dumps(self._general[int(r)][0].to_json())
+                for i, r in zip(index[general].tolist(), held[general].tolist(), strict=True)}
+        masks = self._masks[held]
+        off = self._word_off.tolist()
+        return EdgeRows(index, self._bounds[held],
+                        [masks[:, a:b] for a, b in zip(off, off[1:], strict=False)], sets)
 
     def restore(self, clients: Sequence[str], ids: Sequence[str], rows: EdgeRows | None
                 ) -> None:
@@ -169,6 +253,7 @@ class EdgeTable:
             m.shape[1] for m in rows.masks] == self._words
         at = {} if rows is None or not fits else dict(
             zip(rows.index.tolist(), range(len(rows.index)), strict=True))
+        self.version += 1
         for i, (client, sid) in enumerate(zip(clients, ids, strict=True)):
             j = at.get(i)
             key = (client, sid)
@@ -177,71 +262,264 @@ class EdgeTable:
                 continue
             if key in self._rows or key in self._unchecked_ids:
                 continue
-            self._known.add(client)
-            row = self._free.pop() if self._free else self._grow()
-            self._bounds[row] = rows.bounds[j]
-            for k, m in enumerate(rows.masks):
-                self._allowed[k][row] = m[j]
+            sub = None
             if i in rows.sets:
-                self._sets[row] = Subscription(self.space, json.loads(rows.sets[i]))
-            self._rows[key] = row
-            self._by_client.setdefault(client, []).append(row)
+                try:
+                    sub = Subscription(self.space, json.loads(rows.sets[i]))
+                except (DLSError, ValueError):  # not of this space: by label
+                    self.add(client, sid, None)
+                    continue
+            row = self._take(key, self._client(client))
+            if sub is not None:
+                self._set_general(row, sub)
+                continue
+            masks = [m[j] for m in rows.masks]
+            self._set_simple(row, (rows.bounds[j], masks))
 
+    # -- verdicts -----------------------------------------------------------------------------
     def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:
         """The verdict of each candidate client for events of ``label``."""
         return self.verdicts_many([label], [clients])[0]
 
     def verdicts_many(self, labels: Sequence[int], candidates: Sequence[Sequence[str]]
                       ) -> list[list[Verdict]]:
-        """The verdicts of ``candidates[e]`` for events of ``labels[e]``, in one numpy pass.
-
-        A label that is not one of this space's cells leaves its candidates *sure*.
-        """
-        out: list[list[Verdict]] = [[_SURE] * len(c) for c in candidates]
-        keys: list[int] = []
-        where: list[tuple[int, int]] = []
-        held: list[list[int]] = []
-        known, unchecked, by_client = self._known, self._unchecked, self._by_client
-        for e, names in enumerate(candidates):
-            for k, c in enumerate(names):
-                if c not in known or c in unchecked:
-                    continue  # never given to the edge, or held without a where: by label
-                mine = by_client.get(c)
-                if not mine:
-                    out[e][k] = _NONE
-                    continue
-                keys.append(e)
-                where.append((e, k))
-                held.append(mine)
-        if not held:
-            return out
-        cells, valid = self._cells(labels)
-        sizes = np.fromiter(map(len, held), np.int64, len(held))
-        rows = np.fromiter(chain.from_iterable(held), np.int64, int(sizes.sum()))
-        key_of_row = np.repeat(np.asarray(keys, dtype=np.int64), sizes)
-        holds, interior = self._classify(rows, cells[key_of_row])
-        sets = (np.array([r in self._sets for r in rows.tolist()], dtype=np.bool_)
-                if self._sets else np.zeros(len(rows), dtype=np.bool_))
-        starts = np.r_[0, np.cumsum(sizes)[:-1]]
-        sure = np.logical_or.reduceat(holds & interior & np.logical_not(sets), starts).tolist()
-        some = np.logical_or.reduceat(holds, starts).tolist()
-        ends = (starts + sizes).tolist()
-        ok = valid.tolist()
-        for j, (e, k) in enumerate(where):
-            if sure[j] or not ok[e]:
-                out[e][k] = _SURE
-            elif not some[j]:
-                out[e][k] = _NONE
-            else:
-                lo, hi = int(starts[j]), ends[j]
-                h, st = holds[lo:hi], sets[lo:hi]
-                own = rows[lo:hi]
-                out[e][k] = Verdict(CHECK, self._bounds[own[h & np.logical_not(st)]],
-                                    tuple(self._sets[int(r)] for r in own[h & st]))
+        """The verdicts of ``candidates[e]`` for events of ``labels[e]`` (see :meth:`classify`)."""
+        sizes = [len(c) for c in candidates]
+        offsets = np.r_[0, np.cumsum(sizes, dtype=np.int64)]
+        ids = self.client_ids([n for c in candidates for n in c])
+        kinds, rows, owner = self.classify(np.asarray(labels, dtype=np.uint64), offsets, ids)
+        out: list[list[Verdict]] = []
+        for e in range(len(candidates)):
+            vs = []
+            for j in range(int(offsets[e]), int(offsets[e + 1])):
+                k = int(kinds[j])
+                vs.append(Verdict(k, rows[owner == j], self) if k == CHECK else Verdict(k))
+            out.append(vs)
         return out
 
-    # -- inside -----------------------------------------------------------------------------
-    def _cells(self, labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    def classify(self, labels: np.ndarray, offsets: np.ndarray, ids: np.ndarray,
+                 compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Verdicts of candidates ``ids[offsets[e]:offsets[e + 1]]`` for ``labels[e]``.
+
+        ``ids``: the table's client numbers (-1: never given to it). Returns the kind of
+        each candidate (int8), and for the CHECK ones the rows that cut the cell (int32)
+        with the candidate each belongs to (int64), in candidate order. A label that is
+        not one of this space's cells leaves its candidates *sure*. ``compiled``: the
+        kernels of :mod:`dls._edgekernels` (None: when :data:`dls._jit.ENABLED`) or the
+        numpy reference; both give the same answer.
+        """
+        n = len(ids)
+        kinds = np.full(n, SURE, dtype=np.int8)
+        no_rows = (_EMPTY32, np.zeros(0, dtype=np.int64))
+        if not n or not self._client_rows:
+            return (kinds, *no_rows)
+        _, start, count, unchecked, flat = self._by_client()
+        event_of = np.repeat(np.arange(len(labels), dtype=np.int64), np.diff(offsets))
+        cells, valid = self._cells(labels)
+        known = ids >= 0
+        cid = np.where(known, ids, 0)
+        active = known & ~unchecked[cid] & valid[event_of]
+        sizes = np.where(active, count[cid], 0)
+        kinds[active & (sizes == 0)] = NONE
+        sel = np.flatnonzero(sizes)
+        if not len(sel):
+            return (kinds, *no_rows)
+        args = (cid[sel], event_of[sel], cells, labels, start, count, flat)
+        use = _jit.ENABLED if compiled is None else compiled
+        k, rows, owner = self._compiled(*args) if use else self._reference(*args)
+        kinds[sel] = k
+        return kinds, rows.astype(np.int32), sel[owner]
+
+    def _reference(self, cid: np.ndarray, ev: np.ndarray, cells: np.ndarray,
+                   labels: np.ndarray, start: np.ndarray, count: np.ndarray, flat: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Numpy: every row of every candidate gathered and compared at once."""
+        sz = count[cid]
+        first = np.cumsum(sz) - sz
+        rows = flat[np.repeat(start[cid] - first, sz) + np.arange(int(sz.sum()))]
+        cand = np.repeat(np.arange(len(cid)), sz)
+        holds, wholly = self._classify(rows, cells[ev[cand]], labels[ev[cand]])
+        sure = np.logical_or.reduceat(holds & wholly, first)
+        some = np.logical_or.reduceat(holds, first)
+        k = np.where(sure, SURE, np.where(some, CHECK, NONE)).astype(np.int8)
+        keep = holds & (k[cand] == CHECK)
+        return k, rows[keep], cand[keep]
+
+    def _compiled(self, cid: np.ndarray, ev: np.ndarray, cells: np.ndarray,
+                  labels: np.ndarray, start: np.ndarray, count: np.ndarray, flat: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kernels: each candidate's rows walked until one holds the cell wholly."""
+        k = np.empty(len(cid), dtype=np.int8)
+        n_rows = np.empty(len(cid), dtype=np.int64)
+        args = (cells, labels, np.asarray(self._numeric, dtype=np.int64),
+                np.asarray(self._discrete, dtype=np.int64), self._word_off, start, count,
+                flat, self._span, self._masks, self._general_flag, *self._general_csr())
+        none = np.zeros(0, dtype=np.int64)
+        _ek.edge_walk(np.arange(len(cid)), cid, ev, *args, k, n_rows, none, none, none, False)
+        which = np.flatnonzero(k == CHECK)
+        sz = n_rows[which]
+        rows = np.empty(int(sz.sum()), dtype=np.int64)
+        owner = np.empty(len(rows), dtype=np.int64)
+        _ek.edge_walk(which, cid, ev, *args, k, n_rows, np.cumsum(sz) - sz, rows, owner, True)
+        return k, rows, owner
+
+    def _general_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The general rows' labels for the kernels (made again after a change).
+
+        By row, its first place and count in the flat sorted labels; the flat interior flags.
+        """
+        if self._gcsr is not None and self._gcsr[0] == self.version:
+            return self._gcsr[1]
+        n = len(self._general_flag)
+        g_start = np.zeros(n, dtype=np.int64)
+        g_count = np.zeros(n, dtype=np.int64)
+        parts, inside = [np.zeros(0, dtype=np.uint64)], [np.zeros(0, dtype=np.bool_)]
+        at = 0
+        for r, (_, labels, interior) in self._general.items():
+            g_start[r], g_count[r] = at, len(labels)
+            parts.append(labels)
+            inside.append(np.isin(labels, interior, assume_unique=True))
+            at += len(labels)
+        out = (g_start, g_count, np.concatenate(parts), np.concatenate(inside))
+        self._gcsr = (self.version, out)
+        return out
+
+    # -- value checks -------------------------------------------------------------------------
+    def read(self, value: bytes | None) -> tuple[dict[str, Any], np.ndarray] | None:
+        """An event's attributes and its numeric values (:meth:`values_of`).
+
+        None when the value is not a RawEvent or its numeric values cannot be read.
+        """
+        try:
+            attrs = decode_raw_event(value or b"")["attrs"]
+        except (DLSError, KeyError, TypeError, ValueError):
+            return None
+        values = self.values_of(attrs)
+        return None if values is None else (attrs, values)
+
+    def values_of(self, attrs: dict[str, Any]) -> np.ndarray | None:
+        """The event's numeric values, in the order of a row's bounds.
+
+        None when a required numeric attribute is missing or not a finite number. An
+        optional one left out reads as 0: a simple row constrains no optional attribute.
+        """
+        out = np.empty(len(self.numeric_names), dtype=np.float64)
+        for j, name in enumerate(self.numeric_names):
+            v = attrs.get(name)
+            if v is None and self._optional[j]:
+                v = 0.0
+            if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
+                return None
+            out[j] = v
+        return out
+
+    def passes(self, rows: np.ndarray, values: np.ndarray, attrs: Sequence[dict[str, Any]],
+               event_of: np.ndarray) -> np.ndarray:
+        """Whether event ``event_of[i]`` satisfies row ``rows[i]``, for each ``i``.
+
+        ``values``: ``(events, numeric attributes)`` from :meth:`read`; ``attrs``: each
+        event's attributes (for general rows). One gather and one comparison for the
+        simple rows; ``sub.matches`` for each general one.
+        """
+        b = self._bounds[rows]
+        v = values[event_of]
+        ok = ((b[:, :, 0] <= v) & (v <= b[:, :, 1])).all(axis=1)
+        if self._general:
+            general = self._general
+            for i in np.flatnonzero(self._general_flag[rows]).tolist():
+                ok[i] = general[int(rows[i])][0].matches(attrs[int(event_of[i])])
+        return ok
+
+    def matches(self, verdict: Verdict, event: dict[str, Any], values: np.ndarray) -> bool:
+        """Whether the event (its attributes, its numeric values) passes ``verdict``.
+
+        An optional attribute left out may be given as NaN (read as :meth:`values_of` does).
+        """
+        if verdict.kind != CHECK:
+            return verdict.kind == SURE
+        rows = verdict.rows
+        values = np.where(np.isnan(values) & self._optional_mask, 0.0, values)
+        return bool(self.passes(rows, values[None, :], [event],
+                                np.zeros(len(rows), dtype=np.int64)).any())
+
+    def row_bounds(self, rows: np.ndarray) -> np.ndarray:
+        """The bounds of ``rows`` (NaN for a general row): what a snapshot test compares."""
+        return self._bounds[rows]
+
+    # -- inside -------------------------------------------------------------------------------
+    def _client(self, client: str) -> int:
+        cid = self._cid.get(client)
+        if cid is None:
+            cid = self._cid[client] = len(self._client_rows)
+            self._client_rows.append([])
+            self._unchecked_n.append(0)
+        return cid
+
+    def _take(self, key: tuple[str, str], cid: int) -> int:
+        row = self._free.pop() if self._free else self._grow()
+        self._rows[key] = row
+        self._client_rows[cid].append(row)
+        return row
+
+    def _set_simple(self, row: int, parts: SimpleParts) -> None:
+        bounds, masks = parts
+        self._bounds[row] = bounds
+        self._span[row] = self._ranges(np.asarray(bounds, dtype=np.float64)[None])[0]
+        for k, m in enumerate(masks):
+            self._masks[row, self._word_off[k]:self._word_off[k + 1]] = m
+
+    def _holds_general(self, row: int, label: int) -> tuple[bool, bool]:
+        """Whether general row ``row`` holds ``label``, and wholly (an interior cell)."""
+        _, labels, inside = self._general[row]
+        return _has(labels, label), _has(inside, label)
+
+    def _set_general(self, row: int, sub: Subscription) -> None:
+        self._bounds[row] = np.nan
+        self._span[row] = (1, 0, 1, 0)  # holds no cell: a general row decides for itself
+        self._masks[row] = 0
+        self._general_flag[row] = True
+        self._general[row] = _general(sub)
+
+    def _ranges(self, bounds: np.ndarray) -> np.ndarray:
+        """Cells held, then held wholly, ``(rows, numeric, 4)`` int32, from float bounds.
+
+        ``[-inf, inf]``: the attribute left out (every cell, the absent one too). Else the
+        cells ``cell(lo)..cell(hi)``, wholly those strictly between, and the end cells too
+        where the range reaches the domain's edge (:func:`dls.edge.interior_cells`).
+        """
+        span = np.zeros((*bounds.shape[:2], 4), dtype=np.int32)
+        attrs = self.space.attributes
+        for j, i in enumerate(self._numeric):
+            a = attrs[i]
+            lo, hi = bounds[:, j, 0], bounds[:, j, 1]
+            free = np.isneginf(lo) & np.isposinf(hi)
+            low, high = float(a.low), float(a.high)  # type: ignore[union-attr]
+            c_lo = a.cells(np.clip(lo, low, high))
+            c_hi = a.cells(np.clip(hi, low, high))
+            last = a.n_cells - 1 - int(self._optional[j])
+            span[:, j, 0] = np.where(free, 0, c_lo)
+            span[:, j, 1] = np.where(free, a.n_cells - 1, c_hi)
+            span[:, j, 2] = np.where(free, 0, np.where(lo <= low, 0, c_lo + 1))
+            span[:, j, 3] = np.where(free, a.n_cells - 1,
+                                       np.where(hi >= high, last, c_hi - 1))
+        return span
+
+    def _by_client(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per client number: first place in ``flat``, row count, unchecked; ``flat`` rows.
+
+        Made again after a change (:attr:`version`), else reused.
+        """
+        if self._csr is not None and self._csr[0] == self.version:
+            return self._csr
+        count = np.fromiter(map(len, self._client_rows), np.int64, len(self._client_rows))
+        start = np.cumsum(count) - count
+        flat = np.fromiter((r for rows in self._client_rows for r in rows), np.int64,
+                           int(count.sum()))
+        unchecked = np.array(self._unchecked_n, dtype=np.int64) > 0
+        self._csr = (self.version, start, count, unchecked, flat)
+        return self._csr
+
+    def _cells(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Cell indexes ``(labels, attributes)`` and whether each label is the space's.
 
         The cells of a label that is not one of the space's cells are zeros.
@@ -259,99 +537,64 @@ class EdgeTable:
         cells[~valid] = 0
         return cells, valid
 
-    def _classify(self, rows: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _classify(self, rows: np.ndarray, cells: np.ndarray, labels: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """Per row: whether its subscription holds the row's cells, and wholly (interior)."""
-        holds = np.ones(len(rows), dtype=bool)
-        interior = np.ones(len(rows), dtype=bool)
-        attrs = self.space.attributes
+        cn = cells[:, self._numeric][:, :, None] if self._numeric else None
+        if cn is not None:
+            span = self._span[rows]
+            holds = ((span[:, :, :1] <= cn) & (cn <= span[:, :, 1:2])).all(axis=(1, 2))
+            wholly = ((span[:, :, 2:3] <= cn) & (cn <= span[:, :, 3:])).all(axis=(1, 2))
+        else:
+            holds = np.ones(len(rows), dtype=bool)
+            wholly = np.ones(len(rows), dtype=bool)
         one = np.uint64(1)
         for k, i in enumerate(self._discrete):
             word, bit = np.divmod(cells[:, i], 64)
-            holds &= (self._allowed[k][rows, word] >> bit.astype(np.uint64)) & one == one
-        bounds = self._bounds[rows]
-        for j, i in enumerate(self._numeric):
-            a, cell = attrs[i], cells[:, i]
-            lo, hi = bounds[:, j, 0], bounds[:, j, 1]
-            c_lo, c_hi = a.cells(lo), a.cells(hi)
-            holds &= (c_lo <= cell) & (cell <= c_hi)
-            inside_lo = (lo <= a.low) | (c_lo < cell)  # type: ignore[union-attr]
-            inside_hi = (hi >= a.high) | (cell < c_hi)  # type: ignore[union-attr]
-            interior &= inside_lo & inside_hi
-        return holds, interior
+            word += self._word_off[k]
+            holds &= (self._masks[rows, word] >> bit.astype(np.uint64)) & one == one
+        if self._general:
+            g = np.flatnonzero(self._general_flag[rows])
+            holds[g], wholly[g] = self._general_lookup(rows[g], labels[g])
+        return holds, wholly
+
+    def _general_lookup(self, rows: np.ndarray, labels: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Whether general row ``rows[i]`` holds ``labels[i]`` (a space's label), and wholly.
+
+        One search in the sorted keys ``row * label space + cell bits`` of every general
+        row's labels (made again after a change).
+        """
+        size, base = self.space.label_space_size, np.uint64(self.space.app_prefix)
+        g_start, g_count, g_labels, g_inside = self._general_csr()
+        if len(g_start) * size >= 2**63:  # keys would not fit: one row at a time
+            out = [self._holds_general(int(r), int(x)) for r, x in zip(
+                rows.tolist(), labels.tolist(), strict=True)]
+            return (np.array([h for h, _ in out], dtype=bool),
+                    np.array([w for _, w in out], dtype=bool))
+        if self._gkeys is None or self._gkeys[0] != self.version:
+            nz = np.flatnonzero(g_count)
+            by_place = nz[np.argsort(g_start[nz])]  # the rows in the order of their labels
+            row_of = np.repeat(by_place, g_count[by_place]).astype(np.uint64)
+            keys = row_of * np.uint64(size) + (g_labels - base)
+            order = np.argsort(keys, kind="stable")
+            self._gkeys = (self.version, keys[order], g_inside[order])
+        _, keys, inside = self._gkeys
+        if not len(keys):
+            return np.zeros(len(rows), dtype=bool), np.zeros(len(rows), dtype=bool)
+        q = rows.astype(np.uint64) * np.uint64(size) + (labels.astype(np.uint64) - base)
+        at = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+        found = keys[at] == q
+        return found, found & inside[at]
 
     def _grow(self) -> int:
         row = len(self._bounds)
         size = max(16, 2 * row)
         self._bounds = np.resize(self._bounds, (size, *self._bounds.shape[1:]))
-        self._allowed = [np.resize(a, (size, a.shape[1])) for a in self._allowed]
+        self._span = np.resize(self._span, (size, *self._span.shape[1:]))
+        self._masks = np.resize(self._masks, (size, self._masks.shape[1]))
+        flags = np.zeros(size, dtype=np.bool_)
+        flags[:row] = self._general_flag
+        self._general_flag = flags
         self._free.extend(range(size - 1, row, -1))
         return row
-
-    def _mask(self, sub: Subscription, i: int, words: int) -> np.ndarray:
-        attr = self.space.attributes[i]
-        assert isinstance(attr, DiscreteAttribute)  # noqa: S101 - _discrete holds these
-        out = np.zeros(words, dtype=np.uint64)
-        c = sub.constraints.get(attr.name)
-        cells = ([attr.cell(v) for v in c.values] if isinstance(c, DiscreteConstraint)
-                 else range(attr.n_cells))
-        for cell in cells:
-            out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
-        return out
-
-
-#: What the edge left to decide per event for one plan: (client index, verdict) of each
-#: candidate whose verdict is CHECK.
-Checks = tuple[tuple[int, Verdict], ...]
-
-
-def split_routes(edge: EdgeTable, names: Sequence[str], labels: list[int], offsets: np.ndarray,
-                 clients: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Checks], list[int]]:
-    """Split routed candidates (``clients[offsets[e]:offsets[e + 1]]`` for ``labels[e]``).
-
-    Returns the SURE candidates in the same form, the CHECK ones per event, and the number
-    of NONE ones per event (false positives of the client filters, removed).
-    """
-    n = len(labels)
-    checks: list[Checks] = [()] * n
-    removed = [0] * n
-    if not len(clients):
-        return offsets, clients, checks, removed
-    keep = np.ones(len(clients), dtype=bool)
-    bounds = offsets.tolist()
-    idx = clients.tolist()
-    some = [e for e in range(n) if bounds[e + 1] > bounds[e]]
-    verdicts = edge.verdicts_many([labels[e] for e in some],
-                                  [[names[i] for i in idx[bounds[e]:bounds[e + 1]]]
-                                   for e in some])
-    for e, vs in zip(some, verdicts, strict=True):
-        a = bounds[e]
-        ck = []
-        for j, v in enumerate(vs):
-            if v.kind == SURE:
-                continue
-            keep[a + j] = False
-            if v.kind == CHECK:
-                ck.append((idx[a + j], v))
-            else:
-                removed[e] += 1
-        checks[e] = tuple(ck)
-    event_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
-    new_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(event_of[keep], minlength=n), out=new_offsets[1:])
-    return new_offsets, clients[keep], checks, removed
-
-
-def checked(edge: EdgeTable, checks: Checks, value: bytes | None) -> list[int] | None:
-    """The clients of ``checks`` whose subscriptions the event ``value`` matches.
-
-    None when the value cannot be read (not a RawEvent, or a numeric attribute missing or
-    not a number): the caller delivers by label to all of them.
-    """
-    try:
-        attrs = decode_raw_event(value or b"")["attrs"]
-        values = np.array([attrs[a] for a in edge.numeric_names], dtype=np.float64)
-    except (DLSError, KeyError, TypeError, ValueError):
-        return None
-    if np.isnan(values).any():
-        return None
-    return [i for i, v in checks if values_match(v, values, attrs)]

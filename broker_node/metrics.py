@@ -8,8 +8,11 @@ may share a process), served by :class:`MetricsServer` on ``metrics_host:metrics
 
 Names: every counter ``dls_<name>_total`` with the label ``node``; gauges
 ``dls_subscriptions``, ``dls_clients``, ``dls_ert_fill`` and ``dls_ert_estimated_fpr``
-(label ``neighbour``), ``dls_client_filter_fill`` (label ``client``); per-client
-deliveries ``dls_client_deliveries_total`` (label ``client``).
+(label ``neighbour``), ``dls_client_filter_fill`` and ``dls_client_filter_estimated_fpr``
+(label ``client``); per-client counters ``dls_client_deliveries_total`` and
+``dls_client_edge_removed_total`` (label ``client``); filter rebuilds
+``dls_filter_rebuilds_total`` (label ``filter``). Per-client series are bounded: the
+:data:`CLIENT_SERIES` busiest clients get their own, the rest share ``client="(others)"``.
 """
 
 from __future__ import annotations
@@ -43,22 +46,32 @@ class DeliveryTally:
     The counts are folded into per-client totals when read (:meth:`totals`) and when plans
     are dropped (:meth:`forget`, :meth:`release`). Thread-safe: the loop counts while a
     scrape reads.
+
+    Beside deliveries a plan may name the clients the node's exact check removed (label
+    matches that no subscription of theirs holds): those are counted per use the same way,
+    as removed deliveries (:meth:`removed_totals`).
     """
 
     def __init__(self) -> None:
         """An empty tally."""
         self._lock = threading.Lock()
         self._totals = np.zeros(0, dtype=np.int64)  # by client index
-        self._blocks: list[tuple[int, np.ndarray, np.ndarray]] = []  # slot, sizes, clients
+        self._removed = np.zeros(0, dtype=np.int64)  # by client index
+        # slot, sizes, clients, then the same of the removed clients (or None)
+        self._blocks: list[_Block] = []
         self._next = 0  # the slot of the next plan
         self._uses = np.zeros(0, dtype=np.int64)  # by slot, since the last fold
 
-    def add_plans(self, offsets: np.ndarray, clients: np.ndarray) -> int:
+    def add_plans(self, offsets: np.ndarray, clients: np.ndarray,
+                  removed: tuple[np.ndarray, np.ndarray] | None = None) -> int:
         """Register plans: plan ``i`` delivers to ``clients[offsets[i]:offsets[i + 1]]``.
 
+        ``removed``: offsets and clients of the candidates each plan removed, alike.
         Returns the slot of the first; the others follow in order.
         """
         sizes = np.diff(offsets)
+        gone = None if removed is None or not len(removed[1]) else (
+            np.diff(removed[0]), np.asarray(removed[1], dtype=np.int64))
         with self._lock:
             base = self._next
             self._next += len(sizes)
@@ -66,17 +79,19 @@ class DeliveryTally:
                 grown = np.zeros(max(self._next, 2 * len(self._uses)), dtype=np.int64)
                 grown[:len(self._uses)] = self._uses
                 self._uses = grown
-            self._blocks.append((base, sizes, np.asarray(clients, dtype=np.int64)))
+            self._blocks.append((base, sizes, np.asarray(clients, dtype=np.int64), gone))
         return base
 
-    def add_direct(self, clients: list[int]) -> None:
-        """Count one delivery to each of ``clients`` outside any plan (the exact check's)."""
+    def add_direct(self, clients: list[int], removed: list[int] | None = None) -> None:
+        """Count deliveries made outside any plan (the exact check's), one per client.
+
+        ``removed``: one removed delivery to each of these clients.
+        """
         with self._lock:
-            top = max(clients) + 1
-            if top > len(self._totals):
-                self._totals = np.concatenate([self._totals, np.zeros(
-                    top - len(self._totals), dtype=np.int64)])
-            np.add.at(self._totals, clients, 1)
+            if clients:
+                self._totals = _added(self._totals, np.bincount(clients))
+            if removed:
+                self._removed = _added(self._removed, np.bincount(removed))
 
     def count(self, slots: np.ndarray) -> None:
         """Count one use of the plan of each slot (an event routed by it)."""
@@ -92,8 +107,8 @@ class DeliveryTally:
         with self._lock:
             self._fold()
             keep = self._next if keep_from is None else keep_from
-            self._blocks = [(base - keep, sizes, clients)
-                            for base, sizes, clients in self._blocks if base >= keep]
+            self._blocks = [(b[0] - keep, b[1], b[2], b[3]) for b in self._blocks
+                            if b[0] >= keep]
             self._next -= keep
 
     def release(self, first: int) -> None:
@@ -109,20 +124,38 @@ class DeliveryTally:
             self._fold()
             return self._totals.copy()
 
-    def _fold(self, blocks: list[tuple[int, np.ndarray, np.ndarray]] | None = None) -> None:
+    def removed_totals(self) -> np.ndarray:
+        """Deliveries the exact check removed so far, by client index (a copy)."""
+        with self._lock:
+            self._fold()
+            return self._removed.copy()
+
+    def _fold(self, blocks: list[_Block] | None = None) -> None:
         """Add the uses counted since the last fold to the totals (the lock held).
 
         ``blocks``: only those plans (their uses are then reset); None: every plan.
         """
-        for base, sizes, clients in self._blocks if blocks is None else blocks:
+        for base, sizes, clients, gone in self._blocks if blocks is None else blocks:
             used = self._uses[base:base + len(sizes)]
-            if len(clients) and used.any():
-                add = np.bincount(clients, weights=np.repeat(used, sizes))
-                if len(add) > len(self._totals):
-                    self._totals = np.concatenate([self._totals, np.zeros(
-                        len(add) - len(self._totals), dtype=np.int64)])
-                self._totals[:len(add)] += np.rint(add).astype(np.int64)
+            if used.any():
+                if len(clients):
+                    self._totals = _added(self._totals, np.bincount(
+                        clients, weights=np.repeat(used, sizes)))
+                if gone is not None:
+                    self._removed = _added(self._removed, np.bincount(
+                        gone[1], weights=np.repeat(used, gone[0])))
             used[:] = 0
+
+
+_Block = tuple[int, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]
+
+
+def _added(totals: np.ndarray, add: np.ndarray) -> np.ndarray:
+    """``totals + add`` (int64, as long as the longer; ``add`` may be float counts)."""
+    if len(add) > len(totals):
+        totals = np.concatenate([totals, np.zeros(len(add) - len(totals), dtype=np.int64)])
+    totals[:len(add)] += np.rint(add).astype(np.int64)
+    return totals
 
 
 def _counter(doc: str) -> Any:
@@ -176,9 +209,15 @@ class Metrics:
 class NodeCollector:
     """A ``prometheus_client`` collector of one node: its counters and its state's gauges."""
 
-    def __init__(self, node: str, metrics: Metrics, state: BrokerState) -> None:
-        """Read ``metrics`` and ``state`` at each scrape."""
+    def __init__(self, node: str, metrics: Metrics, state: BrokerState,
+                 client_series: int = 0) -> None:
+        """Read ``metrics`` and ``state`` at each scrape.
+
+        ``client_series``: how many clients get series of their own (0:
+        :data:`CLIENT_SERIES`); see :meth:`_client_families`.
+        """
         self.node, self.metrics, self.state = node, metrics, state
+        self.client_series = client_series or CLIENT_SERIES
 
     def collect(self) -> Iterator[Metric]:
         """The families of one scrape."""
@@ -208,27 +247,90 @@ class NodeCollector:
             for neighbour, value in stats[key].items():
                 g.add_metric([self.node, neighbour], float(value))
             yield g
+        rebuilds = CounterMetricFamily(
+            "dls_filter_rebuilds", "filters rebuilt larger from the exact tables (clients: "
+            "the client bank; ert:<neighbour>: a routing filter)", labels=["node", "filter"])
+        for name, count in stats["filter_rebuilds"].items():
+            rebuilds.add_metric([self.node, name], count)
+        yield rebuilds
 
     def _client_families(self) -> Iterator[Metric]:
+        """Per client: deliveries, removed at the edge, filter fill and estimated rate.
+
+        At most :attr:`client_series` clients get series of their own: those with the
+        most deliveries plus removed deliveries (ties: the first known). The others are
+        one series, ``client="(others)"``: the sum of their counters and the largest of
+        their gauges (the worst filter). ``(others)`` cannot be a client's name.
+        """
         names = self.state.clients
-        delivered = CounterMetricFamily("dls_client_deliveries",
-                                        "deliveries to the client", labels=["node", "client"])
-        totals = self.metrics.per_client.totals().tolist()
-        for i, name in enumerate(names):  # a client not served yet: 0
-            delivered.add_metric([self.node, name], totals[i] if i < len(totals) else 0)
-        yield delivered
-        fill = GaugeMetricFamily("dls_client_filter_fill",
-                                 "share of set positions in the client's filter",
-                                 labels=["node", "client"])
-        for i, value in enumerate(self.state.client_fill().tolist()[:len(names)]):
-            fill.add_metric([self.node, names[i]], value)
-        yield fill
+        n = len(names)
+        tally = self.metrics.per_client
+        delivered, removed = _padded(tally.totals(), n), _padded(tally.removed_totals(), n)
+        fill = _padded(self.state.client_fill(), n)
+        fpr = client_estimated_fpr(self.state, fill)
+        shown = np.arange(n)
+        if n > self.client_series:
+            order = np.argsort(-(delivered + removed), kind="stable")
+            shown = np.sort(order[:self.client_series])
+        rest = np.ones(n, dtype=bool)
+        rest[shown] = False
+        labels = ["node", "client"]
+        docs = ("deliveries to the client", "deliveries the exact check removed (label "
+                "matches that no subscription of the client matches)",
+                "share of set positions in the client's filter",
+                "estimated false-positive rate of the client's filter (fill ** k; 0 for a "
+                "direct filter)")
+        for k, (name, values, doc) in enumerate(zip(
+                _CLIENT_FAMILIES, (delivered, removed, fill, fpr), docs, strict=True)):
+            counter = k < 2  # counters: the others' sum; gauges: the largest of theirs
+            f: CounterMetricFamily | GaugeMetricFamily = (
+                CounterMetricFamily(name, doc, labels=labels) if counter
+                else GaugeMetricFamily(name, doc, labels=labels))
+            for i, v in zip(shown.tolist(), values[shown].tolist(), strict=True):
+                f.add_metric([self.node, names[i]], v)
+            if rest.any():
+                f.add_metric([self.node, OTHERS], float(
+                    values[rest].sum() if counter else values[rest].max()))
+            yield f
 
 
-def node_registry(node: str, metrics: Metrics, state: BrokerState) -> CollectorRegistry:
+#: the per-client families (:meth:`NodeCollector._client_families`)
+_CLIENT_FAMILIES = ("dls_client_deliveries", "dls_client_edge_removed",
+                    "dls_client_filter_fill", "dls_client_filter_estimated_fpr")
+
+#: the ``client`` label of the clients without series of their own
+OTHERS = "(others)"
+
+#: how many clients get per-client series of their own by default
+CLIENT_SERIES = 100
+
+
+def _padded(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` cut or padded with zeros to ``n`` entries (float64)."""
+    out = np.zeros(n, dtype=np.float64)
+    m = min(n, len(a))
+    out[:m] = a[:m]
+    return out
+
+
+def client_estimated_fpr(state: BrokerState, fill: np.ndarray) -> np.ndarray:
+    """The estimated false-positive rate of each client's filter from its ``fill``.
+
+    A counting Bloom filter answers a label it does not hold when its ``k`` positions are
+    all set: ``fill ** k`` (``BitSlicedCBFBank.estimated_fprs``). A direct filter holds
+    exactly its labels: 0.
+    """
+    k = getattr(state._bank, "k", None)  # the bank's own: a rebuilt bank may change it
+    if state.config.client_filter != "cbf" or k is None:
+        return np.zeros_like(fill)
+    return np.power(fill, int(k))
+
+
+def node_registry(node: str, metrics: Metrics, state: BrokerState, client_series: int = 0
+                  ) -> CollectorRegistry:
     """A registry of its own for one node (no process-wide registry: nodes share processes)."""
     registry = CollectorRegistry()
-    registry.register(NodeCollector(node, metrics, state))
+    registry.register(NodeCollector(node, metrics, state, client_series))
     return registry
 
 

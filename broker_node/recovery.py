@@ -35,7 +35,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -309,6 +309,9 @@ def recover(s: NodeSettings, consumer: Consumer, topics: list[str], state: Broke
     ``consumer`` is the node's: its group's committed offsets are where the state must end.
     """
     t0 = time.monotonic()
+    # The setting reaches the state here, before anything is loaded into it (the state is
+    # built from the space with the configured filter sizes, resizing on by default).
+    state.config = replace(state.config, resize_filters=s.resize_filters)
     ends = {tp.topic: max(0, tp.offset) for tp in
             committed_offsets(consumer, [TopicPartition(t, 0) for t in topics])}
     start = dict.fromkeys(topics, 0)

@@ -14,6 +14,7 @@ once. :meth:`Router.route` then produces each event's messages through the commi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
@@ -22,18 +23,19 @@ from confluent_kafka import Message
 
 from broker_node.committers import Committer
 from broker_node.config import NodeSettings
-from broker_node.edge import Checks, EdgeTable, checked, split_routes
+from broker_node.edge import NONE, SURE, EdgeTable
 from broker_node.inbox import EventRun, Key, publication_ms
 from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
 from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
 
-__all__ = ["Plan", "Router", "plan_bytes", "slots"]
+__all__ = ["Plan", "Router", "RunCheck", "check_run", "plan_bytes", "slots", "split_routes"]
 
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes,
 #: the plan's slot in the delivery tally as two ints ``lo, hi``, the candidates the exact
-#: check decides per event, and the false positives it removed); see :meth:`Router.plans`.
-Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int, Checks, int]
+#: check decides per event as ``(2, n)`` int32 (client index, edge row) or None, and the
+#: false positives it removed); see :meth:`Router.plans`.
+Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int, np.ndarray | None, int]
 
 _lo, _hi = itemgetter(3), itemgetter(4)
 
@@ -53,8 +55,8 @@ def slots(plans: list[Plan]) -> np.ndarray:
 
 def plan_bytes(plan: Plan, shared: bool) -> int:
     """About how much memory a cached plan holds (with its key and its dict slot)."""
-    msgs = plan[0]
-    checks = sum(300 + (v.bounds.nbytes if v.bounds is not None else 0) for _, v in plan[5])
+    msgs, ck = plan[0], plan[5]
+    checks = 0 if ck is None else 112 + ck.nbytes  # an array's header and its row numbers
     if shared:  # (partition, (HEADER_CLIENTS, header bytes)) pairs
         return 250 + checks + sum(len(h[1]) + 150 for _, h in msgs)
     return 250 + checks + 40 * len(msgs)  # client indexes
@@ -73,12 +75,14 @@ class Router:
         self.edge = edge
         # Key -> Plan of recent events, valid while state.version is _version
         self._cache: dict[Key, Plan] = {}
-        self._version = -1
+        self._version: tuple[int, int] = (-1, -1)
         self._cache_bytes = 0  # estimated by plan_bytes
         self._deliver_topics: list[str] = []  # by client index
         self._client_partition = np.zeros(0, dtype=np.int64)  # shared delivery, by client
         self._client_names = np.zeros(0, dtype=object)  # shared delivery: name bytes
         self._client_name_len = np.zeros(0, dtype=np.int64)
+        self._edge_ids = np.zeros(0, dtype=np.int64)  # the edge's number of each client
+        self._edge_ids_of = (-1, -1)  # (clients, edge clients) when it was made
 
     @property
     def cache_bytes(self) -> int:
@@ -105,9 +109,7 @@ class Router:
             spreads = list(map(itemgetter(0), plans))
             deliveries = sum(map(itemgetter(1), plans))
             if extra:
-                for e, passed in extra.items():
-                    spreads[e] = spreads[e] + self.spread_of(passed)
-                    deliveries += len(passed)
+                deliveries += self._spread_extra(spreads, extra)
             messages = sum(map(len, spreads))
             out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
                                n_parts, stamps)
@@ -157,10 +159,11 @@ class Router:
         """
         state, cache, tally = self.state, self._cache, self.metrics.per_client
         budget = self.settings.route_cache_mb * 1e6
-        if self._version != state.version:
+        version = (state.version, -1 if self.edge is None else self.edge.version)
+        if self._version != version:  # plans name the edge's rows: valid at its version
             cache.clear()
             tally.forget()
-            self._version, self._cache_bytes = state.version, 0
+            self._version, self._cache_bytes = version, 0
         found: list[Plan | None] = (list(map(cache.get, keys)) if budget
                                     else [None] * len(keys))
         todo = list(dict.fromkeys(k for k, p in zip(keys, found, strict=True) if p is None))
@@ -208,12 +211,15 @@ class Router:
                                   np.array([k[2] for k in full], dtype=np.int64))
         n = len(keys)
         r_offsets, r_clients = routes.offsets, routes.clients
+        checks: list[np.ndarray | None] = [None] * n
+        removed, gone = [0] * n, None
         if self.edge is not None:
-            r_offsets, r_clients, checks, removed = split_routes(
-                self.edge, self.state.clients, [k[0] for k in full], r_offsets, r_clients)
-        else:
-            checks, removed = [()] * n, [0] * n
-        base = self.metrics.per_client.add_plans(r_offsets, r_clients)
+            r_offsets, r_clients, checks, out = split_routes(
+                self.edge, self._client_ids(), [k[0] for k in full], r_offsets, r_clients)
+            per = np.bincount(out[0], minlength=n)
+            removed = per.tolist()
+            gone = (np.r_[0, np.cumsum(per)], out[1])
+        base = self.metrics.per_client.add_plans(r_offsets, r_clients, gone)
         counts = np.diff(r_offsets).tolist()
         to: list[list[int]] = [[] for _ in range(n)]
         rows, cols = np.nonzero(routes.neighbours)
@@ -233,43 +239,58 @@ class Router:
             msgs, counts, to, (slot & 255).tolist(), (slot >> 8).tolist(), checks, removed,
             strict=True)]
 
+    def _client_ids(self) -> np.ndarray:
+        """The edge's number of each of the state's clients (made again when either grew)."""
+        assert self.edge is not None  # noqa: S101 - called with an edge only
+        names = self.state.clients
+        if self._edge_ids_of != (len(names), self.edge.n_clients):
+            self._edge_ids = self.edge.client_ids(names)
+            self._edge_ids_of = (len(names), self.edge.n_clients)
+        return self._edge_ids
+
     def _edge(self, plans: list[Plan], values: list[bytes | None]) -> dict[int, list[int]]:
         """The exact check of a run: the clients each checked event goes to, by event.
 
         Reads an event's value only when its plan has candidates to check; one it cannot
-        read goes to all of them (by label, as without the check) and is counted.
+        read goes to all of them (by label, as without the check) and is counted. Every
+        checked event of the run is decided in one vectorised step (:func:`check_run`).
         """
         assert self.edge is not None  # noqa: S101 - called with an edge only
-        out: dict[int, list[int]] = {}
-        metrics, removed, direct = self.metrics, 0, []
-        for e, plan in enumerate(plans):
-            checks = plan[5]
-            removed += plan[6]
-            if not checks:
-                continue
-            passed = checked(self.edge, checks, values[e])
-            metrics.edge_checked += 1
-            if passed is None:
-                metrics.edge_unreadable += 1
-                passed = [c for c, _ in checks]
-            removed += len(checks) - len(passed)
-            if passed:
-                out[e] = passed
-                direct += passed
-        if direct:  # one locked update for the run, not one per event
-            metrics.per_client.add_direct(direct)
-        metrics.edge_removed += removed
-        return out
+        metrics = self.metrics
+        removed = sum(map(itemgetter(6), plans))
+        events = [e for e, p in enumerate(plans) if p[5] is not None]
+        if not events:
+            metrics.edge_removed += removed
+            return {}
+        run = check_run(self.edge, events, [plans[e][5] for e in events],  # type: ignore[misc]
+                        [values[e] for e in events])
+        metrics.edge_checked += run.values_read
+        metrics.edge_unreadable += run.unreadable
+        metrics.edge_removed += removed + len(run.removed)
+        direct = [c for passed in run.passed.values() for c in passed]
+        if direct or run.removed:  # one locked update for the run, not one per event
+            metrics.per_client.add_direct(direct, run.removed)
+        return run.passed
 
-    def spread_of(self, clients: list[int]) -> tuple[Any, ...]:
-        """Shared-topic messages delivering one event to ``clients``: one per partition."""
-        n_parts = self.settings.shared_delivery_partitions
-        self._learn_clients(n_parts)
-        by_part: dict[int, list[bytes]] = {}
-        for c in clients:
-            by_part.setdefault(int(self._client_partition[c]), []).append(
-                self._client_names[c])
-        return tuple((p, (HEADER_CLIENTS, b",".join(names))) for p, names in by_part.items())
+    def _spread_extra(self, spreads: list[tuple[Any, ...]], extra: dict[int, list[int]]
+                      ) -> int:
+        """Add to ``spreads[e]`` the shared-topic messages to the clients ``extra[e]``.
+
+        Those of every event at once (:meth:`shared_deliveries`); returns how many
+        deliveries they make.
+        """
+        events = list(extra)
+        sizes = [len(extra[e]) for e in events]
+        offsets = np.zeros(len(events) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        clients = np.fromiter((c for e in events for c in extra[e]), np.int64,
+                              int(offsets[-1]))
+        added: dict[int, list[Any]] = {}
+        for i, part, header in zip(*self.shared_deliveries(offsets, clients), strict=True):
+            added.setdefault(events[i], []).append((part, (HEADER_CLIENTS, header)))
+        for e, msgs in added.items():
+            spreads[e] = spreads[e] + tuple(msgs)
+        return len(clients)
 
     def shared_deliveries(self, offsets: np.ndarray, clients: np.ndarray
                           ) -> tuple[list[int], list[int], list[bytes]]:
@@ -317,3 +338,80 @@ class Router:
         self._client_names = np.concatenate([self._client_names, np.array(new, dtype=object)])
         self._client_name_len = np.concatenate([
             self._client_name_len, np.array([len(b) for b in new], dtype=np.int64)])
+
+
+def split_routes(edge: EdgeTable, ids: np.ndarray, labels: list[int], offsets: np.ndarray,
+                 clients: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray | None], np.ndarray]:
+    """Split routed candidates (``clients[offsets[e]:offsets[e + 1]]`` for ``labels[e]``).
+
+    ``ids``: the table's number of each of the state's clients (:meth:`EdgeTable.client_ids`).
+    Returns the SURE candidates in the same form; per event, its CHECK candidates as a
+    ``(2, rows)`` int32 array (the client index and a row it must satisfy one of; None
+    when there is none); and the NONE ones (the filters' false positives, removed) as
+    offsets per event into the flat client indexes that follow them.
+    """
+    n = len(labels)
+    checks: list[np.ndarray | None] = [None] * n
+    if not len(clients):
+        return offsets, clients, checks, np.zeros((2, 0), dtype=np.int64)
+    kinds, rows, owner = edge.classify(np.asarray(labels, dtype=np.uint64), offsets,
+                                       ids[clients])
+    event_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    if len(rows):
+        ev = event_of[owner]
+        pairs = np.stack([clients[owner], rows]).astype(np.int32)
+        cut = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
+        for e, part in zip(ev[cut].tolist(), np.split(pairs, cut[1:], axis=1), strict=True):
+            checks[e] = part
+    keep = kinds == SURE
+    gone = kinds == NONE
+    new_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(event_of[keep], minlength=n), out=new_offsets[1:])
+    removed = np.stack([event_of[gone], clients[gone]])
+    return new_offsets, clients[keep], checks, removed
+
+
+@dataclass
+class RunCheck:
+    """What :func:`check_run` decided for a run's checked events."""
+
+    passed: dict[int, list[int]]  # event -> the clients it goes to (checked ones)
+    removed: list[int]  # client indexes the check removed (one per removed delivery)
+    values_read: int  # events whose value was decoded
+    unreadable: int  # of those, the ones that could not be read (delivered by label)
+
+
+def check_run(edge: EdgeTable, events: list[int], checks: list[np.ndarray],
+              values: list[bytes | None]) -> RunCheck:
+    """The CHECK candidates of a run: ``checks[i]`` (a plan's) for event ``events[i]``.
+
+    ``values[i]``: that event's value, decoded here (an unreadable one goes to all its
+    candidates). Every named row is gathered and compared at once.
+    """
+    out = RunCheck({}, [], len(events), 0)
+    read = [edge.read(v) for v in values]
+    good = [i for i, r in enumerate(read) if r is not None]
+    for i, r in enumerate(read):
+        if r is None:
+            out.unreadable += 1
+            out.passed[events[i]] = np.unique(checks[i][0]).tolist()
+    if not good:
+        return out
+    parts = [checks[i] for i in good]
+    sizes = np.fromiter((p.shape[1] for p in parts), np.int64, len(parts))
+    pairs = np.concatenate(parts, axis=1).astype(np.int64)
+    at = np.repeat(np.arange(len(good), dtype=np.int64), sizes)
+    values_of = np.stack([read[i][1] for i in good])  # type: ignore[index]
+    attrs = [read[i][0] for i in good]  # type: ignore[index]
+    ok = edge.passes(pairs[1], values_of, attrs, at)
+    width = int(pairs[0].max()) + 1
+    every = np.unique(at * width + pairs[0])
+    hit = np.unique(at[ok] * width + pairs[0][ok])
+    out.removed = (np.setdiff1d(every, hit, assume_unique=True) % width).tolist()
+    if len(hit):
+        cut = np.flatnonzero(np.r_[True, hit[1:] // width != hit[:-1] // width])
+        for e, part in zip((hit[cut] // width).tolist(), np.split(hit % width, cut[1:]),
+                           strict=True):
+            out.passed[events[good[e]]] = part.tolist()
+    return out

@@ -102,7 +102,8 @@ class NodeService(ClientInputs):
         self.topics = t = s.topics()
         self.state = BrokerState.for_space(
             s.node, list(s.neighbours), self.space, mode=s.mode,
-            client_filter=s.client_filter, routing_filter=s.routing_filter)
+            client_filter=s.client_filter, routing_filter=s.routing_filter,
+            resize_filters=s.resize_filters)
         self.metrics = Metrics()
         self.registry = node_registry(s.node, self.metrics, self.state)
         self._routed = RoutedIds()

@@ -16,7 +16,10 @@ a restart:
   does: the recently cancelled ids (both generations), and the unsubscriptions waiting for
   their subscription, kept as their messages and applied again on restore;
 * the offsets of the control topics it covers: the state is exactly that of the control
-  messages below them.
+  messages below them;
+* the size ``(m, k)`` of each counting Bloom filter, which may have been rebuilt larger
+  (:mod:`broker_node.resize`): the restored filters are made that size before they are
+  filled, so a restarted node routes as before.
 
 **The rule**: a snapshot covers only committed offsets. Its offsets are the node's
 consumer positions taken right after a synchronous commit, when the group's committed
@@ -102,6 +105,8 @@ class SnapshotData:
     link_epoch: dict[str, int] = field(default_factory=dict)
     #: the exact check's rows of the subscriptions, in their order (None: not kept)
     edge: EdgeRows | None = None
+    #: (m, k) of each filter by name (FilterResizer.sizes; empty: the configured sizes)
+    filters: dict[str, list[int]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sub_ids)
@@ -125,7 +130,8 @@ def capture(state: BrokerState, controls: Controls, *, group: str,
         retiring=dict(controls.retiring), applied_seq=dict(controls.progress.applied_seq),
         link_epoch=dict(controls.link_epoch),
         edge=None if controls.edge is None else controls.edge.export(
-            [state.clients[i] for i in owners.tolist()], ids))
+            [state.clients[i] for i in owners.tolist()], ids),
+        filters=state.resizer.sizes(state))
 
 
 def unusable(data: SnapshotData, state: BrokerState, group: str) -> str | None:
@@ -153,8 +159,29 @@ def restore(data: SnapshotData, state: BrokerState, controls: Controls) -> None:
     whatever else the snapshot holds (its id may be live by now, for another client or
     with a later timestamp). Clients are then registered in the snapshot's order (the same
     client bank indexes); the link state of a neighbour the node no longer has is dropped
-    (its topic is no input).
+    (its topic is no input). The filters are first made the size the snapshot recorded
+    (where larger than configured) and checked once at the end, not during the load.
     """
+    state.resizer.presize(state, data.filters)  # the filters as large as they had grown
+    state.resizer.suspended = True  # no rebuild while loading: one check at the end
+    try:
+        _restore_state(data, state, controls)
+    finally:
+        state.resizer.suspended = False
+    state.resizer.check_all(state)
+    controls.cancelled.old = dict.fromkeys(data.cancelled_old)
+    controls.cancelled.new = dict.fromkeys(data.cancelled_new)
+    for sid, (client, cancelled_ms) in data.retiring.items():
+        controls.retire(client, sid, cancelled_ms)
+    for n, seq in data.applied_seq.items():
+        if n in state.neighbours:
+            controls.progress.on_link_seq(n, seq)
+    controls.link_epoch.update({n: e for n, e in data.link_epoch.items()
+                                if n in state.neighbours})
+
+
+def _restore_state(data: SnapshotData, state: BrokerState, controls: Controls) -> None:
+    """The subscriptions, the exact check's rows and the neighbours' labels of ``data``."""
     if data.pending:
         controls.apply(data.pending, replay=True)
     for name in data.clients:
@@ -170,15 +197,6 @@ def restore(data: SnapshotData, state: BrokerState, controls: Controls) -> None:
     for n, ls in data.received.items():
         if ls.size and n in state.neighbours:
             state.on_link(n, ADVERTISE, ls)
-    controls.cancelled.old = dict.fromkeys(data.cancelled_old)
-    controls.cancelled.new = dict.fromkeys(data.cancelled_new)
-    for sid, (client, cancelled_ms) in data.retiring.items():
-        controls.retire(client, sid, cancelled_ms)
-    for n, seq in data.applied_seq.items():
-        if n in state.neighbours:
-            controls.progress.on_link_seq(n, seq)
-    controls.link_epoch.update({n: e for n, e in data.link_epoch.items()
-                                if n in state.neighbours})
 
 
 # -- bytes ------------------------------------------------------------------------------------
@@ -203,6 +221,7 @@ def encode(data: SnapshotData) -> bytes:
                                                 [c for c, _ in data.retiring.values()])
     arrays["retiring_ms"] = np.array([u for _, u in data.retiring.values()], dtype=np.int64)
     meta["applied_seq"] = data.applied_seq
+    meta["filters"] = data.filters
     meta["link_epoch"] = data.link_epoch
     if data.edge is not None:
         e = data.edge
@@ -263,7 +282,8 @@ def decode(buf: bytes | bytearray | memoryview) -> SnapshotData:
         retiring=_get_retiring(arrays, meta),
         applied_seq={str(k): int(v) for k, v in meta.get("applied_seq", {}).items()},
         link_epoch={str(k): int(v) for k, v in meta.get("link_epoch", {}).items()},
-        edge=_get_edge(arrays, meta.get("edge")))
+        edge=_get_edge(arrays, meta.get("edge")),
+        filters={str(k): [int(x) for x in v] for k, v in meta.get("filters", {}).items()})
 
 
 def _get_edge(arrays: dict[str, np.ndarray], meta: dict[str, Any] | None) -> EdgeRows | None:

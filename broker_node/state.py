@@ -56,6 +56,7 @@ from broker_node.registry import (
     sorted_unique_rows,
     take_rows,
 )
+from broker_node.resize import FilterResizer, check_target, spec_size
 from broker_node.tables import LabelTable, make_table
 from dls.bank import BitSlicedCBFBank, ClientFilterBank, DirectLabelBank
 from dls.cbf import CountingBloomFilter
@@ -93,6 +94,11 @@ class BrokerConfig:
     #: Threads the client bank may match a large event batch on (1: none). Deliveries
     #: are the same; only worth it with a core to spare.
     match_threads: int = 1
+    #: Rebuild the client bank or an ERT larger once its estimated false-positive rate
+    #: passes its target (None: ``2 ** -k``), from the exact tables (broker_node.resize).
+    resize_filters: bool = True
+    client_fp_target: float | None = None
+    routing_fp_target: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("exact", "paper"):
@@ -114,6 +120,8 @@ class BrokerConfig:
             raise BrokerError(f"match_threads must be a positive integer, got "
                               f"{self.match_threads!r}", field="match_threads",
                               value=self.match_threads)
+        for part in ("client", "routing"):
+            check_target(getattr(self, f"{part}_fp_target"), f"{part}_fp_target")
 
     @classmethod
     def from_space(cls, space: ContentSpace, **overrides: Any) -> BrokerConfig:
@@ -121,19 +129,10 @@ class BrokerConfig:
         f = space.filters
         kw: dict[str, Any] = {"counter_bits": f.counter_bits, "seed": f.seed}
         for part in ("client", "routing"):
-            spec = getattr(f, part)
-            if "m" in spec:
-                m, k = spec["m"], spec["k"]
-            else:
-                m, k = _optimal_mk(spec["expected_items"], spec["fp_rate"])
-            kw[f"{part}_m"], kw[f"{part}_k"] = m, k
+            kw[f"{part}_m"], kw[f"{part}_k"], kw[f"{part}_fp_target"] = spec_size(
+                getattr(f, part))
         kw.update(overrides)
         return cls(**kw)
-
-
-def _optimal_mk(n: int, p: float) -> tuple[int, int]:
-    params = CountingBloomFilter(n, p).params  # the filter's own sizing rule
-    return params.m, params.k
 
 
 @dataclass(frozen=True)
@@ -202,6 +201,8 @@ class BrokerState:
             n: make_table(label_base, label_space_size, np.int8) for n in self.neighbours}
         self._sff = ({n: self._new_routing_cbf() for n in self.neighbours}
                      if cfg.mode == "paper" else {})
+        self.resizer = FilterResizer(cfg.client_fp_target or 2.0 ** -cfg.client_k,
+                                     cfg.routing_fp_target or 2.0 ** -cfg.routing_k)
         self.counters = LinkCounters(per_neighbour_live=dict.fromkeys(self.neighbours, 0))
         self._aggregation: Aggregation = (
             PaperCounts(self._sff, self._total, self.counters) if cfg.mode == "paper"
@@ -368,7 +369,9 @@ class BrokerState:
         lens = np.diff(offs)
         self._registry.add(sub_ids, cidx, offs, flat, reserved=not known)
         self._bank.add(np.repeat(cidx, lens), flat)
-        return self._aggregation.add(flat, None)
+        out = self._aggregation.add(flat, None)
+        self.resizer.after_subscribe(self, cidx)  # may rebuild the bank larger
+        return out
 
     def unsubscribe(self, client: str, sub_id: str) -> list[LinkMessage]:
         """Remove exactly the labels a subscription added; return the withdrawals."""
@@ -435,6 +438,7 @@ class BrokerState:
                 return []
             recv.add(ls, 1)
             self._ert[source].add_many(ls)
+            self.resizer.after_advertise(self, source)  # may rebuild the ERT larger
             return self._aggregation.add(ls, source)
         ls = ls[have]
         if ls.size == 0:
@@ -547,6 +551,7 @@ class BrokerState:
             "client_bank_bytes": self._bank.memory_bytes(),
             "ert_fill": {n: f.fill_ratio() for n, f in self._ert.items()},
             "ert_estimated_fpr": {n: f.estimated_fpr() for n, f in self._ert.items()},
+            "filter_rebuilds": dict(self.resizer.rebuilds),
         }
 
     def client_fill(self) -> np.ndarray:

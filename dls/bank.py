@@ -264,6 +264,39 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         if cli.size:
             self._items -= np.bincount(cli, minlength=self._cap)
 
+    @property
+    def item_counts(self) -> np.ndarray:
+        """Read-only pairs added minus removed, per client slot (repeats counted)."""
+        return read_only(self._items)
+
+    def fill_of(self, clients: np.ndarray) -> np.ndarray:
+        """:meth:`fill_ratios` of some clients only (indexes below the capacity)."""
+        cli = np.asarray(clients, dtype=np.int64)
+        if not self._packed:
+            return np.count_nonzero(self._counts[:, cli], axis=0) / float(self._m)
+        shift = (4 * (cli & 1)).astype(np.uint8)
+        cols = (self._counts[:, cli >> 1] >> shift) & np.uint8(15)
+        return np.count_nonzero(cols, axis=0) / float(self._m)
+
+    def estimated_fprs(self) -> np.ndarray:
+        """Estimated false-positive rate of each client's filter: ``fill ** k``."""
+        return self.fill_ratios() ** self._k
+
+    def resized(self, m: int, k: int, clients: np.ndarray, labels: np.ndarray, *,
+                position_fn: PositionFn | None = None) -> BitSlicedCBFBank:
+        """A new bank of ``(m, k)`` holding exactly the given (client, label) pairs.
+
+        The counter width, seed, client slots and match threads are this bank's, which is
+        left unchanged: the owner swaps the new one in once it is built (a node rebuilds
+        its client bank larger from its exact tables, ``broker_node.resize``).
+        """
+        new = BitSlicedCBFBank(m, k, counter_bits=self._counter_bits, seed=self._seed,
+                               position_fn=position_fn, initial_capacity=self._cap)
+        new.match_threads = self.match_threads
+        new.add(clients, labels)
+        new._ensure_clients(self._n_clients)
+        return new
+
     def contains(self, client: int, label: int) -> bool:
         """Whether ``client``'s filter (possibly) contains ``label``."""
         c = check_client(client)

@@ -1,8 +1,8 @@
 """``dlsroute demo``: a three-node overlay A-B-C routing synthetic stock quotes.
 
-Runs in-process (no Kafka needed): a dozen clients subscribe with varied predicates, a
-publisher at every node streams quotes for a few seconds, one client changes its mind
-half-way, and the demo prints what each client received and what the network saved.
+Runs in-process (no Kafka needed): thirteen clients subscribe with varied predicates (one
+with OR and !=), a publisher at every node streams quotes for a few seconds, one client
+changes its mind half-way, and the demo prints what each client received and what the network saved.
 Every kept delivery is also checked against a brute-force matcher: the demo says so if
 anything was missed.
 """
@@ -52,6 +52,7 @@ SUBSCRIPTIONS: list[tuple[str, str, str]] = [
     ("C", "quiet-days", "volume < 1000 and change between -1 and 1"),
     ("C", "mid-range", "price between 200.5 and 250.25"),
     ("C", "goog-spike", "sym = GOOG and change >= 3"),
+    ("C", "movers", "(sym != TSLA and change >= 6) or volume >= 900000"),
 ]
 
 

@@ -248,7 +248,7 @@ class _Demo:
         for i, (node, name, where) in enumerate(SUBSCRIPTIONS):
             r = _Receiver(self.client(node, name))
             sid = f"sub-{i}"
-            # Each client subscribes from its own thread: the twelve go out together.
+            # Each client subscribes from its own thread: they all go out together.
             sent.append(r.submit(_subscribe(where, sid)))
             sub = self.overlay.subscribe(node, name, sid, where)
             self.live[(node, name)] = sub

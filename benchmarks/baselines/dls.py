@@ -97,7 +97,8 @@ class DLSMatcher:
         self.state = BrokerState.for_space("B", list(NEIGHBOURS), self.space, mode=mode,
                                            client_filter=client_filter,
                                            routing_filter=routing,
-                                           match_threads=match_threads)
+                                           match_threads=match_threads,
+                                           resize_filters=False)  # the paper's sizes
         for j in range(n_clients):
             self.state.client_index(f"c{j}")
         last = f"c{n_clients - 1}"

@@ -45,10 +45,7 @@ def scenarios(draw: Any) -> tuple[Any, list[dict[str, Any]]]:
     return topo, ops
 
 
-@pytest.mark.parametrize("exact_delivery", [
-    pytest.param(True, marks=pytest.mark.xfail(
-        strict=True, reason="the edge table reads only simple subscriptions yet")),
-    False])
+@pytest.mark.parametrize("exact_delivery", [True, False])
 @settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=scenarios())

@@ -104,9 +104,10 @@ class Node:
         out = []
         for label in self.labels.tolist():
             for v in edge.verdicts(label, ["ann", "bob", "cyd"]):
-                b = () if v.bounds is None else tuple(sorted(
-                    tuple(r.ravel().tolist()) for r in v.bounds))
-                out.append((v.kind, b, len(v.subs)))
+                rows = [tuple(x if x == x else None for x in r.ravel().tolist())
+                        for r in edge.row_bounds(v.rows)]  # NaN (a general row): None
+                b = tuple(sorted(rows, key=repr))
+                out.append((v.kind, b, len(v.rows)))
         return out
 
     def memory(self) -> tuple[set[bytes], dict[str, tuple[str, int]]]:

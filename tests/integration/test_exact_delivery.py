@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_nodes import SHARED_PARTITIONS, Net, _net, settled
 from tests.waiting import wait_for
@@ -20,20 +23,28 @@ EVENTS = [("IBM", 20.0), ("IBM", 24.9), ("IBM", 25.0), ("IBM", 40.0), ("IBM", 55
           ("IBM", 55.1), ("IBM", 62.0), ("AAPL", 40.0), ("IBM", 500.0)]
 
 
+# a general row at the edge (OR, !=): 40 is excluded, 500 matches by the second alternative
+WHERE_ANY = "(sym = IBM and price between 25 and 55 and price != 40) or price > 499"
+
+
 def _matches(sym: str, price: float) -> bool:
     return sym == "IBM" and 25 <= price <= 55
 
 
-def _run(net: Net) -> tuple[list[str], int, int]:
+def _matches_any(sym: str, price: float) -> bool:
+    return (_matches(sym, price) and price != 40) or price > 499
+
+
+def _run(net: Net, where: str = WHERE, matches: Any = _matches) -> tuple[list[str], int, int]:
     """alice at C subscribes; bob at A publishes EVENTS; what reaches alice's topic."""
     alice = net.client("C", "alice")
     bob = net.client("A", "bob")
-    alice.subscribe(WHERE)
+    alice.subscribe(where)
     wait_for(settled(net, "C", 1), what="C's subscription")
     wait_for(lambda: len(net.nodes["A"].state.received_from("B")) > 0, what="A's routes")
     ids = {bob.publish({"sym": s, "price": p}): (s, p) for s, p in EVENTS}
     bob.flush()
-    want = sorted(i for i, e in ids.items() if _matches(*e))
+    want = sorted(i for i, e in ids.items() if matches(*e))
     got = [d.event_id for d in alice.deliveries(timeout=0.5, max_idle=6.0,
                                                 include_false_positives=True)]
     fp = alice.false_positives
@@ -69,6 +80,13 @@ def test_the_clients_node_delivers_exactly_its_matches(exact: Net) -> None:
     assert c.edge_removed >= 4  # 20, 24.9, 55.1, 62.0 share alice's boundary cells
     assert c.edge_checked >= 6 and c.edge_unreadable == 0
     assert exact.nodes["A"].metrics.edge_checked == 0  # a transit node reads no value
+    # the metrics page says the same, per client (the only client at C is alice)
+    page = generate_latest(exact.nodes["C"].registry).decode()
+    got = {(s.name, s.labels.get("client")): s.value
+           for f in text_string_to_metric_families(page) for s in f.samples}
+    assert got[("dls_client_deliveries_total", "alice")] == 3
+    assert got[("dls_client_edge_removed_total", "alice")] == c.edge_removed
+    assert 0 < got[("dls_client_filter_estimated_fpr", "alice")] < 1
 
 
 def test_without_the_check_the_filters_false_positives_reach_the_client(
@@ -103,3 +121,11 @@ def test_a_subscription_without_a_where_is_delivered_by_label(exact: Net) -> Non
     assert exact.nodes["C"].metrics.edge_unchecked == 1
     carol.close()
     bob.close()
+
+
+def test_a_general_subscription_is_checked_exactly_too(exact: Net) -> None:
+    matched, delivered, fp = _run(exact, WHERE_ANY, _matches_any)
+    assert len(matched) == sum(_matches_any(*e) for e in EVENTS) == 3
+    assert (delivered, fp) == (3, 0)
+    c = exact.nodes["C"].metrics
+    assert c.edge_removed >= 5 and c.edge_unchecked == 0

@@ -67,11 +67,7 @@ def _alternatives(where: Any) -> list[list[dict[str, Any]]]:
     return where["any"] if isinstance(where, dict) else [where]
 
 
-@pytest.fixture(params=[
-    pytest.param(True, marks=pytest.mark.xfail(
-        strict=True, reason="the node's exact check reads only simple subscriptions yet: the "
-        "others go by label, so their false positives reach the client")),
-    False], ids=["exact", "by-label"])
+@pytest.fixture(params=[True, False], ids=["exact", "by-label"])
 def net(request: pytest.FixtureRequest, kafka_bootstrap: str, topic_prefix: str,
         tmp_path: Path) -> Iterator[Net]:
     space_path = tmp_path / "space.json"
