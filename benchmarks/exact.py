@@ -19,9 +19,10 @@ hit rate. CPU per event is the process's CPU time over the window's events.
 
 Output: ``exact.json`` (records ``{"benchmark", "system", "params", "metric", "value",
 "unit"}``) and ``exact.meta.json``. ``--quick`` is a small run for the tests.
-``--general``: every ``where`` also excludes a value no event has (the same labels and matches), so that the
-node holds each subscription as a general row (``broker_node/edge.py``): what the check
-costs for OR, ``!=``, strings and the other operators beyond ranges and sets.
+``--general``: every ``where`` also excludes a value no event has (the same labels and
+matches), so that the node holds each subscription as a general row
+(``broker_node/edge.py``): what the check costs for OR, ``!=``, strings and the other
+operators beyond ranges and sets.
 """
 
 from __future__ import annotations
