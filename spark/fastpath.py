@@ -24,7 +24,7 @@ from connectors.topics import (
     MAX_TOPIC_LENGTH,
     Topics,
 )
-from dls.space import ContentSpace, DiscreteAttribute, UniformAttribute
+from dls.space import BreakpointAttribute, ContentSpace, DiscreteAttribute, UniformAttribute
 from spark.catalyst.columns import HEADERS_TYPE, be8, fns, json_rules
 from spark.catalyst.sink import RECORDS, explode, published_ms, record
 from spark.exceptions import FastPathError
@@ -32,7 +32,7 @@ from spark.exceptions import FastPathError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FAST_PARTS_TYPE", "FAST_TYPE", "Build", "fast_config", "hybrid"]
+__all__ = ["FAST_PARTS_TYPE", "FAST_TYPE", "Build", "fast_config", "fast_space", "hybrid"]
 
 Build = Callable[[ContentSpace, "DataFrame", Topics, int], "DataFrame"]
 """A Catalyst mapping: ``build(space, raw, topics, shards)`` -> sink records (or, for a
@@ -64,7 +64,9 @@ def fast_config(space: ContentSpace, topics: Topics, kind: str, shards: int = 1)
 
     Lines of space-separated fields: strings as hex of their UTF-8 bytes (``-`` when
     empty), doubles as hex of their IEEE bits, so that Java sees exactly Python's values.
-    ``kind``: "event" or "subscription"; ``shards``: the network's label shards.
+    ``kind``: "event" or "subscription"; ``shards``: the network's label shards. A space
+    FastMap does not know (:func:`fast_space`) gets the line ``decline all`` and no
+    attributes.
     """
     app = space.app_prefix
     lines = [f"kind {kind}", f"prefix {_hex(topics.prefix)}",
@@ -72,16 +74,30 @@ def fast_config(space: ContentSpace, topics: Topics, kind: str, shards: int = 1)
              f"app {app - (1 << 64) if app >= 1 << 63 else app}",
              f"budget {space.filters.label_budget}", f"maxtopic {MAX_TOPIC_LENGTH}",
              f"shards {shards}"]
+    if not fast_space(space):
+        # Optional, string and hashed attributes are the Catalyst mapping's alone: FastMap
+        # declines every record of such a space.
+        return ("\n".join([*lines, "decline all"]) + "\n").encode()
     for a, shift in zip(space.attributes, space.shifts, strict=True):
         head = f"attr {_hex(a.name)} {shift}"
         if isinstance(a, DiscreteAttribute):
             lines.append(f"{head} d " + " ".join(_hex(v) for v in a.values))
         elif isinstance(a, UniformAttribute):
             lines.append(f"{head} u {_bits(a.low)} {_bits(a.high)} {a.granules}")
-        else:
+        elif isinstance(a, BreakpointAttribute):
             lines.append(f"{head} b {_bits(a.low)} {_bits(a.high)} "
                          + " ".join(_bits(b) for b in a.breakpoints))
     return ("\n".join(lines) + "\n").encode()
+
+
+def fast_space(space: ContentSpace) -> bool:
+    """True when FastMap may map a space's records.
+
+    Required numeric and discrete attributes only; it declines every record of any other
+    space.
+    """
+    return all(isinstance(a, UniformAttribute | BreakpointAttribute | DiscreteAttribute)
+               and not getattr(a, "optional", False) for a in space.attributes)
 
 
 _GENERAL: dict[tuple[Any, ...], tuple[Any, str]] = {}

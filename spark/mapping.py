@@ -28,28 +28,34 @@ The cell arithmetic follows :mod:`dls.space` operation by operation in float64, 
 agree bit for bit with :mod:`dls.mapping` (``tests/spark/test_mapping_parity.py``). The
 ``nextafter`` a strict bound needs is computed exactly from powers of two.
 
-The text of a ``where`` is written to the ``LabelSubscription`` as it came (the SDK writes
+A ``where`` may be an OR of conjunctions (``{"any": [...]}``, or a text ``or`` with one
+pair of parentheses per alternative); its labels are the sorted union of its
+alternatives', and a refused one gets the SDK's field and reason
+(``tests/spark/test_mapping_ops.py``). The text of a ``where`` is written to the
+``LabelSubscription`` as it came (the SDK writes
 its normalised form); nodes route on the labels only.
 
-The Java path. The general mapping is a plan of a few thousand expressions, slow to
-build from Python and optimised and compiled again in every batch, and Spark runs its
+The Java path. The general mapping is a plan of a few thousand expressions, slow to build
+from Python and optimised and compiled again in every batch, and Spark runs its
 higher-order functions interpreted (``docs/architecture.md`` has the measurements). So,
 when the session has the project's jar (:mod:`spark.jvm`), :func:`map_events` and
 :func:`map_subscriptions` run a small plan (:func:`spark.fastpath.hybrid`):
 ``dlsroute.spark.FastMap``, a Java UDF, maps the common JSON records (plain ASCII strings,
 each key once, numbers in the domain, a text ``where`` comparing numeric attributes with
-finite numbers) and returns null for anything else; ``dlsroute.spark.General`` runs the
-Catalyst mapping (:mod:`spark.catalyst`), built once per space, topics and source schema,
-on the rows FastMap declines, inside a CASE WHEN that evaluates it for those rows only.
-Both give the SDK's bytes (``tests/spark/test_mapping_fast.py`` runs the records on each
-edge of FastMap through both paths); ``fast=False`` runs the Catalyst mapping alone, in
-the plan. Inside the Catalyst mapping, the common records take shortcuts of generated code
-(an event's attribute members built position by position, a text subscription's
-intervals read straight from the predicate pattern's groups, which runs once as a
-``regexp_replace``).
+finite numbers or excluding them with ``!=`` / ``not in``; none of a space with an
+optional, string or hashed attribute) and returns null for anything else;
+``dlsroute.spark.General`` runs the Catalyst mapping (:mod:`spark.catalyst`), built once
+per space, topics and source schema, on the rows FastMap declines, inside a CASE WHEN that
+evaluates it for those rows only. Both give the SDK's bytes
+(``tests/spark/test_mapping_fast.py`` runs the records on each edge of FastMap through both
+paths); ``fast=False`` runs the Catalyst mapping alone, in the plan. Inside the Catalyst
+mapping, the common records take shortcuts of generated code (an event's attribute members
+built position by position, a text subscription's intervals read straight from the
+predicate pattern's groups, which runs once as a ``regexp_replace``).
 
 Where each rule lives: :mod:`spark.catalyst.decode` (raw records),
-:mod:`spark.catalyst.where` (predicates), :mod:`spark.catalyst.cells` (cells and labels),
+:mod:`spark.catalyst.where` (predicates), :mod:`spark.catalyst.preds` (one predicate's
+refusal, values as Python shows them), :mod:`spark.catalyst.cells` (cells and labels),
 :mod:`spark.catalyst.events`, :mod:`spark.catalyst.subscriptions`,
 :mod:`spark.catalyst.sink` (node topics and dead letters), :mod:`spark.fastpath` (the Java
 UDFs and their config).

@@ -30,6 +30,9 @@ __all__ = [
     "cell",
     "discrete_index",
     "error",
+    "hash_cell",
+    "is_optional",
+    "kind_of",
     "first_error",
     "fmt_num",
     "fns",
@@ -44,6 +47,8 @@ __all__ = [
     "replace_err",
     "schema_json",
     "str_array",
+    "string_cell",
+    "value_cells",
     "variant_type",
 ]
 
@@ -52,8 +57,9 @@ HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 """The Kafka source's and sink's type of the ``headers`` column."""
 ATTR_TYPE = "struct<member0:bigint,member1:double,member2:string>"
 """An Avro RawEvent attribute value: the union long | double | string as Spark reads it."""
-VAL_TYPE = "struct<k:string,n:double,s:string>"
-"""A predicate value: its kind (num, str, nan, inf, kw, other), number and text."""
+VAL_TYPE = "struct<k:string,n:double,s:string,r:string,f:string>"
+"""A predicate value: its kind (num, str, nan, inf, kw, other), number and text, and how
+Python shows it (``r``, its ``repr``; ``f``, its spelling in the text form)."""
 PRED_TYPE = f"struct<attr:string,op:string,vals:array<{VAL_TYPE}>>"
 """A predicate of a subscription."""
 ERR_TYPE = "struct<reason:string,field:string,value:string>"
@@ -194,6 +200,47 @@ def cell(a: UniformAttribute | BreakpointAttribute, v: Column) -> Column:
         return F.least(F.lit(g - 1).cast("bigint"), raw.cast("bigint"))
     bps = F.array(*[F.lit(float(b)) for b in a.breakpoints])
     return F.size(F.filter(bps, lambda b: b <= v)).cast("bigint")
+
+
+def kind_of(a: Any) -> str:
+    """The attribute's type word: ``numeric``, ``discrete``, ``string`` or ``hashed``."""
+    if isinstance(a, UniformAttribute | BreakpointAttribute):
+        return "numeric"
+    if isinstance(a, DiscreteAttribute):
+        return "discrete"
+    if hasattr(a, "buckets"):
+        return "hashed"
+    return "string"
+
+
+def is_optional(a: Any) -> bool:
+    """True when the attribute is ``optional`` (an event may leave it out)."""
+    return bool(getattr(a, "optional", False))
+
+
+def value_cells(a: Any) -> int:
+    """The number of value cells of an attribute (its absent cell, if optional, is this)."""
+    k = kind_of(a)
+    if isinstance(a, UniformAttribute):
+        return a.granules
+    if k == "discrete":
+        return len(a.values)
+    if k == "hashed":
+        return int(a.buckets)
+    return len(a.breakpoints) + 1
+
+
+def string_cell(a: Any, v: Column) -> Column:
+    """Cell (bigint) of a string value: the number of breakpoints ``<= v`` (binary order)."""
+    F = fns()
+    bps = F.array(*[F.lit(b) for b in a.breakpoints]).cast("array<string>")
+    return F.size(F.filter(bps, lambda b: b <= v)).cast("bigint")
+
+
+def hash_cell(a: Any, v: Column) -> Column:
+    """Bucket (bigint) of a hashed attribute's string: ``crc32(utf8(v)) mod buckets``."""
+    F = fns()
+    return F.pmod(F.crc32(v.cast("binary")), F.lit(int(a.buckets)).cast("bigint"))
 
 
 def discrete_index(a: DiscreteAttribute) -> Column:

@@ -352,23 +352,28 @@ def _subscription_columns(df: DataFrame) -> DataFrame:
     F = fns()
     avro, wt = F.col("_avro"), F.col("_wt")
     avro_where = F.col("_rec")["where"]
-    df = df.select("*", F.coalesce(F.ltrim(avro_where).startswith("["), F.lit(False))
-                   .alias("_aj"), F.try_parse_json(avro_where).alias("_awv"))
+    first = F.substring(F.ltrim(avro_where), 1, 1)
+    df = df.select("*", F.coalesce(first.isin("[", "{"), F.lit(False)).alias("_aj"),
+                   first.alias("_a1"), F.try_parse_json(avro_where).alias("_awv"))
     aj = F.col("_aj")
+    # In Avro, a where that starts with '[' or '{' is JSON (a list, or {"any": ...}).
+    want = F.when(F.col("_a1") == "[", F.lit("ARRAY")).otherwise(F.lit("OBJECT"))
+    what = F.when(F.col("_a1") == "[", F.lit("list")).otherwise(F.lit("object"))
     kind_err = first_error(
-        (~avro & (wt != "STRING") & ~wt.startswith("ARRAY"),
-         error(F.concat(F.lit("raw subscription: where must be a string or a list of "
-                              "predicates, got "), F.col("_wj")), "where", F.col("_wj"))),
-        (avro & aj & ~F.coalesce(variant_type(F.col("_awv")).startswith("ARRAY"),
-                                 F.lit(False)),
-         error("raw subscription: where starts with '[' but is not a JSON list", "where",
-               avro_where)),
+        (~avro & (wt != "STRING") & ~wt.startswith("ARRAY") & ~wt.startswith("OBJECT"),
+         error(F.concat(F.lit("raw subscription: where must be a string, a list of predicates "
+                              "or an object {\"any\": [...]}, got "), F.col("_wj")), "where",
+               F.col("_wj"))),
+        (avro & aj & ~F.coalesce(variant_type(F.col("_awv")).startswith(want), F.lit(False)),
+         error(F.concat(F.lit("raw subscription: where starts with '"), F.col("_a1"),
+                        F.lit("' but is not a JSON "), what), "where", avro_where)),
     )
     return df.select(
         "*",
         F.when(avro, F.when(~aj, avro_where)).otherwise(F.col("_ws")).alias("wtext"),
         F.when(avro, F.when(aj, F.col("_awv")))
-        .otherwise(F.when(wt.startswith("ARRAY"), F.col("_wv"))).alias("wjson"),
+        .otherwise(F.when(wt.startswith("ARRAY") | wt.startswith("OBJECT"), F.col("_wv")))
+        .alias("wjson"),
         F.when(avro, avro_where).otherwise(F.coalesce(F.col("_ws"), F.col("_wj")))
         .alias("where"),
         kind_err.alias("_kerr"))

@@ -13,7 +13,7 @@ has a ``timestamp`` column (Spark's Kafka source has), the raw record's timestam
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from connectors.topics import (
     HEADER_EVENT_ID,
@@ -22,7 +22,7 @@ from connectors.topics import (
     HEADER_PUBLISHED,
     Topics,
 )
-from dls.space import ContentSpace, DiscreteAttribute
+from dls.space import ContentSpace
 from spark.catalyst.columns import (
     ATTR_TYPE,
     be8,
@@ -31,13 +31,18 @@ from spark.catalyst.columns import (
     error,
     first_error,
     fns,
+    hash_cell,
     header_bytes,
+    is_optional,
+    kind_of,
     long_lit,
     non_null,
     quoted,
     replace_err,
     schema_json,
     str_array,
+    string_cell,
+    value_cells,
 )
 from spark.catalyst.decode import decode
 from spark.catalyst.shards import with_label_shards
@@ -50,7 +55,12 @@ __all__ = ["build_events"]
 
 
 def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
-    """Add ``_label`` (bigint) of ``attrs`` and its error to ``_err``, as ``event_label``."""
+    """Add ``_label`` (bigint) of ``attrs`` and its error to ``_err``, as ``event_label``.
+
+    An optional attribute left out falls in its absent cell (one past its value cells);
+    a string attribute's cell counts its breakpoints ``<= v`` (binary order, which is code
+    point order), a hashed one's is ``pmod(crc32(utf8(v)), buckets)``.
+    """
     F = fns()
     names = [a.name for a in space.attributes]
     attrs = F.col("attrs")
@@ -61,7 +71,7 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
     vals = []
     for i, a in enumerate(space.attributes):
         e = F.col(f"_a{i}")
-        if isinstance(a, DiscreteAttribute):
+        if kind_of(a) != "numeric":
             vals.append(e["member2"].alias(f"_x{i}"))
         else:
             vals.append(F.coalesce(e["member0"].cast("double"), e["member1"]).alias(f"_x{i}"))
@@ -74,34 +84,8 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
     ]
     cells = []
     for i, a in enumerate(space.attributes):
-        e, x = F.col(f"_a{i}"), F.col(f"_x{i}")
-        name = repr(a.name)
-        checks.append((e.isNull(), error(f"event lacks attribute {name}", a.name, None)))
-        shown = F.coalesce(e["member0"].cast("string"), e["member1"].cast("string"))
-        if isinstance(a, DiscreteAttribute):
-            c = F.try_element_at(discrete_index(a), x)
-            checks += [
-                (x.isNull(), error(F.concat(F.lit(f"attribute {name} is discrete: value must be "
-                                                  "a string, got "), shown), a.name, shown)),
-                (c.isNull(), error(F.concat(F.lit(f"attribute {name}: unknown value "),
-                                            quoted(x)), a.name, x)),
-            ]
-        else:
-            checks += [
-                # A number beyond float64 (1e400; Python reads it as inf) fills no member.
-                (x.isNull() & e["member2"].isNull(),
-                 error(f"attribute {name}: value is beyond the float64 range (infinite)",
-                       a.name, "inf")),
-                (x.isNull(), error(F.concat(F.lit(f"attribute {name}: value must be a number, "
-                                                  "got "), quoted(e["member2"])),
-                                   a.name, e["member2"])),
-                (F.isnan(x), error(f"attribute {name}: value is NaN", a.name, "NaN")),
-                ((x < a.low) | (x > a.high),
-                 error(F.concat(F.lit(f"attribute {name}: value "), shown,
-                                F.lit(f" is outside the domain [{a.low}, {a.high}]")),
-                       a.name, shown)),
-            ]
-            c = cell(a, x)
+        checks_i, c = _attribute_cell(a, F.col(f"_a{i}"), F.col(f"_x{i}"))
+        checks += checks_i
         cells.append(c.alias(f"_c{i}"))
     df = df.select("*", *cells)
     label = long_lit(space.app_prefix)
@@ -110,6 +94,55 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
                                             shift))
     df = df.select("*", label.alias("_label"))
     return replace_err(df, first_error(*checks))
+
+
+def _attribute_cell(a: Any, e: Column, x: Column) -> tuple[list[tuple[Column, Column]], Column]:
+    """The refusals of one attribute's value, and its cell, as ``validate_event``.
+
+    ``e``: the value's union struct (null when the key is absent); ``x``: the value.
+    """
+    F = fns()
+    name = repr(a.name)
+    kind = kind_of(a)
+    absent = e.isNull()
+    checks: list[tuple[Column, Column]] = []
+    if not is_optional(a):
+        checks.append((absent, error(f"event lacks attribute {name}", a.name, None)))
+    shown = F.coalesce(e["member0"].cast("string"), e["member1"].cast("string"))
+    if kind == "discrete":
+        c = F.try_element_at(discrete_index(a), x)
+        checks += [
+            (~absent & x.isNull(),
+             error(F.concat(F.lit(f"attribute {name} is discrete: value must be a string, "
+                                  "got "), shown), a.name, shown)),
+            (~absent & c.isNull(), error(F.concat(F.lit(f"attribute {name}: unknown value "),
+                                                  quoted(x)), a.name, x)),
+        ]
+    elif kind in ("string", "hashed"):
+        c = string_cell(a, x) if kind == "string" else hash_cell(a, x)
+        checks.append(
+            (~absent & x.isNull(),
+             error(F.concat(F.lit(f"attribute {name} is a {kind} attribute: value must be a "
+                                  "string, got "), shown), a.name, shown)))
+    else:
+        checks += [
+            # A number beyond float64 (1e400; Python reads it as inf) fills no member.
+            (~absent & x.isNull() & e["member2"].isNull(),
+             error(f"attribute {name}: value is beyond the float64 range (infinite)",
+                   a.name, "inf")),
+            (~absent & x.isNull(),
+             error(F.concat(F.lit(f"attribute {name}: value must be a number, got "),
+                            quoted(e["member2"])), a.name, e["member2"])),
+            (F.isnan(x), error(f"attribute {name}: value is NaN", a.name, "NaN")),
+            ((x < a.low) | (x > a.high),
+             error(F.concat(F.lit(f"attribute {name}: value "), shown,
+                            F.lit(f" is outside the domain [{a.low}, {a.high}]")),
+                   a.name, shown)),
+        ]
+        c = cell(a, x)
+    if is_optional(a):
+        c = F.when(absent, F.lit(value_cells(a)).cast("bigint")).otherwise(c)
+    return checks, c
 
 
 def _raw_event_wire_schema() -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from connectors.topics import Topics
 from dls.space import ContentSpace
-from spark.catalyst.cells import labels_bytes, with_labels
+from spark.catalyst.cells import labels_bytes, rendered, with_labels
 from spark.catalyst.columns import (
     HEADERS_TYPE,
     PRED_TYPE,
@@ -27,7 +27,7 @@ from spark.catalyst.columns import (
 from spark.catalyst.decode import decode
 from spark.catalyst.shards import with_label_shards
 from spark.catalyst.sink import finish, finish_records, node_topic, record, with_topic
-from spark.catalyst.where import with_json_predicates, with_text_predicates
+from spark.catalyst.where import text_conjunction, with_json_predicates, with_text_predicates
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -50,12 +50,15 @@ def build_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics,
     df = with_topic(decode(raw, "subscription"), topics, "subscribe", shards)
     df = with_json_predicates(with_text_predicates(space, df))
     use_json = F.col("wjson").isNotNull()
-    df = df.select("*", F.when(use_json, F.col("_jpreds")).otherwise(F.col("_tpreds"))
-                   .alias("_preds"))
+    df = df.select("*", F.when(use_json, F.col("_jalts")).otherwise(F.col("_talts"))
+                   .alias("_alts"))
     df = replace_err(df, F.when(use_json, F.col("_jerr")).otherwise(F.col("_terr")))
     df = with_labels(space, df.withColumn(
-        "_preds", F.when(F.col("_err").isNull(), F.col("_preds"))
-        .otherwise(F.array().cast(f"array<{PRED_TYPE}>"))))
+        "_alts", F.when(F.col("_err").isNull(), F.col("_alts"))
+        .otherwise(F.array(F.array().cast(f"array<{PRED_TYPE}>")))))
+    # A refusal that names the predicates: those of the fast path's rows are read again.
+    df = df.withColumn("_err", rendered(F.col("_err"), F.when(
+        F.col("_fast"), text_conjunction(F.col("wtext"))).otherwise(F.col("_alts"))))
 
     def value(labels: Column) -> Column:
         body = to_avro(F.struct(non_null("client"), non_null("id"),

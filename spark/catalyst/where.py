@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from dls.space import ContentSpace, DiscreteAttribute
+from dls.space import ContentSpace
 from spark.catalyst.cells import domain, interval, merge
 from spark.catalyst.columns import (
     PRED_TYPE,
@@ -21,14 +21,17 @@ from spark.catalyst.columns import (
     first_error,
     fns,
     is_num_type,
+    is_optional,
+    kind_of,
     quoted,
     variant_type,
 )
+from spark.catalyst.preds import KEYWORDS, py_str, with_texts
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["with_json_predicates", "with_text_predicates"]
+__all__ = ["text_conjunction", "with_json_predicates", "with_text_predicates"]
 
 _WORDCHAR = r"[A-Za-z0-9_.\-]"
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![A-Za-z_])"
@@ -41,14 +44,32 @@ def _kw(word: str) -> str:
     return f"(?i:{word})(?!{_WORDCHAR})"
 
 
-# One predicate: 1 attr, 2-3 between low/high, 4 the list of an 'in', 5-6 comparison op/value.
-_PRED = (rf"({_WORD})\s*(?:{_kw('between')}\s*({_VAL})\s*{_kw('and')}\s*({_VAL})"
-         rf"|{_kw('in')}\s*\(\s*({_VAL}(?:\s*,\s*{_VAL})*)\s*\)"
-         rf"|(<=|>=|<|>|=)\s*({_VAL}))")
-_WHERE_FULL = rf"^\s*(?:{_PRED}(?:\s*{_kw('and')}\s*{_PRED})*)?\s*$"
+def _pred(capture: bool) -> str:
+    """The pattern of one predicate.
+
+    With ``capture``, its groups: 1 attr, 2-3 between low/high, 4 'in' or 'not in', 5 its
+    list, 6-7 comparison op/value, 8 the value of a 'prefix', 9 'exists' or 'missing'.
+    """
+    g = "(" if capture else "(?:"
+    return (rf"{g}{_WORD})\s*(?:{_kw('between')}\s*{g}{_VAL})\s*{_kw('and')}\s*{g}{_VAL})"
+            rf"|{g}{_kw('not')}\s*{_kw('in')}|{_kw('in')})\s*\(\s*{g}{_VAL}(?:\s*,\s*{_VAL})*)"
+            rf"\s*\)|{g}<=|>=|!=|<|>|=)\s*{g}{_VAL})"
+            rf"|{_kw('prefix')}\s*{g}{_VAL})"
+            rf"|{g}{_kw('exists')}|{_kw('missing')}))")
+
+
+_PRED = _pred(True)
+_CONJ = rf"{_pred(False)}(?:\s*{_kw('and')}\s*{_pred(False)})*"
+_ALT = rf"(?:\(\s*{_CONJ}\s*\)|{_CONJ})"
+_WHERE_FULL = rf"^\s*(?:{_ALT}(?:\s*{_kw('or')}\s*{_ALT})*)?\s*$"
+# Each alternative: 1 a conjunction in parentheses, or 2 one without.
+_ALT_EACH = rf"(?:^\s*|\s*{_kw('or')}\s*)(?:\(\s*({_CONJ})\s*\)|({_CONJ}))"
 _WHERE_EACH = rf"(?:^\s*|\s*{_kw('and')}\s*){_PRED}"
 _VAL_EACH = f"({_VAL})"
-_OPS = ("between", "=", "<", "<=", ">", ">=", "in")
+_GROUPS = ("attr", "lo", "hi", "inop", "list", "op", "val", "pre", "exm")
+OPS = ("between", "=", "!=", "<", "<=", ">", ">=", "in", "not in", "prefix", "exists",
+       "missing")
+"""The operators, in the order :data:`dls.predicates.OPS` lists them."""
 
 
 # -- the text form ----------------------------------------------------------------------------
@@ -61,10 +82,10 @@ def _text_value(tok: Column) -> Column:
     inner = F.regexp_replace(F.substring(tok, F.lit(2), F.length(tok) - 2), r"\\(.)", "$1")
     k = (F.when(is_num, "num").when(is_str, "str")
          .when(low.isin("nan"), "nan").when(low.isin("inf", "infinity"), "inf")
-         .when(low.isin("and", "between", "in"), "kw").otherwise("str"))
+         .when(low.isin(*KEYWORDS), "kw").otherwise("str"))
     n = F.when(is_num, tok.try_cast("double"))
     s = F.when(is_str, inner).otherwise(tok)
-    return F.struct(k.alias("k"), n.alias("n"), s.alias("s"))
+    return with_texts(F.struct(k.alias("k"), n.alias("n"), s.alias("s")))
 
 
 def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
@@ -77,7 +98,7 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
     Spark runs interpreted, at a SQLConf per array element read) get empty arrays.
     """
     F = fns()
-    numeric = [a for a in space.attributes if not isinstance(a, DiscreteAttribute)]
+    numeric = [a for a in space.attributes if kind_of(a) == "numeric"]
     n_max = len(numeric)
     n = F.size(F.col("_t_attr"))
 
@@ -103,16 +124,20 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
         v0, v1 = F.col(f"_fx{j}"), F.col(f"_fy{j}")
         between = at("_t_lo", j) != ""
         ok = (at("_t_attr", j).isin(*[a.name for a in numeric]) & (at("_t_list", j) == "")
+              & (at("_t_pre", j) == "") & (at("_t_exm", j) == "") & (at("_t_op", j) != "!=")
               & finite(v0) & F.when(between, finite(v1) & (v0 <= v1)).otherwise(F.lit(True)))
         for k in range(j):
             ok = ok & (at("_t_attr", j) != at("_t_attr", k))
         checks.append((n <= j) | F.coalesce(ok, F.lit(False)))
-    fast = F.col("_t_ok") & F.col("wjson").isNull() & (n <= n_max)
+    # One alternative, no parentheses; no optional attribute (whose absent cell depends on
+    # whether a predicate names it).
+    fast = (F.col("_t_ok") & F.col("_t_one") & F.col("wjson").isNull() & (n <= n_max)
+            & F.lit(not any(is_optional(a) for a in space.attributes)))
     for c in checks:
         fast = fast & c
     df = df.select("*", F.coalesce(fast, F.lit(False)).alias("_fast"))
     # Stage by stage (a column each), so that no expression is copied into the next.
-    num = {i: a for i, a in enumerate(space.attributes) if not isinstance(a, DiscreteAttribute)}
+    num = {i: a for i, a in enumerate(space.attributes) if kind_of(a) == "numeric"}
     idx = list(num)
     df = df.select("*", *[
         F.when(F.col("_fast"), F.array_position(F.col("_t_attr"), F.lit(num[i].name))
@@ -139,50 +164,94 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
                    *[f"_f{x}{j}" for j in range(n_max) for x in ("x", "y")])
 
 
-def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
-    """Add ``_tpreds`` (predicate structs) and ``_terr`` from ``wtext`` (the text form).
+def _groups(text: Column, plain: Column) -> list[Column]:
+    r"""The predicate pattern's groups (:data:`_GROUPS`) of each predicate of ``text``.
 
-    Also ``_fast`` and ``_fk{i}`` (:func:`_with_fast_path`); ``_tpreds`` is empty when
-    ``_fast`` is set.
+    The pattern is long: it runs once (a regexp_replace that writes each match's groups as
+    a record "\x02g1\x01...\x01g9\x03"), and short patterns pick the records' fields, unless
+    the text holds those control characters itself (``plain`` false).
     """
     F = fns()
-    wtext = F.col("wtext")
-    groups = ("_t_attr", "_t_lo", "_t_hi", "_t_list", "_t_op", "_t_val")
-    # The predicate pattern is long: it runs once (a regexp_replace that writes each match's
-    # groups as a record "\x02g1\x01...\x01g6\x03"), and short patterns pick the records'
-    # fields, unless the text holds those control characters itself.
-    plain = ~wtext.rlike("[\\x01-\\x03]")
-    record = "\x02" + "\x01".join(f"${i + 1}" for i in range(len(groups))) + "\x03"
-    df = df.select("*", wtext.rlike(_WHERE_FULL).alias("_t_ok"), plain.alias("_t_plain"),
-                   F.when(plain, F.regexp_replace(wtext, _WHERE_EACH, record)).alias("_t_rec"))
+    record = "\x02" + "\x01".join(f"${i + 1}" for i in range(len(_GROUPS))) + "\x03"
+    rec = F.regexp_replace(text, _WHERE_EACH, record)
 
     def group(i: int) -> Column:
         field = "\\x02" + "[^\\x01\\x03]*\\x01" * i + "([^\\x01\\x03]*)"
-        return (F.when(F.col("_t_plain"), F.regexp_extract_all(F.col("_t_rec"), F.lit(field),
-                                                               F.lit(1)))
-                .otherwise(F.regexp_extract_all(wtext, F.lit(_WHERE_EACH), F.lit(i + 1))))
+        return (F.when(plain, F.regexp_extract_all(rec, F.lit(field), F.lit(1)))
+                .otherwise(F.regexp_extract_all(text, F.lit(_WHERE_EACH), F.lit(i + 1))))
 
-    df = df.select("*", *[group(i).alias(g) for i, g in enumerate(groups)])
-    df = _with_fast_path(space, df.drop("_t_plain", "_t_rec"))
+    return [group(i) for i in range(len(_GROUPS))]
 
-    def pred(i: Column) -> Column:
-        lo, hi = F.get(F.col("_t_lo"), i), F.get(F.col("_t_hi"), i)
-        lst = F.get(F.col("_t_list"), i)
-        toks = (F.when(lo != "", F.array(lo, hi))
-                .when(lst != "", F.regexp_extract_all(lst, F.lit(_VAL_EACH), F.lit(1)))
-                .otherwise(F.array(F.get(F.col("_t_val"), i))))
-        opname = (F.when(lo != "", "between").when(lst != "", "in")
-                  .otherwise(F.get(F.col("_t_op"), i)))
-        return F.struct(F.get(F.col("_t_attr"), i).alias("attr"), opname.alias("op"),
-                        F.transform(toks, _text_value).alias("vals"))
 
-    n = F.size(F.col("_t_attr"))
-    preds = F.when(F.col("_t_ok") & (n > 0) & ~F.col("_fast"),
-                   F.transform(F.sequence(F.lit(0), n - 1), pred))
-    df = df.select("*", F.coalesce(preds, F.array().cast(f"array<{PRED_TYPE}>"))
-                   .alias("_tpreds"))
-    kw = F.try_element_at(F.filter(F.flatten(F.transform(F.col("_tpreds"), lambda p: p["vals"])),
-                                   lambda v: v["k"] == "kw"), F.lit(1))
+def _text_pred(g: Column, i: Column) -> Column:
+    """Predicate ``i`` of an alternative's groups ``g`` (a struct of :data:`_GROUPS`)."""
+    F = fns()
+
+    def at(name: str) -> Column:
+        return F.get(g[name], i)
+
+    lo, inop, lst, pre, exm = at("lo"), at("inop"), at("list"), at("pre"), at("exm")
+    toks = (F.when(lo != "", F.array(lo, at("hi")))
+            .when(lst != "", F.regexp_extract_all(lst, F.lit(_VAL_EACH), F.lit(1)))
+            .when(pre != "", F.array(pre))
+            .when(exm != "", F.array().cast("array<string>"))
+            .otherwise(F.array(at("val"))))
+    opname = (F.when(lo != "", "between")
+              .when(inop != "", F.when(F.lower(inop) == "in", "in").otherwise("not in"))
+              .when(pre != "", "prefix").when(exm != "", F.lower(exm))
+              .otherwise(at("op")))
+    return F.struct(at("attr").alias("attr"), opname.alias("op"),
+                    F.transform(toks, _text_value).alias("vals"))
+
+
+def text_conjunction(text: Column) -> Column:
+    """The predicates of a text ``where`` of one alternative without parentheses.
+
+    As one alternative (``array<array<PRED_TYPE>>``): for the rows whose predicates the
+    fast path did not build, when a refusal must name them.
+    """
+    F = fns()
+    g = F.struct(*[c.alias(n) for c, n in zip(_groups(text, ~text.rlike("[\\x01-\\x03]")),
+                                               _GROUPS, strict=True)])
+    return F.array(F.transform(F.sequence(F.lit(0), F.size(g["attr"]) - 1),
+                               lambda i: _text_pred(g, i)))
+
+
+def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
+    """Add ``_talts`` (per alternative, its predicate structs) and ``_terr`` from ``wtext``.
+
+    Also ``_fast`` and ``_fk{i}`` (:func:`_with_fast_path`); ``_talts`` is one empty
+    alternative when ``_fast`` is set.
+    """
+    F = fns()
+    wtext = F.col("wtext")
+    names = tuple(f"_t_{g}" for g in _GROUPS)
+    plain = ~wtext.rlike("[\\x01-\\x03]")
+    df = df.select("*", wtext.rlike(_WHERE_FULL).alias("_t_ok"), plain.alias("_t_plain"))
+    paren = F.regexp_extract_all(wtext, F.lit(_ALT_EACH), F.lit(1))
+    bare = F.regexp_extract_all(wtext, F.lit(_ALT_EACH), F.lit(2))
+    df = df.select("*", F.when(F.col("_t_ok"), F.zip_with(paren, bare, lambda x, y: F.concat(x, y)))
+                   .alias("_t_alts"), F.get(paren, 0).alias("_t_p0"))
+    df = df.select("*", (F.coalesce(F.size(F.col("_t_alts")) <= 1, F.lit(False))
+                         & F.coalesce(F.col("_t_p0") == "", F.lit(True))).alias("_t_one"))
+    whole = _groups(wtext, F.col("_t_plain"))
+    df = df.select("*", *[F.when(F.col("_t_one"), c).alias(n) for c, n in zip(whole, names,
+                                                                           strict=True)])
+    df = _with_fast_path(space, df)
+
+    def alt_groups(alt: Column) -> Column:
+        return F.struct(*[c.alias(n) for c, n in zip(_groups(alt, F.col("_t_plain")), _GROUPS,
+                                                     strict=True)])
+
+    none = F.array(F.array().cast(f"array<{PRED_TYPE}>"))
+    alts = F.coalesce(F.col("_t_alts"), F.array())
+    df = df.select("*", F.when(F.col("_t_ok") & ~F.col("_fast") & (F.size(alts) > 0),
+                               F.transform(alts, alt_groups)).alias("_t_g"))
+    preds = F.transform(F.col("_t_g"), lambda g: F.transform(
+        F.sequence(F.lit(0), F.size(g["attr"]) - 1), lambda i: _text_pred(g, i)))
+    df = df.select("*", F.coalesce(preds, none).alias("_talts"))
+    kw = F.try_element_at(F.filter(F.flatten(F.transform(
+        F.flatten(F.col("_talts")), lambda p: p["vals"])), lambda v: v["k"] == "kw"), F.lit(1))
     err = first_error(
         (~F.col("_t_ok"), error(F.concat(F.lit("cannot read subscription text "), quoted(wtext)),
                                 "where", wtext)),
@@ -190,23 +259,90 @@ def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
                                         F.lit(" in subscription text "), quoted(wtext)),
                                "where", wtext)),
     )
-    return df.select("*", err.alias("_terr")).drop(*groups, "_t_ok")
+    return df.select("*", err.alias("_terr")).drop(*names, "_t_ok", "_t_plain", "_t_alts",
+                                                   "_t_p0", "_t_one", "_t_g")
 
 
 # -- the JSON list form -----------------------------------------------------------------------
 def _json_value(x: Column) -> Column:
+    """A JSON value -> ``struct<k, n, s>``; ``s`` of a number as Python's ``repr`` shows it.
+
+    ``parse_json`` keeps ``45.0`` as a decimal ``45`` (Python reads a float, ``45.0``).
+    """
     F = fns()
     t = variant_type(x)
     k = F.when(is_num_type(t), "num").when(t == "STRING", "str").otherwise("other")
     n = F.when(is_num_type(t), x.cast("string").try_cast("double"))
-    s = F.when(t == "STRING", F.try_variant_get(x, "$", "string")).otherwise(F.to_json(x))
-    return F.struct(k.alias("k"), n.alias("n"), s.alias("s"))
+    text = F.to_json(x)
+    whole = t.startswith("DECIMAL") & ~text.rlike("[.eE]")
+    s = (F.when(t == "STRING", F.try_variant_get(x, "$", "string"))
+         .when(whole, F.concat(text, F.lit(".0"))).otherwise(text))
+    return with_texts(F.struct(k.alias("k"), n.alias("n"), s.alias("s")))
+
+
+def _py_json(x: Column) -> Column:
+    """A JSON value as Python's ``repr`` shows what ``json.loads`` makes of it.
+
+    Token by token of Spark's compact JSON: strings in Python's quotes, ``: `` and ``, ``
+    between items, ``True``/``False``/``None``.
+    """
+    F = fns()
+    toks = F.regexp_extract_all(F.to_json(x), F.lit(r'("(?:[^"\\]|\\.)*"|[^"]+)'),
+                                F.lit(1))
+
+    def one(t: Column) -> Column:
+        inner = F.regexp_replace(F.substring(t, F.lit(2), F.length(t) - 2), r"\\(.)", "$1")
+        plain = F.regexp_replace(F.regexp_replace(t, ":", ": "), ",", ", ")
+        for a, b in (("true", "True"), ("false", "False"), ("null", "None")):
+            plain = F.regexp_replace(plain, rf"\b{a}\b", b)
+        return F.when(t.startswith('"'), py_str(inner)).otherwise(plain)
+
+    return F.when(variant_type(x).startswith("DECIMAL") | variant_type(x).isin("DOUBLE"),
+                  _json_value(x)["r"]).otherwise(F.array_join(F.transform(toks, one), ""))
+
+
+def _json_alternatives() -> tuple[Column, Column]:
+    """``wjson``'s alternatives (``array<array<variant>>``) and the error of their shape.
+
+    A JSON list is one alternative; ``{"any": [[...], ...]}`` a list of them.
+    """
+    F = fns()
+    w = F.col("wjson")
+    obj = F.try_variant_get(w, "$", "map<string,variant>")
+    anyv = F.try_element_at(obj, F.lit("any"))
+    alts = F.try_variant_get(anyv, "$", "array<variant>")
+    lists = F.transform(alts, lambda x: F.try_variant_get(x, "$", "array<variant>"))
+    bad = F.try_element_at(F.filter(F.sequence(F.lit(1), F.greatest(F.size(alts), F.lit(1))),
+                                    lambda j: F.coalesce(F.size(F.get(lists, j - 1)) <= 0,
+                                                         F.lit(True))), F.lit(1))
+    bad_x = F.get(alts, bad - 1)
+    shown = _py_json(w)
+    err = F.when(obj.isNotNull(), first_error(
+        (F.map_keys(obj) != F.array(F.lit("any")),
+         error(F.concat(F.lit("'where' must be a list of predicates, {\"any\": [...]} or a "
+                              "text expression, got "), shown), "where", shown)),
+        (F.coalesce(F.size(alts) <= 0, F.lit(True)),
+         error(F.concat(F.lit("'any' needs a non-empty list of alternatives, got "),
+                        _py_json(anyv)), "where", F.to_json(anyv))),
+        (bad.isNotNull() & F.get(lists, bad - 1).isNull(),
+         error(F.concat(F.lit("alternative "), bad.cast("string"),
+                        F.lit(" of 'any' must be a list of predicates, got "), _py_json(bad_x)),
+               "where", F.to_json(bad_x))),
+        (bad.isNotNull(),
+         error(F.concat(F.lit("alternative "), bad.cast("string"), F.lit(" of 'any' is empty")),
+               "where", F.to_json(bad_x))),
+    ))
+    items = F.when(obj.isNull(), F.array(F.try_variant_get(w, "$", "array<variant>")))
+    return F.coalesce(items, F.when(err.isNull(), lists)), err
 
 
 def with_json_predicates(df: DataFrame) -> DataFrame:
-    """Add ``_jpreds`` and ``_jerr`` from ``wjson`` (the JSON list form)."""
+    """Add ``_jalts`` (per alternative, its predicate structs) and ``_jerr`` from ``wjson``.
+
+    ``wjson``: a JSON list, or ``{"any": [list, ...]}``.
+    """
     F = fns()
-    items = F.try_variant_get(F.col("wjson"), "$", "array<variant>")
+    alts, shape_err = _json_alternatives()
 
     def fields(p: Column) -> Column:
         pm = F.try_variant_get(p, "$", "map<string,variant>")
@@ -228,12 +364,16 @@ def with_json_predicates(df: DataFrame) -> DataFrame:
             F.try_variant_get(get("values"), "$", "array<variant>").alias("values"),
             F.to_json(get("values")).alias("values_j"))
 
-    df = df.select("*", F.transform(items, fields).alias("_jf"))
+    df = df.select("*", shape_err.alias("_jshape"),
+                   F.transform(alts, lambda alt: F.transform(alt, fields)).alias("_jf"))
+    lists = ("in", "not in")
 
     def pred(x: Column) -> Column:
         op = x["op"]
         raw_vals = (F.when(op == "between", F.array(x["low"], x["high"]))
-                    .when(op == "in", x["values"]).otherwise(F.array(x["value"])))
+                    .when(op.isin(*lists), x["values"])
+                    .when(op.isin("exists", "missing"), F.array().cast("array<variant>"))
+                    .otherwise(F.array(x["value"])))
         return F.struct(x["attr"].alias("attr"), op.alias("op"),
                         F.coalesce(F.transform(raw_vals, _json_value),
                                    F.array().cast(f"array<{VAL_TYPE}>")).alias("vals"))
@@ -241,29 +381,40 @@ def with_json_predicates(df: DataFrame) -> DataFrame:
     def err(x: Column) -> Column:
         attr, op = x["attr"], x["op"]
         want = (F.when(op == "between", F.array(F.lit("high"), F.lit("low")))
-                .when(op == "in", F.array(F.lit("values"))).otherwise(F.array(F.lit("value"))))
+                .when(op.isin(*lists), F.array(F.lit("values")))
+                .when(op.isin("exists", "missing"), F.array().cast("array<string>"))
+                .otherwise(F.array(F.lit("value"))))
+        op_shown = F.coalesce(F.when(op.isNotNull(), quoted(op)), x["op_j"], F.lit("None"))
         return first_error(
             (x["not_obj"], error(F.concat(F.lit("a predicate must be an object, got "),
                                           x["shown"]), "where", x["shown"])),
             (F.coalesce(F.length(attr) == 0, F.lit(True)),
              error(F.concat(F.lit("predicate attr must be a non-empty string, got "),
                             F.coalesce(x["attr_j"], F.lit("None"))), "attr", x["attr_j"])),
-            (~F.coalesce(op.isin(*_OPS), F.lit(False)),
+            (~F.coalesce(op.isin(*OPS), F.lit(False)),
              error(F.concat(F.lit("attribute "), quoted(attr), F.lit(": unknown op "),
-                            F.coalesce(x["op_j"], F.lit("None")),
-                            F.lit(f" (one of {list(_OPS)})")), attr, x["op_j"])),
+                            op_shown, F.lit(f" (one of {list(OPS)})")), attr,
+                   F.coalesce(op, x["op_j"]))),
             (x["keys"] != want,
              error(F.concat(F.lit("attribute "), quoted(attr), F.lit(": op "), quoted(op),
-                            F.lit(" takes keys "), F.to_json(want), F.lit(", got "),
-                            F.to_json(x["keys"])), attr, x["shown"])),
-            ((op == "in") & F.coalesce(F.size(x["values"]) <= 0, F.lit(True)),
-             error(F.concat(F.lit("attribute "), quoted(attr),
-                            F.lit(": 'in' needs a non-empty list of values, got "),
+                            F.lit(" takes keys "), _py_list(want), F.lit(", got "),
+                            _py_list(x["keys"])), attr, x["shown"])),
+            (op.isin(*lists) & F.coalesce(F.size(x["values"]) <= 0, F.lit(True)),
+             error(F.concat(F.lit("attribute "), quoted(attr), F.lit(": "), quoted(op),
+                            F.lit(" needs a non-empty list of values, got "),
                             x["values_j"]), attr, x["values_j"])),
         )
 
-    jerr = F.try_element_at(F.filter(F.transform(F.col("_jf"), err), lambda e: e.isNotNull()),
-                            F.lit(1))
+    errs = F.transform(F.flatten(F.coalesce(F.col("_jf"), F.array())), err)
+    jerr = F.coalesce(F.col("_jshape"),
+                      F.try_element_at(F.filter(errs, lambda e: e.isNotNull()), F.lit(1)))
     df = df.select("*", jerr.alias("_jerr"))
-    preds = F.when(F.col("_jerr").isNull(), F.transform(F.col("_jf"), pred))
-    return df.select("*", preds.alias("_jpreds")).drop("_jf")
+    preds = F.when(F.col("_jerr").isNull(),
+                   F.transform(F.col("_jf"), lambda alt: F.transform(alt, pred)))
+    return df.select("*", preds.alias("_jalts")).drop("_jf", "_jshape")
+
+
+def _py_list(strings: Column) -> Column:
+    """A list of strings as Python's ``repr`` shows it: ``['a', 'b']``."""
+    F = fns()
+    return F.concat(F.lit("["), F.array_join(F.transform(strings, quoted), ", "), F.lit("]"))

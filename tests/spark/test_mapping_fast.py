@@ -96,6 +96,12 @@ WHERES = [
     "sym = IBM", "sym in ('IBM', \"x y\")", "ghost < 3", "", "   ", "temp between 30 and 45",
     "temp < 35 and price < 0", "price <3and temp> 36", "Price < 3", "price < 3 and temp = 40",
     "price < -1 and temp >= 38.5", "price < 5\x01", "price < 'é'", "price < 3 AnD temp > 40",
+    # exclusions (FastMap maps those of finite numbers on numeric attributes)
+    "price != 3", "price > 1 and price != 3 and price != 4", "price not in (1, 2.5,3)",
+    "price NOT IN(1)", "price not in ( -1 , +2 ) and temp != 36", "price between 2 and 2 and "
+    "price != 2", "price = 1 and price not in (1.0)", "price != 1e999", "price != nan",
+    "price not in (1, x)", "price not in ()", "price not (1)", "price != 3 and",
+    "sym != IBM and price != 3", "temp != 36 and temp != 36.5 and temp < 40",
 ]
 
 

@@ -417,8 +417,12 @@ def test_repeated_json_keys_and_huge_label_counts(spark: Any) -> None:
                                           TOPICS.raw_subscriptions), TOPICS).collect()
     by_topic = {r.topic: r for r in out}
     dl = decode_dead_letter(bytes(by_topic[TOPICS.deadletter].value))
-    assert dl["reason"] == ("subscription expands to 18446744073709551616 labels, over the "
-                         "budget of 65536") and dl["field"] == "labels"
+    assert dl["reason"] == ("subscription '(everything)' expands to 18446744073709551616 "
+                            "labels (a0: 65536, a1: 65536, a2: 65536, a3: 65536 cells), over "
+                            "the budget of 65536") and dl["field"] == "labels"
+    with pytest.raises(DLSError) as exc:
+        Subscription(huge, "").labels()
+    assert str(exc.value) == dl["reason"]
     m = decode_label_subscription(bytes(by_topic[TOPICS.node_subscribe("A")].value))
     assert np.array_equal(m["labels"], Subscription(huge, subs[1]["where"]).labels())
 

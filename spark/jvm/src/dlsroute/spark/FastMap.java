@@ -28,9 +28,17 @@ import org.apache.spark.sql.api.java.UDF2;
  *       inside the domain; an optional string {@code payload};</li>
  *   <li>subscriptions: {@code where}, a text of predicates joined by {@code and}, each
  *       comparing one numeric attribute (at most once) with finite numbers
- *       ({@code <, <=, >, >=, =} or {@code between x and y} with x &lt;= y), within the
- *       label budget.</li>
+ *       ({@code <, <=, >, >=, =} or {@code between x and y} with x &lt;= y), or excluding
+ *       finite numbers from one ({@code != x}, {@code not in (x, y)}, any number of times),
+ *       within the label budget.</li>
  * </ul>
+ *
+ * <p>A space with an optional, string or hashed attribute is not this class's: its config says
+ * {@code decline all}, and every record goes to the general path. A subscription using
+ * {@code !=}, {@code not in}, {@code prefix}, {@code exists}, {@code missing}, {@code or} or
+ * parentheses is declined by the text reader below, but for {@code !=} and {@code not in} of
+ * finite numbers on numeric attributes (exclusions remove no cell; a range of the one value
+ * they exclude matches nothing, and is declined).
  *
  * <p>The config (first argument) is built by {@code spark.mapping._fast_config}: lines of
  * space-separated fields, strings as hex of their UTF-8 bytes, doubles as hex of their bits.
@@ -64,6 +72,9 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             cfg = new Config(config);
             cache = new Object[] {config, cfg};
         }
+        if (cfg.declineAll) {
+            return null;
+        }
         try {
             return cfg.event ? mapEvent(cfg, value) : mapSubscription(cfg, value);
         } catch (RuntimeException e) {
@@ -79,6 +90,11 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
 
     static final class Config {
         final boolean event;
+        /**
+         * The space has attributes this class does not know (optional, string, hashed): every
+         * record goes to the general path.
+         */
+        final boolean declineAll;
         final String prefix;
         final byte[] header;
         final long appPrefix;
@@ -119,6 +135,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             values = new String[nAttrs][];
             shift = new int[nAttrs];
             boolean ev = false;
+            boolean off = false;
             String pre = null;
             byte[] hdr = null;
             long app = 0;
@@ -130,6 +147,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                 String[] f = line.split(" ");
                 switch (f[0]) {
                     case "kind" -> ev = f[1].equals("event");
+                    case "decline" -> off = true;
                     case "prefix" -> pre = str(f[1]);
                     case "header" -> hdr = unhex(f[1]);
                     case "app" -> app = Long.parseLong(f[1]);
@@ -170,6 +188,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                 }
             }
             event = ev;
+            declineAll = off;
             prefix = pre;
             topicHead = (pre + ".node.").getBytes(StandardCharsets.UTF_8);
             header = hdr;
@@ -907,6 +926,82 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         return v;
     }
 
+    /**
+     * End of the exclusion starting at i ({@code != v} or {@code not in (v, ...)} of finite
+     * number tokens), or -1 when there is none there.
+     */
+    static int exclusions(byte[] b, int i, int e) {
+        if (i + 1 < e && b[i] == '!' && b[i + 1] == '=') {
+            int v = spaces(b, i + 2, e);
+            int ne = numberEnd(b, v, e);
+            finite(b, v, ne);
+            return ne;
+        }
+        int ke = word(b, i, e);
+        if (ke < 0 || !keyword(b, i, ke, "not") || ke == e || b[ke] != ' ') {
+            return -1;
+        }
+        int k = spaces(b, ke, e);
+        int ie = word(b, k, e);
+        if (ie < 0 || !keyword(b, k, ie, "in")) {
+            throw DECLINE;
+        }
+        k = spaces(b, ie, e);
+        if (k >= e || b[k] != '(') {
+            throw DECLINE;
+        }
+        while (true) {
+            k = spaces(b, k + 1, e);
+            int ne = listNumberEnd(b, k, e);
+            finite(b, k, ne);
+            k = spaces(b, ne, e);
+            if (k < e && b[k] == ')') {
+                return k + 1;
+            }
+            if (k >= e || b[k] != ',') {
+                throw DECLINE;
+            }
+        }
+    }
+
+    /** The values of the exclusion {@code b[s..x)} (see {@link #exclusions}), added to old. */
+    static double[] excludedValues(byte[] b, int s, int x, double[] old) {
+        List<Double> vals = new ArrayList<>();
+        if (old != null) {
+            for (double v : old) {
+                vals.add(v);
+            }
+        }
+        int k = b[s] == '!' ? s + 2 : s;
+        while (k < x) {
+            byte ch = b[k];
+            if (ch == '+' || ch == '-' || ch == '.' || (ch >= '0' && ch <= '9')) {
+                int ne = listNumberEnd(b, k, x);
+                vals.add(finite(b, k, ne));
+                k = ne;
+            } else if (isLetter(ch)) {
+                k = word(b, k, x);  // "not", "in"
+            } else {
+                k++;
+            }
+        }
+        double[] out = new double[vals.size()];
+        for (int t = 0; t < out.length; t++) {
+            out[t] = vals.get(t);
+        }
+        return out;
+    }
+
+    /** {@link #numberEnd}, where a number in a list may also end at ',' or ')'. */
+    static int listNumberEnd(byte[] b, int i, int e) {
+        int end = i;
+        while (end < e && b[end] != ',' && b[end] != ')' && b[end] != ' ') {
+            end++;
+        }
+        int ne = numberEnd(b, i, end);
+        return ne == end ? ne : -1;
+    }
+
     /** First and last cell per attribute of a text {@code where}. */
     static long[][] cells(Config c, byte[] b, int s, int e) {
         int n = c.names.length;
@@ -924,6 +1019,9 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             hic[a] = true;
         }
         long used = 0;
+        // Values excluded by != and not in, per attribute (they remove no cell; only a range
+        // of one value they exclude matches nothing, which the general path names).
+        double[][] excluded = new double[n][];
         int i = spaces(b, s, e);
         if (i == e) {
             throw DECLINE;  // everything: leave it to the general path
@@ -934,11 +1032,28 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
                 throw DECLINE;
             }
             int a = c.attrIndex(b, i, we);
-            if (a < 0 || c.type[a] == DISCRETE || (used & (1L << a)) != 0) {
+            if (a < 0 || c.type[a] == DISCRETE) {
+                throw DECLINE;
+            }
+            i = spaces(b, we, e);
+            int xe = exclusions(b, i, e);
+            if (xe >= 0) {
+                excluded[a] = excludedValues(b, i, xe, excluded[a]);
+                i = spaces(b, xe, e);
+                if (i == e) {
+                    break;
+                }
+                int ae = word(b, i, e);
+                if (ae < 0 || !keyword(b, i, ae, "and") || ae == e || b[ae] != ' ') {
+                    throw DECLINE;
+                }
+                i = spaces(b, ae, e);
+                continue;
+            }
+            if ((used & (1L << a)) != 0) {
                 throw DECLINE;
             }
             used |= 1L << a;
-            i = spaces(b, we, e);
             double plo;
             double phi;
             boolean ploc = true;
@@ -1016,6 +1131,13 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
             double eh = hic[a] ? hi[a] : Math.nextDown(hi[a]);
             if (el > eh) {
                 throw DECLINE;  // matches nothing: the general path names it
+            }
+            if (el == eh && excluded[a] != null) {
+                for (double x : excluded[a]) {
+                    if (x == el) {
+                        throw DECLINE;  // its one value excluded: matches nothing
+                    }
+                }
             }
             out[a] = new long[] {c.cell(a, el), c.cell(a, eh)};
         }
