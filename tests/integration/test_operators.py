@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from dls.predicates import Subscription
 from tests.dls.test_operators import brute
 from tests.integration.test_nodes import Net, settled
 from tests.waiting import wait_for
@@ -89,7 +91,11 @@ def test_every_operator_is_delivered_exactly(net: Net) -> None:
             clients[cid].subscribe(where)
     wait_for(settled(net, "C", 2), what="C's subscriptions")
     wait_for(settled(net, "B", 2), what="B's subscriptions")
-    wait_for(lambda: len(net.nodes["A"].state.received_from("B")) > 0, what="A's routes")
+    # A must have heard of every label, carol's (via B) as well as dave's
+    wanted = set(np.concatenate([Subscription(net.space, w).labels() for ws in SUBS.values()
+                                 for w in ws]).tolist())
+    wait_for(lambda: wanted <= set(net.nodes["A"].state.received_from("B").tolist()),
+             what="A's routes to every subscription")
     bob = net.client("A", "bob")
     events = _events(120, seed=16)
     ids = {bob.publish(ev): ev for ev in events}
