@@ -134,7 +134,10 @@ def test_the_wheel_installs_and_runs(tmp_path: Path) -> None:
     assert labels
     got = _run([venv / "bin" / "dlsroute", "labels", "--space", "space.json", "--where", WHERE],
                elsewhere, env)
-    assert got.splitlines() == [f"{lab}\t{space.format_label(lab)}" for lab in labels]
+    lines = got.splitlines()
+    assert [line.split("\t")[:2] for line in lines[:-1]] == [
+        [str(lab), space.format_label(lab)] for lab in labels]
+    assert lines[-1].startswith(f"# {len(labels)} labels, ")
     label = event_label(space, EVENT)
     got = _run([venv / "bin" / "dlsroute", "labels", "--space", "space.json", "--event",
                 json.dumps(EVENT)], elsewhere, env)

@@ -112,7 +112,7 @@ def events(draw: Any, near: dict[str, list[Any]]) -> dict[str, Any]:
 ALTS = st.lists(st.lists(predicates(), min_size=1, max_size=3), min_size=1, max_size=3)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(alts=ALTS, data=st.data())
 def test_operators_match_the_brute_force(alts: list[list[dict[str, Any]]],
                                          data: st.DataObject) -> None:

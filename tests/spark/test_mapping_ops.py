@@ -189,7 +189,7 @@ PREFIXES = ["", "\x7e", "\x7f", "߾", "߿", "\ufffe", "\uffff", "\U0010fffe", MA
 def _wheres(space: ContentSpace) -> list[Any]:
     """Random draws, and for the new types the bad forms and prefixes on code-point edges."""
     rng = np.random.default_rng(1600 if space is SPACE else 1601)
-    wheres = [_where(rng, space) for _ in range(90)]
+    wheres = [_where(rng, space) for _ in range(50)]
     if space is SPACE:
         wheres += [f"price {w[1]}" if isinstance(w, tuple) else w for w in BAD]
         wheres += [f"sym prefix {json.dumps(p, ensure_ascii=False)}" for p in PREFIXES]
@@ -215,7 +215,7 @@ def mapped(spark: Any) -> dict[str, tuple[list[Any], list[tuple[Any, ...]]]]:
 
 def test_events_of_every_attribute_type_match_python(spark: Any) -> None:
     rng = np.random.default_rng(16)
-    events = [_event(rng, SPACE, i) for i in range(80)]
+    events = [_event(rng, SPACE, i) for i in range(50)]
     values = []
     for i, e in enumerate(events):
         try:
@@ -243,7 +243,7 @@ def test_events_of_every_attribute_type_match_python(spark: Any) -> None:
         assert value == raw if raw[:2] == b"\xc3\x01" else value == encode_raw_event(
             "A", "c", e["id"], e["attrs"], b"")
         n_good += 1
-    assert n_good > 40
+    assert n_good > 25
 
 
 @pytest.mark.parametrize("name", ["new", "old"])
@@ -266,7 +266,7 @@ def test_subscriptions_with_every_operator_match_python(mapped: Any, name: str) 
         assert topic == TOPICS.node_subscribe("A"), (w, decode_dead_letter(value)["reason"])
         assert np.array_equal(decode_label_subscription(value)["labels"], want), w
         n_good += 1
-    assert n_good > 25 and n_same_reason > 25, (n_good, n_same_reason)
+    assert n_good > 12 and n_same_reason > 12, (n_good, n_same_reason)
 
 
 def test_bad_subscriptions_get_the_sdks_field_and_reason(mapped: Any) -> None:
