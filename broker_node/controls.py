@@ -218,8 +218,6 @@ class Controls:
                 if len(self._compiled) >= COMPILED_KEPT:
                     self._compiled.clear()
                 self._compiled[where] = sub
-        if sub is not None and not sub.is_simple and not getattr(edge, "checks_any", False):
-            sub = None  # a table that reads only simple subscriptions delivers it by label
         if sub is None:
             self.metrics.edge_unchecked += 1
         edge.add(client, sid, sub)

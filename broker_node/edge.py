@@ -140,10 +140,6 @@ def _has(sorted_labels: np.ndarray, label: int) -> bool:
 class EdgeTable:
     """Each local subscription's exact constraints, by client (rows reused after removal)."""
 
-    #: the table checks any subscription, not only simple ones (the node and simulate
-    #: give it every compiled ``where``)
-    checks_any = True
-
     def __init__(self, space: ContentSpace) -> None:
         """An empty table for ``space``."""
         self.space = space

@@ -172,10 +172,8 @@ class Overlay:
         sub = Subscription(self.space, where)
         labels = sub.labels()
         msgs = state.subscribe(client, sub_id, labels)
-        if self.edges is not None:  # as the node's Controls: a table that reads only simple
-            edge = self.edges[node]  # subscriptions is given the others as label-only
-            edge.add(client, sub_id, sub if sub.is_simple or getattr(edge, "checks_any", False)
-                     else None)
+        if self.edges is not None:
+            self.edges[node].add(client, sub_id, sub)
         self._client_subs.setdefault((node, client), {})[sub_id] = sub
         self.stats.subscriptions += 1
         self.stats.subscription_labels += len(labels)
