@@ -70,7 +70,7 @@ def warm_up_kernels() -> float:
     """
     if not _jit.ENABLED:
         return 0.0
-    from dls import _idkernels, _kernels
+    from dls import _idkernels, _kernels, _rowkernels
 
     t0 = time.perf_counter()
     # One thread at a time: a process running several engines starts them together, and
@@ -78,6 +78,7 @@ def warm_up_kernels() -> float:
     # crash the process (SIGSEGV) when the cache was cold.
     with _WARM_UP:
         _kernels.warm_up()
+        _rowkernels.warm_up()
         _idkernels.warm_up()
     return time.perf_counter() - t0
 
@@ -175,6 +176,7 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         self._pair_table: PositionTable | None = None
         if isinstance(table, PositionTable) and not self._check_positions:
             self._pair_table = table
+        self._inverse: tuple[np.ndarray, np.ndarray] | None = None  # built at first use
         self._items = np.zeros(0, dtype=np.int64)
         super().__init__(self._m, initial_capacity)
 
@@ -226,6 +228,17 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
             return super()._pair_source(labels)
         idx = label_rows(labels, table.base, table.n_labels, "the table's")
         return table.table, idx.view(np.int64)
+
+    def _pair_inverse(self, table: np.ndarray, idx: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        # A batch with two pairs per label of the table or more touches most of its rows.
+        if self._pair_table is None or idx.shape[0] < 2 * table.shape[0]:
+            return None
+        if self._inverse is None:
+            from dls._rowkernels import inverse
+
+            self._inverse = inverse(self._pair_table.table, self._m)
+        return self._inverse
 
     def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         table = self._cols_table
@@ -310,9 +323,12 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         """Bytes held by the bank's arrays.
 
         The counter matrix, the bitset, the per-client item counts and the transposed copy
-        of a position table (not the position function's own table).
+        of a position table and its row inverse once built (not the position function's
+        own table).
         """
         extra = 0 if self._cols_table is None else int(self._cols_table.nbytes)
+        if self._inverse is not None:
+            extra += int(self._inverse[0].nbytes + self._inverse[1].nbytes)
         return super().memory_bytes() + int(self._items.nbytes) + extra
 
     def client_filter(self, client: int) -> CountingBloomFilter:

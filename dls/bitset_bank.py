@@ -31,7 +31,7 @@ from dls.exceptions import FilterParamsError
 from dls.hashing import as_label_array
 
 if _jit.ENABLED:
-    from dls import _kernels
+    from dls import _kernels, _rowkernels
 
 __all__ = ["BitsetBank", "check_client", "check_exclude", "check_pairs"]
 
@@ -162,6 +162,16 @@ class BitsetBank:
         """
         rows = self._pair_rows(labels)
         return rows, np.arange(rows.shape[0], dtype=np.int64)
+
+    def _pair_inverse(self, table: np.ndarray, idx: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``table``'s row -> labels inverse, when a packed batch ``idx`` should use it.
+
+        None (the default): the update kernels sort the batch's entries themselves. A bank
+        with a position table returns the table's inverse for a batch that touches most
+        of the table (:mod:`dls._rowkernels`).
+        """
+        return None
 
     def _match_cols(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """:meth:`_match_rows` as a (k, E) int array: one contiguous index vector per hash."""
@@ -324,6 +334,11 @@ class BitsetBank:
         table, idx = self._pair_source(lab)  # validates labels before anything changes
         self._ensure_clients(int(cli.max()) + 1)
         saturating, top, shift = self._kernel_args()
+        inv = self._pair_inverse(table, idx) if self._packed else None
+        if inv is not None:  # packed counters saturate: nothing can fail
+            _rowkernels.bank_add_rows(self._counts, self._bits, inv[0], inv[1], table.shape[0],
+                                      idx, cli, top)
+            return cli
         add = _kernels.bank_add_packed if self._packed else _kernels.bank_add
         if add(self._counts, self._bits, table, idx, cli, saturating, top, shift) >= 0:
             return self._add_pairs_reference(clients, labels)  # undone: the reference raises
@@ -337,6 +352,12 @@ class BitsetBank:
         if int(cli.max()) >= self._cap:
             return self._remove_pairs_reference(clients, labels)  # it names the pair
         saturating, top, shift = self._kernel_args()
+        inv = self._pair_inverse(table, idx) if self._packed else None
+        if inv is not None:
+            if _rowkernels.bank_remove_rows(self._counts, self._bits, inv[0], inv[1],
+                                            table.shape[0], idx, cli, top) >= 0:
+                return self._remove_pairs_reference(clients, labels)  # undone: it raises
+            return cli
         remove = _kernels.bank_remove_packed if self._packed else _kernels.bank_remove
         if remove(self._counts, self._bits, table, idx, cli, saturating, top, shift) >= 0:
             return self._remove_pairs_reference(clients, labels)  # undone: the reference raises

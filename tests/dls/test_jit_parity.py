@@ -357,3 +357,28 @@ def test_cbf_bank_large_batches_grouped_by_label(m: int, k: int, counter_bits: i
     ops += [("remove", adds[1]), ("remove", adds[1] + [(129, 0)] * 40), ("remove", adds[0])]
     ops += [("add", [(5, 3)] * 60), ("remove", [(5, 3)] * 60)]  # saturates 4-bit counters
     _run(banks[0], banks[1], ops)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 200), k=st.integers(1, 8), seed=st.integers(0, 2**32 - 1),
+       data=st.data())
+def test_cbf_bank_row_order_batches(m: int, k: int, seed: int, data: Any) -> None:
+    """Packed batches that cover a table go in row order (dls._rowkernels): same state.
+
+    A refused remove (client 63 never added, inside the capacity, so the kernel itself
+    meets the zero counter) is undone by the kernel, wherever it falls in the batch.
+    """
+    n_labels = 12
+    fn = PositionTable(n_labels, m, k, seed).lookup
+    banks = [cls(m, k, seed=seed, position_fn=fn) for cls in (RefCBFBank, JitCBFBank)]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    adds = [[(int(c), int(v)) for c, v in zip(rng.integers(0, 63, n),
+                                              rng.integers(0, n_labels, n), strict=True)]
+            for n in rng.integers(30, 200, 3)]
+    bad = list(adds[1])
+    bad.insert(data.draw(st.integers(0, len(bad))), (63, data.draw(st.integers(0, 11))))
+    ops: list[Any] = [("add", a) for a in adds]
+    ops += [("remove", bad), ("remove", adds[1]), ("add", [(7, 3)] * 40),
+            ("remove", adds[0] + [(7, 3)] * 40)]
+    _run(banks[0], banks[1], ops)
+    assert banks[1]._inverse is not None  # the row-order kernels ran
