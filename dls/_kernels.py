@@ -30,7 +30,6 @@ from dls._cbfkernels import cbf_add, cbf_min, cbf_remove
 from dls._intrinsics import bswap as _bswap
 from dls._intrinsics import ctz as _ctz
 from dls._intrinsics import popcount as _popcount
-from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
 from dls._murmur import _C1, _C2, _F1, _F2, _LEN, _S31, _S33
 
@@ -115,7 +114,8 @@ def positions(labels: Any, m: Any, k: Any, seed: Any, out: Any) -> None:
 # block by block, so that a block's counters and bitset words stay in cache meanwhile. A
 # large batch against a position table is sorted by label first, and only its (label,
 # hash) entries by block: 7x fewer scattered writes at k = 7 (0.67 -> 0.47 us per
-# subscription at d = 3, g = 32, 50,000-subscription batches). The order inside a block
+# subscription at d = 3, g = 32, 50,000-subscription batches; packed 4-bit banks now take
+# such batches in row order instead, dls._rowkernels). The order inside a block
 # changes no result: increments, saturation and decrements commute. The
 # common path has no data-dependent branch: the bit of a counter that crosses zero is
 # OR-ed (or AND-ed) in whether it changes or not.
@@ -291,56 +291,6 @@ _U1 = np.uint64(1)
 _U4 = np.uint64(4)
 _U6 = np.uint64(6)
 _U15 = np.uint64(15)
-_MAGIC = np.uint64(0x9E3779B97F4A7C15)  # a sum the block reads are compared with
-
-
-@njit
-def _by_label_pays(table: Any, idx: Any) -> Any:
-    """Whether a batch goes through its labels (many pairs per row of the table)."""
-    return idx.shape[0] >= 2 * table.shape[0]
-
-
-@njit
-def _warm_pays(counts: Any, bits: Any, n_updates: Any) -> Any:
-    """Whether reading every block in first pays: half an update per cache line or more."""
-    return 2 * n_updates >= (counts.size + bits.size * 8) // 64
-
-
-_AHEAD = 8  # entries ahead whose clients are prefetched (their label's start: twice that)
-
-
-@njit
-def _ahead(entries: Any, lab_start: Any, clients: Any, e: Any) -> None:
-    """Prefetch what entry ``e + _AHEAD`` reads first (and the label start of the next).
-
-    An entry's updates wait for its label's start and then its first clients, two misses
-    in turn that the loop's other work cannot hide (each entry's clients lie elsewhere);
-    loaded ahead, they overlap: 0.62 -> 0.52 us per subscription for the bank's part of an
-    insert at d = 4, g = 16, 500K subscriptions, 1,000 clients (min of 4, a loaded machine).
-    """
-    n = entries.shape[0]
-    if e + 2 * _AHEAD < n:
-        _prefetch(lab_start, entries[e + 2 * _AHEAD] & _LOW32)
-    if e + _AHEAD < n:
-        _prefetch(clients, lab_start[entries[e + _AHEAD] & _LOW32])
-
-
-@njit
-def _warm(counts: Any, bits: Any, block: Any, shift: Any) -> Any:
-    """Read a block of rows in line after line (the prefetcher streams it into cache).
-
-    Updating a block straight away waits for each missed line in turn (the block comes
-    from L3 or memory); read in order first, it arrives at streaming speed: 0.32 -> 0.23
-    us per subscription at d = 3, 0.72 -> 0.48 at d = 4 (1,000 clients, 500K, 1 MiB
-    blocks). Returns a sum of no meaning, so that the reads stay.
-    """
-    acc = np.uint64(0)
-    for r in range(block << shift, min(counts.shape[0], (block + 1) << shift)):
-        for j in range(0, counts.shape[1], 64):
-            acc += np.uint64(counts[r, j])
-        for j in range(0, bits.shape[1], 8):
-            acc += bits[r, j]
-    return acc
 
 
 @njit
@@ -348,33 +298,10 @@ def bank_add_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any, satu
                     top: Any, shift: Any) -> Any:
     """:func:`bank_add` on packed 4-bit counters, which saturate at ``top`` (always -1).
 
-    A batch that goes through its labels is applied straight from its entries, block by
-    block, each entry's row for the clients of its label (no list of updates is written).
+    Batches that cover most of a position table go in row order instead
+    (:func:`dls._rowkernels.bank_add_rows`).
     """
     tp = np.uint64(top)
-    if _by_label_pays(table, idx):
-        entries, lab_start, clients = _by_label(table, idx, cli, shift, counts.shape[0])
-        warm = _warm_pays(counts, bits, idx.shape[0] * table.shape[1])
-        block = -1
-        acc = np.uint64(0)
-        for e in range(entries.shape[0]):
-            if warm and (entries[e] >> 32) >> shift != block:
-                block = (entries[e] >> 32) >> shift
-                acc += _warm(counts, bits, block, shift)
-            _ahead(entries, lab_start, clients, e)
-            p = np.uint64(entries[e] >> 32)  # unsigned indexes: no wraparound checks
-            t = entries[e] & _LOW32
-            for q in range(lab_start[t], lab_start[t + 1]):
-                c = np.uint64(clients[q])
-                h = c >> _U1
-                sh = (c & _U1) * _U4
-                byte = np.uint64(counts[p, h])
-                v = (byte >> sh) & _U15
-                if v >= tp:
-                    continue
-                counts[p, h] = byte + (_U1 << sh)
-                bits[p, c >> _U6] |= np.uint64(v == 0) << (c & _LOW6)
-        return -1 - np.int64(acc == _MAGIC)  # -1 or -2: the reads count, nothing failed
     updates = _grouped_by_update(table, idx, cli, shift, counts.shape[0])
     for t in range(updates.shape[0]):
         u = np.uint64(updates[t])
@@ -424,32 +351,11 @@ def bank_remove_packed(counts: Any, bits: Any, table: Any, idx: Any, cli: Any,
                        saturating: Any, top: Any, shift: Any) -> Any:
     """:func:`bank_remove` on packed 4-bit counters (saturated ones stay), all or nothing.
 
-    Applied straight from the entries as :func:`bank_add_packed` does; a counter that
-    would go below zero undoes every decrement made, in the same order.
+    A counter that would go below zero undoes every decrement made, in the same order.
+    Batches that cover most of a position table go in row order instead
+    (:func:`dls._rowkernels.bank_remove_rows`).
     """
     tp = np.uint64(top)
-    if _by_label_pays(table, idx):
-        entries, lab_start, clients = _by_label(table, idx, cli, shift, counts.shape[0])
-        warm = _warm_pays(counts, bits, idx.shape[0] * table.shape[1])
-        block = -1
-        acc = np.uint64(0)
-        for e in range(entries.shape[0]):
-            if warm and (entries[e] >> 32) >> shift != block:
-                block = (entries[e] >> 32) >> shift
-                acc += _warm(counts, bits, block, shift)
-            _ahead(entries, lab_start, clients, e)
-            p = np.uint64(entries[e] >> 32)
-            t = entries[e] & _LOW32
-            for q in range(lab_start[t], lab_start[t + 1]):
-                if _packed_dec(counts, bits, p, np.uint64(clients[q]), tp):
-                    continue
-                for e2 in range(e + 1):
-                    p2 = np.uint64(entries[e2] >> 32)
-                    t2 = entries[e2] & _LOW32
-                    for q2 in range(lab_start[t2], q if e2 == e else lab_start[t2 + 1]):
-                        _packed_undo(counts, bits, p2, np.uint64(clients[q2]), tp)
-                return e
-        return -1 - np.int64(acc == _MAGIC)
     updates = _grouped_by_update(table, idx, cli, shift, counts.shape[0])
     for t in range(updates.shape[0]):
         u = np.uint64(updates[t])

@@ -4,8 +4,8 @@ Imported only when :data:`dls._jit.ENABLED`, beside :mod:`dls._kernels`; the num
 reference is :meth:`dls.bitset_bank.BitsetBank._add_pairs_reference` (and its remove).
 
 A large batch against a position table (label -> ``k`` rows) touches nearly every row of
-the counter matrix. :func:`dls._kernels.bank_add_packed` sorts the batch's ``(row, label)``
-entries into blocks of rows and updates each block's rows in label order, which jumps
+the counter matrix. :func:`dls._kernels.bank_add_packed` sorted the batch's ``(row, label)``
+entries into blocks of rows and updated each block's rows in label order, which jumped
 between rows; here the table's inverse (row -> the labels that hash to it, built once per
 table: :func:`inverse`) gives the entries in row order without sorting anything per batch,
 and every row is finished before the next one starts: the matrix is read and written once,

@@ -43,10 +43,9 @@ _BLOCK_BYTES = 64 * 2**10
 (grouped first, so that the block stays in cache; 64 KiB was fastest at 1,024 clients)."""
 
 _PACKED_BLOCK_BYTES = 2**20
-"""The same for packed 4-bit counters, whose kernels read a block in, line after line,
-before updating it when a batch has many updates (1 MiB was fastest at 1,024 clients,
-d = 3 and 4, on a machine with 1 MiB of L2 per core: 64 KiB took 15 % more at d = 3,
-20 % more at d = 4)."""
+"""The same for packed 4-bit counters (1 MiB was fastest at 1,024 clients, d = 3 and 4, on a
+machine with 1 MiB of L2 per core). Batches that cover most of a position table are not
+grouped: they go in row order (dls._rowkernels)."""
 
 _NO_VALID = np.zeros(0, dtype=np.bool_)
 _NO_EXCLUDE = np.zeros(0, dtype=np.int64)
