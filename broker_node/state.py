@@ -94,6 +94,9 @@ class BrokerConfig:
     #: Threads the client bank may match a large event batch on (1: none). Deliveries
     #: are the same; only worth it with a core to spare.
     match_threads: int = 1
+    #: Threads a large subscription batch's client-bank updates may run on (1: none);
+    #: the state is the same.
+    update_threads: int = 1
     #: Rebuild the client bank or an ERT larger once its estimated false-positive rate
     #: passes its target (None: ``2 ** -k``), from the exact tables (broker_node.resize).
     resize_filters: bool = True
@@ -115,11 +118,11 @@ class BrokerConfig:
         if self.mode == "paper" and self.routing_filter != "cbf":
             raise BrokerError("paper mode routes on CBFs: routing_filter must be 'cbf'",
                               field="routing_filter", value=self.routing_filter)
-        if (not isinstance(self.match_threads, int) or isinstance(self.match_threads, bool)
-                or self.match_threads < 1):
-            raise BrokerError(f"match_threads must be a positive integer, got "
-                              f"{self.match_threads!r}", field="match_threads",
-                              value=self.match_threads)
+        for field in ("match_threads", "update_threads"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BrokerError(f"{field} must be a positive integer, got {value!r}",
+                                  field=field, value=value)
         for part in ("client", "routing"):
             check_target(getattr(self, f"{part}_fp_target"), f"{part}_fp_target")
 
@@ -194,6 +197,7 @@ class BrokerState:
                                           position_fn=self._position_fn(cfg.client_m,
                                                                         cfg.client_k))
         self._bank.match_threads = cfg.match_threads
+        self._bank.update_threads = cfg.update_threads
         self._ert = {n: self._new_routing_cbf() for n in self.neighbours}
         # exact mode tables (also kept in paper mode for "direct" checks: cheap, exact)
         self._total: LabelTable = make_table(label_base, label_space_size)

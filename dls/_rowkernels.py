@@ -26,7 +26,15 @@ from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
 from dls._kernels import _packed_undo
 
-__all__ = ["bank_add_rows", "bank_remove_rows", "inverse", "warm_up"]
+__all__ = [
+    "add_row_range",
+    "bank_add_rows",
+    "bank_remove_rows",
+    "group_by_label",
+    "inverse",
+    "remove_row_range",
+    "warm_up",
+]
 
 _U1 = np.uint64(1)
 _U4 = np.uint64(4)
@@ -62,8 +70,11 @@ def inverse(table: Any, n_rows: Any) -> Any:
 
 
 @njit
-def _by_label(idx: Any, cli: Any, n_lab: Any) -> Any:
-    """A batch's clients grouped by label: ``(lab_start, clients)`` (a counting sort)."""
+def group_by_label(idx: Any, cli: Any, n_lab: Any) -> Any:
+    """A batch's clients grouped by label: ``(lab_start, clients)`` (a counting sort).
+
+    The clients of label ``t`` are ``clients[lab_start[t]:lab_start[t + 1]]``.
+    """
     n = idx.shape[0]
     lab_start = np.zeros(n_lab + 1, dtype=np.int64)
     for i in range(n):
@@ -90,17 +101,14 @@ def _ahead(rlabs: Any, lab_start: Any, clients: Any, e: Any) -> None:
 
 
 @njit
-def bank_add_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, idx: Any,
-                  cli: Any, top: Any) -> Any:
-    """Increment packed 4-bit counters ``(table[idx[i], :], cli[i])``, in row order.
+def add_row_range(counts: Any, bits: Any, rstart: Any, rlabs: Any, lab_start: Any,
+                  clients: Any, r0: Any, r1: Any, top: Any) -> None:
+    """Rows ``r0..r1 - 1`` of :func:`bank_add_rows`, the batch grouped already.
 
-    ``(rstart, rlabs)`` is the :func:`inverse` of a table of ``n_lab`` labels. Counters
-    saturate at ``top``; a counter going 0 -> 1 sets its bit. Returns -1 (nothing fails).
+    Ranges of rows are disjoint parts of the matrix: threads may take one each.
     """
     tp = np.uint64(top)
-    n_rows = rstart.shape[0] - 1
-    lab_start, clients = _by_label(idx, cli, n_lab)
-    for row in range(n_rows):
+    for row in range(r0, r1):
         p = np.uint64(row)
         for e in range(rstart[row], rstart[row + 1]):
             _ahead(rlabs, lab_start, clients, e)
@@ -115,22 +123,20 @@ def bank_add_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, i
                     continue
                 counts[p, h] = byte + (_U1 << sh)
                 bits[p, c >> _U6] |= np.uint64(v == 0) << (c & _LOW6)
-    return -1
 
 
 @njit
-def bank_remove_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, idx: Any,
-                     cli: Any, top: Any) -> Any:
-    """Decrement as :func:`bank_add_rows` increments, all or nothing.
+def remove_row_range(counts: Any, bits: Any, rstart: Any, rlabs: Any, lab_start: Any,
+                     clients: Any, r0: Any, r1: Any, top: Any) -> Any:
+    """Rows ``r0..r1 - 1`` of :func:`bank_remove_rows`, all or nothing within the range.
 
-    A saturated counter (``top``) stays. A counter that would go below zero makes the kernel
-    undo every decrement made (:func:`_undo`) and return a non-negative number; -1 when
-    every pair went out.
+    A counter that would go below zero undoes the range's decrements made (:func:`_undo`)
+    and returns a non-negative number; -1 when the range went out whole. Decrements of a
+    range that went out whole are undone by :func:`add_row_range` over it (a saturated
+    counter stayed, and an increment leaves it).
     """
     tp = np.uint64(top)
-    n_rows = rstart.shape[0] - 1
-    lab_start, clients = _by_label(idx, cli, n_lab)
-    for row in range(n_rows):
+    for row in range(r0, r1):
         p = np.uint64(row)
         for e in range(rstart[row], rstart[row + 1]):
             _ahead(rlabs, lab_start, clients, e)
@@ -142,7 +148,7 @@ def bank_remove_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any
                 byte = np.uint64(counts[p, h])
                 v = (byte >> sh) & _U15
                 if v == 0:
-                    _undo(counts, bits, rstart, rlabs, lab_start, clients, row, e, q, tp)
+                    _undo(counts, bits, rstart, rlabs, lab_start, clients, r0, row, e, q, tp)
                     return e
                 keep = v == tp  # a saturated counter stays
                 counts[p, h] = byte - (np.uint64(not keep) << sh)
@@ -152,14 +158,41 @@ def bank_remove_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any
 
 @njit
 def _undo(counts: Any, bits: Any, rstart: Any, rlabs: Any, lab_start: Any, clients: Any,
-          row: Any, e: Any, q: Any, tp: Any) -> None:
-    """Undo :func:`bank_remove_rows`'s decrements before entry ``e``'s client ``q``."""
-    for r2 in range(row + 1):
+          r0: Any, row: Any, e: Any, q: Any, tp: Any) -> None:
+    """Undo :func:`remove_row_range`'s decrements from row ``r0`` to entry ``e``'s client ``q``."""
+    for r2 in range(r0, row + 1):
         p2 = np.uint64(r2)
         for e2 in range(rstart[r2], min(rstart[r2 + 1], e + 1)):
             t2 = rlabs[e2]
             for q2 in range(lab_start[t2], q if e2 == e else lab_start[t2 + 1]):
                 _packed_undo(counts, bits, p2, np.uint64(clients[q2]), tp)
+
+
+@njit
+def bank_add_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, idx: Any,
+                  cli: Any, top: Any) -> Any:
+    """Increment packed 4-bit counters ``(table[idx[i], :], cli[i])``, in row order.
+
+    ``(rstart, rlabs)`` is the :func:`inverse` of a table of ``n_lab`` labels. Counters
+    saturate at ``top``; a counter going 0 -> 1 sets its bit. Returns -1 (nothing fails).
+    """
+    lab_start, clients = group_by_label(idx, cli, n_lab)
+    add_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, rstart.shape[0] - 1,
+                  top)
+    return -1
+
+
+@njit
+def bank_remove_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, idx: Any,
+                     cli: Any, top: Any) -> Any:
+    """Decrement as :func:`bank_add_rows` increments, all or nothing.
+
+    A saturated counter (``top``) stays. A counter that would go below zero makes the kernel
+    undo every decrement made and return a non-negative number; -1 when every pair went out.
+    """
+    lab_start, clients = group_by_label(idx, cli, n_lab)
+    return remove_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0,
+                            rstart.shape[0] - 1, top)
 
 
 def warm_up() -> None:
@@ -173,3 +206,6 @@ def warm_up() -> None:
     cli = np.array([0, 5, 9, 63], dtype=np.int64)
     bank_add_rows(counts, bits, rstart, rlabs, 3, idx, cli, 15)
     bank_remove_rows(counts, bits, rstart, rlabs, 3, idx, cli, 15)
+    lab_start, clients = group_by_label(idx, cli, 3)
+    add_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, 2, 15)
+    remove_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, 2, 15)

@@ -108,6 +108,9 @@ class ClientFilterBank(Protocol):
     match_threads: int
     """Threads :meth:`match` may use on a large batch (1: none)."""
 
+    update_threads: int
+    """Threads a large batch's counter updates may use (1: none)."""
+
     def match(
         self, labels: np.ndarray, exclude: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -306,6 +309,7 @@ class BitSlicedCBFBank(BitsetBank, CountingParams):
         new = BitSlicedCBFBank(m, k, counter_bits=self._counter_bits, seed=self._seed,
                                position_fn=position_fn, initial_capacity=self._cap)
         new.match_threads = self.match_threads
+        new.update_threads = self.update_threads
         new.add(clients, labels)
         new._ensure_clients(self._n_clients)
         return new

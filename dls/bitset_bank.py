@@ -124,6 +124,15 @@ def _absent(client: int, label: int) -> AbsentLabelError:
                             value=(client, label))
 
 
+def _threads_value(value: Any, field: str) -> int:
+    """A thread count (a positive integer, not a bool), or a FilterParamsError naming it."""
+    if (not isinstance(value, int | np.integer) or isinstance(value, bool | np.bool_)
+            or int(value) < 1):
+        raise FilterParamsError(f"{field} must be a positive integer, got {value!r}",
+                                field=field, value=value)
+    return int(value)
+
+
 class BitsetBank:
     """A (rows, capacity) count matrix and its bit-sliced mirror: updates and matching."""
 
@@ -138,6 +147,7 @@ class BitsetBank:
         self._counts = np.zeros((n_rows, 0), dtype=self._count_dtype)
         self._bits = np.zeros((n_rows, 0), dtype=np.uint64)
         self._threads = 1
+        self._update_threads = 1
         self._grow_to(round_up(max(capacity, WORD_BITS)))
 
     # -- to specialise ------------------------------------------------------------
@@ -335,8 +345,7 @@ class BitsetBank:
         saturating, top, shift = self._kernel_args()
         inv = self._pair_inverse(table, idx) if self._packed else None
         if inv is not None:  # packed counters saturate: nothing can fail
-            _rowkernels.bank_add_rows(self._counts, self._bits, inv[0], inv[1], table.shape[0],
-                                      idx, cli, top)
+            self._rows_update(inv, table.shape[0], idx, cli, top, remove=False)
             return cli
         add = _kernels.bank_add_packed if self._packed else _kernels.bank_add
         if add(self._counts, self._bits, table, idx, cli, saturating, top, shift) >= 0:
@@ -353,14 +362,47 @@ class BitsetBank:
         saturating, top, shift = self._kernel_args()
         inv = self._pair_inverse(table, idx) if self._packed else None
         if inv is not None:
-            if _rowkernels.bank_remove_rows(self._counts, self._bits, inv[0], inv[1],
-                                            table.shape[0], idx, cli, top) >= 0:
+            if not self._rows_update(inv, table.shape[0], idx, cli, top, remove=True):
                 return self._remove_pairs_reference(clients, labels)  # undone: it raises
             return cli
         remove = _kernels.bank_remove_packed if self._packed else _kernels.bank_remove
         if remove(self._counts, self._bits, table, idx, cli, saturating, top, shift) >= 0:
             return self._remove_pairs_reference(clients, labels)  # undone: the reference raises
         return cli
+
+    def _rows_update(self, inv: tuple[np.ndarray, np.ndarray], n_lab: int, idx: np.ndarray,
+                     cli: np.ndarray, top: int, *, remove: bool) -> bool:
+        """A packed batch in row order (:mod:`dls._rowkernels`); False: a remove was refused.
+
+        With :attr:`update_threads` above 1 the rows are split into that many ranges of
+        about equal entries, one per thread (disjoint parts of the matrix). A refused remove
+        leaves nothing changed: the range that met the zero counter undoes itself, and
+        the ranges that went out whole are added back.
+        """
+        rstart, rlabs = inv
+        parts = self._update_threads
+        if parts == 1:
+            fn = _rowkernels.bank_remove_rows if remove else _rowkernels.bank_add_rows
+            return bool(fn(self._counts, self._bits, rstart, rlabs, n_lab, idx, cli, top) < 0)
+        lab_start, clients = _rowkernels.group_by_label(idx, cli, n_lab)
+        cut = np.searchsorted(rstart, [rlabs.shape[0] * i // parts for i in range(parts + 1)])
+        edges = [0, *np.minimum(cut[1:-1], rstart.shape[0] - 1).tolist(), rstart.shape[0] - 1]
+        kernel = _rowkernels.remove_row_range if remove else _rowkernels.add_row_range
+
+        def part(i: int) -> Any:
+            return kernel(self._counts, self._bits, rstart, rlabs, lab_start, clients,
+                          edges[i], edges[i + 1], top)
+
+        pool = shared_pool(parts - 1)  # the calling thread takes the first range itself
+        others = [pool.submit(part, i) for i in range(1, parts)]
+        results = [part(0), *(f.result() for f in others)]
+        if not remove or all(r < 0 for r in results):
+            return True
+        for i, r in enumerate(results):
+            if r < 0:  # went out whole: put it back
+                _rowkernels.add_row_range(self._counts, self._bits, rstart, rlabs, lab_start,
+                                          clients, edges[i], edges[i + 1], top)
+        return False
 
     _add_pairs = _add_pairs_compiled if _jit.ENABLED else _add_pairs_reference
     _remove_pairs = _remove_pairs_compiled if _jit.ENABLED else _remove_pairs_reference
@@ -373,11 +415,19 @@ class BitsetBank:
 
     @match_threads.setter
     def match_threads(self, value: int) -> None:
-        if (not isinstance(value, int | np.integer) or isinstance(value, bool | np.bool_)
-                or int(value) < 1):
-            raise FilterParamsError(f"match_threads must be a positive integer, got {value!r}",
-                                    field="match_threads", value=value)
-        self._threads = int(value)
+        self._threads = _threads_value(value, "match_threads")
+
+    @property
+    def update_threads(self) -> int:
+        """Threads a large packed batch's counter updates may run on (1, the default).
+
+        The result is the same; only worth it with a core to spare.
+        """
+        return self._update_threads
+
+    @update_threads.setter
+    def update_threads(self, value: int) -> None:
+        self._update_threads = _threads_value(value, "update_threads")
 
     def match(
         self, labels: np.ndarray, exclude: np.ndarray | None = None

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import dls.bitset_bank as bank_mod
 from broker_node.exceptions import BrokerError
 from broker_node.state import BrokerConfig, BrokerState
+from dls import _jit
 from dls.space import ContentSpace
 
 SPACE = ContentSpace.from_spec({"attributes": [
@@ -68,3 +69,36 @@ def test_match_threads_reaches_the_bank_and_is_validated() -> None:
     for bad in (0, -2, True, 2.0):
         with pytest.raises(BrokerError, match="match_threads"):
             BrokerConfig(match_threads=bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), threads=st.integers(2, 4))
+def test_update_threads_give_the_state_one_thread_gives(seed: int, threads: int) -> None:
+    """Batches large enough for the row-order updates, on threads: the same bank and routes."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(150, 400))
+    offsets = np.arange(0, 4 * n + 1, 4)
+    labels = rng.integers(0, 256, 4 * n).astype(np.uint64)
+    clients = [f"c{i % 70}" for i in range(n)]
+    ids = [f"s{i}" for i in range(n)]
+    nodes = [BrokerState.for_space("B", ["A"], SPACE, update_threads=t) for t in (1, threads)]
+    gone = rng.permutation(n)[: n // 2].tolist()
+    for node in nodes:
+        node.subscribe_many(clients, ids, offsets, labels)
+        node.unsubscribe_many([clients[i] for i in gone], [ids[i] for i in gone])
+    assert nodes[1]._bank.update_threads == threads
+    assert (nodes[1]._bank._inverse is not None) == _jit.ENABLED  # the row-order path ran
+    assert np.array_equal(nodes[0]._bank.counters, nodes[1]._bank.counters)
+    assert np.array_equal(nodes[0]._bank.bits, nodes[1]._bank.bits)
+    ev = rng.integers(0, 256, 100).astype(np.uint64)
+    want, got = nodes[0].route(ev), nodes[1].route(ev)
+    assert np.array_equal(want.offsets, got.offsets)
+    assert np.array_equal(want.clients, got.clients)
+
+
+@pytest.mark.parametrize("field", ["match_threads", "update_threads"])
+def test_thread_settings_are_validated(field: str) -> None:
+    for bad in (0, True, 2.0):
+        with pytest.raises(BrokerError, match=f"{field} must be a positive integer") as err:
+            BrokerConfig(**{field: bad})  # type: ignore[arg-type]
+        assert err.value.field == field

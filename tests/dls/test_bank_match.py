@@ -155,14 +155,20 @@ def test_position_table_path() -> None:
     assert BitSlicedCBFBank(53, 4, seed=7, position_fn=table)._cols_table is None  # k
 
 
-def test_match_threads_is_validated() -> None:
+@pytest.mark.parametrize("field", ["match_threads", "update_threads"])
+def test_thread_counts_are_validated(field: str) -> None:
     bank = BitSlicedCBFBank(64, 2)
-    assert bank.match_threads == 1
+    assert getattr(bank, field) == 1
     for bad in (0, -1, True, 1.5, "2"):
-        with pytest.raises(ValueError, match="match_threads"):
-            bank.match_threads = bad  # type: ignore[assignment]
-    bank.match_threads = np.int64(3)  # type: ignore[assignment]
-    assert bank.match_threads == 3 and isinstance(bank.match_threads, int)
+        with pytest.raises(ValueError, match=f"{field} must be a positive integer, got "):
+            setattr(bank, field, bad)
+        assert getattr(bank, field) == 1  # unchanged
+    setattr(bank, field, np.int64(3))
+    assert getattr(bank, field) == 3 and isinstance(getattr(bank, field), int)
+
+
+def test_match_threads_on_an_empty_batch() -> None:
+    bank = BitSlicedCBFBank(64, 2)
     bank.match_threads = 2
     off, cli = bank.match(np.zeros(0, dtype=np.uint64))
     assert off.tolist() == [0] and cli.shape == (0,) and cli.dtype == np.int64

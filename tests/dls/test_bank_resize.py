@@ -15,11 +15,13 @@ def test_a_resized_bank_is_the_bank_built_from_its_pairs_at_the_new_size() -> No
     old = BitSlicedCBFBank(64, 3, counter_bits=4, seed=5)
     old.add(clients, labels)
     old.match_threads = 2
+    old.update_threads = 3
     before = old.counters.copy()
     new = old.resized(1024, 4, clients, labels)
     assert np.array_equal(old.counters, before)  # the old bank is left as it was
     assert (new.m, new.k, new.counter_bits, new.seed) == (1024, 4, 4, 5)
-    assert (new.capacity, new.n_clients, new.match_threads) == (old.capacity, 70, 2)
+    assert (new.capacity, new.n_clients, new.match_threads, new.update_threads) == (
+        old.capacity, 70, 2, 3)
     assert np.array_equal(new.item_counts, old.item_counts)
     for c in (0, 33, 69):
         want = CountingBloomFilter.with_params(1024, 4, seed=5)

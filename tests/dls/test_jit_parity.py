@@ -359,18 +359,21 @@ def test_cbf_bank_large_batches_grouped_by_label(m: int, k: int, counter_bits: i
     _run(banks[0], banks[1], ops)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(m=st.integers(1, 200), k=st.integers(1, 8), seed=st.integers(0, 2**32 - 1),
-       data=st.data())
-def test_cbf_bank_row_order_batches(m: int, k: int, seed: int, data: Any) -> None:
+       threads=st.sampled_from([1, 2, 3]), data=st.data())
+def test_cbf_bank_row_order_batches(m: int, k: int, seed: int, threads: int,
+                                    data: Any) -> None:
     """Packed batches that cover a table go in row order (dls._rowkernels): same state.
 
-    A refused remove (client 63 never added, inside the capacity, so the kernel itself
-    meets the zero counter) is undone by the kernel, wherever it falls in the batch.
+    On one thread or on ranges of rows on several (``update_threads``). A refused remove
+    (client 63 never added, inside the capacity, so a kernel itself meets the zero
+    counter) leaves nothing changed, wherever it falls in the batch.
     """
     n_labels = 12
     fn = PositionTable(n_labels, m, k, seed).lookup
     banks = [cls(m, k, seed=seed, position_fn=fn) for cls in (RefCBFBank, JitCBFBank)]
+    banks[1].update_threads = threads
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     adds = [[(int(c), int(v)) for c, v in zip(rng.integers(0, 63, n),
                                               rng.integers(0, n_labels, n), strict=True)]
