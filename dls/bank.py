@@ -70,7 +70,7 @@ def warm_up_kernels() -> float:
     """
     if not _jit.ENABLED:
         return 0.0
-    from dls import _idkernels, _kernels, _rowkernels
+    from dls import _idkernels, _kernels, _mapkernels, _rowkernels
 
     t0 = time.perf_counter()
     # One thread at a time: a process running several engines starts them together, and
@@ -79,6 +79,7 @@ def warm_up_kernels() -> float:
     with _WARM_UP:
         _kernels.warm_up()
         _rowkernels.warm_up()
+        _mapkernels.warm_up()
         _idkernels.warm_up()
     return time.perf_counter() - t0
 

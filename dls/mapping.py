@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dls import _jit
 from dls.exceptions import EventError, LabelBudgetError, PredicateError
 from dls.space import (
     Attribute,
@@ -22,9 +23,13 @@ from dls.space import (
     is_number,
 )
 
+if _jit.ENABLED:
+    from dls import _mapkernels
+
 __all__ = [
     "CellSet",
     "box_labels_batch",
+    "box_labels_batch_reference",
     "event_label",
     "event_labels_batch",
     "subscription_labels",
@@ -192,14 +197,9 @@ def subscription_labels(sub: CellSet, budget: int | None = None) -> np.ndarray:
     return space.compose_many(cells)
 
 
-def box_labels_batch(
-    space: ContentSpace, lo_cells: np.ndarray, hi_cells: np.ndarray,
-    budget: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Expand N boxes of cells (inclusive ``lo..hi`` per attribute) into labels, vectorised.
-
-    Returns CSR ``(offsets int64 of length N+1, labels uint64)``; each box's labels are sorted.
-    """
+def _box_totals(space: ContentSpace, lo_cells: np.ndarray, hi_cells: np.ndarray,
+                budget: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Checked ``(lo, hi, widths, offsets)`` of N boxes (their labels' CSR offsets)."""
     lo = np.asarray(lo_cells, dtype=np.int64)
     hi = np.asarray(hi_cells, dtype=np.int64)
     if lo.shape != hi.shape or lo.ndim != 2 or lo.shape[1] != len(space.attributes):
@@ -219,6 +219,16 @@ def box_labels_batch(
             field="labels", value=int(totals[row]))
     offsets = np.zeros(len(totals) + 1, dtype=np.int64)
     np.cumsum(totals, out=offsets[1:])
+    return lo, hi, widths, offsets
+
+
+def box_labels_batch_reference(
+    space: ContentSpace, lo_cells: np.ndarray, hi_cells: np.ndarray,
+    budget: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`box_labels_batch` in numpy (the reference of the compiled kernel)."""
+    lo, _, widths, offsets = _box_totals(space, lo_cells, hi_cells, budget)
+    totals = np.diff(offsets)
     owner = np.repeat(np.arange(len(totals)), totals)
     rem = np.arange(int(offsets[-1]), dtype=np.int64) - offsets[:-1][owner]
     labels = np.full(len(rem), space.app_prefix, dtype=np.uint64)
@@ -229,3 +239,28 @@ def box_labels_batch(
         labels |= (lo[owner, i] + digit).astype(np.uint64) << np.uint64(space.shifts[i])
     return offsets, labels
 
+
+def _box_labels_batch_compiled(
+    space: ContentSpace, lo_cells: np.ndarray, hi_cells: np.ndarray,
+    budget: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi, _, offsets = _box_totals(space, lo_cells, hi_cells, budget)
+    labels = np.empty(int(offsets[-1]), dtype=np.uint64)
+    _mapkernels.box_labels_into(np.ascontiguousarray(lo), np.ascontiguousarray(hi),
+                                np.asarray(space.shifts, dtype=np.int64),
+                                np.uint64(space.app_prefix), offsets, labels)
+    return offsets, labels
+
+
+def box_labels_batch(
+    space: ContentSpace, lo_cells: np.ndarray, hi_cells: np.ndarray,
+    budget: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Expand N boxes of cells (inclusive ``lo..hi`` per attribute) into labels, vectorised.
+
+    Returns CSR ``(offsets int64 of length N+1, labels uint64)``; each box's labels are sorted.
+    A compiled kernel (:mod:`dls._mapkernels`) unless ``DLS_NO_JIT=1``.
+    """
+    if _jit.ENABLED:
+        return _box_labels_batch_compiled(space, lo_cells, hi_cells, budget)
+    return box_labels_batch_reference(space, lo_cells, hi_cells, budget)

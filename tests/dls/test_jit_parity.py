@@ -16,12 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dls import _jit, bitset, hashing
+from dls import _jit, bitset, hashing, mapping
 from dls.bank import BitSlicedCBFBank, DirectLabelBank
 from dls.bitset_bank import BitsetBank
 from dls.cbf import CountingBloomFilter
 from dls.exceptions import DLSError
 from dls.hashing import PositionTable
+from tests.dls.test_mapping import spaces as mapping_spaces
 
 pytestmark = pytest.mark.skipif(not _jit.ENABLED, reason=_jit.REASON or "numba absent")
 
@@ -385,3 +386,23 @@ def test_cbf_bank_row_order_batches(m: int, k: int, seed: int, threads: int,
             ("remove", adds[0] + [(7, 3)] * 40)]
     _run(banks[0], banks[1], ops)
     assert banks[1]._inverse is not None  # the row-order kernels ran
+
+
+# ---------------------------------------------------------------- mapping
+
+
+@settings(max_examples=80, deadline=None)
+@given(space=mapping_spaces(), seed=st.integers(0, 2**32 - 1), n=st.integers(0, 30),
+       budget=st.sampled_from([None, 5, 10**7]))
+def test_box_labels_batch(space: Any, seed: int, n: int, budget: int | None) -> None:
+    """Boxes to labels: the kernel and the numpy reference give the same CSR or error."""
+    rng = np.random.default_rng(seed)
+    cells = np.array([a.n_cells for a in space.attributes])
+    a = rng.integers(0, cells, (n, len(cells)))
+    b = rng.integers(0, cells, (n, len(cells)))
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    if n and rng.random() < 0.2:  # a box with hi < lo somewhere
+        lo, hi = hi, lo
+    outs = [_outcome(fn, space, lo, hi, budget) for fn in
+            (mapping.box_labels_batch_reference, mapping._box_labels_batch_compiled)]
+    _same(*outs)
