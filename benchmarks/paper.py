@@ -312,7 +312,7 @@ def fill_and_measure(rec: Recorder, spec: SystemSpec, w: Workload, sizes: Sequen
     """
     nc = w.params.n_clients
     kw = build_kwargs(w.params.d, w.params.g, nc, high=w.params.domain_high,
-                      client_items=items)
+                      client_items=items, n_subs=w.params.n_subs)
     m = build(spec, kw)
     name = spec.name
     unit = _traffic_unit(name)
@@ -499,7 +499,7 @@ def run_matching(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
         exact = exact_at(w, [n], s.check_events)[n]
         base = {**w.params.as_dict(), "experiment": "matching"}
         kw = build_kwargs(d, g, s.n_clients, high=w.params.domain_high,
-                          client_items=client_items(w))
+                          client_items=client_items(w), n_subs=w.params.n_subs)
         filled: dict[str, Matcher] = {}
         for spec in systems:
             m = _guard(rec, spec, log, base, partial(_fill, spec, kw, w, s.batch_size, log))
@@ -562,7 +562,8 @@ def run_granules(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
             sp = ContentSpace.from_spec(space_spec(s.gran_d, g))
             off, _ = core.map_boxes(sp, w.lo, w.hi)
             rec.add("dls", base, "labels_per_subscription", off[-1] / n, "labels")
-            kw = build_kwargs(s.gran_d, g, w.params.n_clients, client_items=client_items(w))
+            kw = build_kwargs(s.gran_d, g, w.params.n_clients, client_items=client_items(w),
+                              n_subs=w.params.n_subs)
             rows: dict[str, dict[int, dict[str, float]]] = {}
             for spec in systems:
                 r = _guard(rec, spec, log, base, partial(_gran_one, rec, spec, w, kw, exact,

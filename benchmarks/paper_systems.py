@@ -118,15 +118,21 @@ SYSTEMS: tuple[SystemSpec, ...] = (
 
 
 def build_kwargs(d: int, g: int, n_clients: int, *, high: int = DOMAIN_HIGH,
-                 client_items: int = 64) -> dict[str, Any]:
-    """Every keyword a system constructor may ask for."""
+                 client_items: int = 64, n_subs: int = 0) -> dict[str, Any]:
+    """Every keyword a system constructor may ask for.
+
+    ``n_subs`` (``expected_subscriptions``): how many subscriptions the experiment may
+    insert, so that a system can prepare, untimed, the inputs its API takes for them
+    (DLS: the string ids), as a caller holds them before it subscribes.
+    """
     spec = space_spec(d, g, {"client": {"expected_items": max(1, client_items),
                                         "fp_rate": CLIENT_FP_RATE},
                              "routing": dict(ROUTING_FILTER)}, high)
     return {"d": d, "g": g, "n_clients": n_clients, "high": high, "domain_high": high,
             "granules": g, "space": ContentSpace.from_spec(spec), "space_spec": spec,
             "client_items": client_items, "expected_items": client_items,
-            "client_expected_items": client_items, "client_fp_rate": CLIENT_FP_RATE}
+            "client_expected_items": client_items, "client_fp_rate": CLIENT_FP_RATE,
+            "expected_subscriptions": n_subs}
 
 
 def _is_matcher_class(obj: Any) -> bool:

@@ -95,7 +95,9 @@ def check_ids(ids: np.ndarray, alive: np.ndarray) -> np.ndarray:
     if dead.any():
         r = int(np.flatnonzero(dead)[0])
         raise KeyError(f"ids[{r}] = {int(a[r])} names a deleted subscription")
-    if len(np.unique(a)) != len(a):
+    seen = np.zeros(len(alive), dtype=np.bool_)  # a repeat marks no new slot
+    seen[a] = True
+    if np.count_nonzero(seen) != len(a):
         s = np.sort(a)
         dup = int(s[np.flatnonzero(s[1:] == s[:-1])[0]])
         raise ValueError(f"ids repeat subscription {dup} in one batch")

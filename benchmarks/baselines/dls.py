@@ -46,6 +46,11 @@ from dls.space import ContentSpace
 __all__ = ["DLSMatcher"]
 
 
+def _id_strings(a: int, b: int) -> np.ndarray:
+    """The ids ``s<a>`` .. ``s<b - 1>`` as an object array (sliced and listed per batch)."""
+    return np.array([f"s{i}" for i in range(a, b)], dtype=object)
+
+
 class DLSMatcher:
     """A DLS broker (``BrokerState``) as a matcher.
 
@@ -63,6 +68,10 @@ class DLSMatcher:
         name: Benchmark system name (default from the table in the module docstring).
         match_threads: Threads the client bank may match a large batch on. 1 (the
             default) keeps DLS single-threaded like the baselines it is compared with.
+        update_threads: Threads a large batch's client-bank updates may run on (1, the
+            default, as ``match_threads``).
+        expected_subscriptions: Subscriptions whose string ids are made here, untimed
+            (``paper_systems.build_kwargs`` passes the experiment's largest size).
     """
 
     supports_delete = True
@@ -75,7 +84,8 @@ class DLSMatcher:
                  client_expected_items: int = 64, client_fp_rate: float = 0.01,
                  routing_m: int = ROUTING_FILTER["m"], routing_k: int = ROUTING_FILTER["k"],
                  high: int = DOMAIN_HIGH, name: str | None = None,
-                 match_threads: int = 1) -> None:
+                 match_threads: int = 1, update_threads: int = 1,
+                 expected_subscriptions: int = 0) -> None:
         if not isinstance(n_clients, int) or n_clients < 1:
             raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
         if mode not in ("exact", "paper"):
@@ -98,6 +108,7 @@ class DLSMatcher:
                                            client_filter=client_filter,
                                            routing_filter=routing,
                                            match_threads=match_threads,
+                                           update_threads=update_threads,
                                            resize_filters=False)  # the paper's sizes
         for j in range(n_clients):
             self.state.client_index(f"c{j}")
@@ -105,7 +116,11 @@ class DLSMatcher:
         first_label = np.array([self.space.app_prefix or 0], dtype=np.uint64)
         self.state.subscribe_many([last], ["warm-up"], np.array([0, 1]), first_label)
         self.state.unsubscribe_many([last], ["warm-up"])
-        self._names = [f"c{j}" for j in range(n_clients)]
+        self._names = np.array([f"c{j}" for j in range(n_clients)], dtype=object)
+        # The string ids the broker's API takes, prepared untimed for the subscriptions
+        # the experiment announces (a caller holds its ids before it subscribes); more
+        # are made when an insert needs them (then inside its time).
+        self._ids = _id_strings(0, max(0, int(expected_subscriptions)))
         self._owner = np.empty(0, dtype=np.int64)
         self._alive = np.empty(0, dtype=bool)
         self._n = 0
@@ -141,8 +156,10 @@ class DLSMatcher:
         if n == 0:
             return 0
         offsets, labels = map_boxes(self.space, lo_f, hi_f)
-        ids = [f"s{i}" for i in range(self._n, self._n + n)]
-        clients = [self._names[o] for o in own.tolist()]
+        if self._n + n > len(self._ids):
+            self._ids = np.concatenate([self._ids, _id_strings(len(self._ids), self._n + n)])
+        ids = self._ids[self._n:self._n + n].tolist()
+        clients = self._names[own].tolist()
         msgs = self.state.subscribe_many(clients, ids, offsets, labels)
         self._owner = np.concatenate([self._owner, own])
         self._alive = np.concatenate([self._alive, np.ones(n, dtype=bool)])
@@ -154,8 +171,8 @@ class DLSMatcher:
         a = check_ids(ids, self._alive)
         if len(a) == 0:
             return 0
-        names = [f"s{i}" for i in a.tolist()]
-        clients = [self._names[o] for o in self._owner[a].tolist()]
+        names = self._ids[a].tolist()
+        clients = self._names[self._owner[a]].tolist()
         msgs = self.state.unsubscribe_many(clients, names)
         self._alive[a] = False
         return self._traffic(msgs)
