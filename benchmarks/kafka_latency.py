@@ -351,6 +351,8 @@ def _fractions(text: str) -> tuple[float, ...]:
             f"fractions must be comma-separated numbers, got {text!r}") from exc
     if not out or any(not np.isfinite(x) or x <= 0 or x > 1 for x in out):
         raise argparse.ArgumentTypeError(f"fractions must be in (0, 1], got {text!r}")
+    if len(set(out)) != len(out):  # a rate's rounds are named (and drawn) by its fraction
+        raise argparse.ArgumentTypeError(f"fractions must be distinct, got {text!r}")
     return out
 
 

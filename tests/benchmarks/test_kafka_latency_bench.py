@@ -149,8 +149,9 @@ def test_the_met_flag_follows_the_median(ratios, median, met):
 
 def test_bad_options_are_refused(capsys):
     for args in (["--fractions", "fast"], ["--fractions", "0"], ["--fractions", "1.5"],
+                 ["--fractions", "0.5,0.5"],
                  ["--max-rate", "-5"], ["--max-rate", "x"], ["--rounds", "0"]):
         with pytest.raises(SystemExit):
             kafka_latency.main(args)
     err = capsys.readouterr().err
-    assert "'fast'" in err and "'-5'" in err and "--rounds" in err
+    assert "'fast'" in err and "'-5'" in err and "'0.5,0.5'" in err and "--rounds" in err
