@@ -78,10 +78,12 @@ Phases (every count and wait is bounded; see :class:`RunSettings`):
    (at least once), ``dls-shared`` / ``dls-shared-eos`` (one shared delivery topic of the
    first partition count, at least / exactly once) and ``dls-shared-p<N>`` /
    ``dls-shared-p<N>-eos`` for the others. A shared-topic node also gets
-   ``paired_rounds`` rounds of the passthrough of the same kind and the node, back to back
-   on fresh event ids, alternating which goes first (``throughput_round`` records and
-   ``throughput_ratio_paired_median``), and that passthrough's latency at the node's
-   latency rate (records with ``rate_of``): the floor of that rate on this machine.
+   ``paired_rounds`` rounds of the passthrough of the same kind and the node, back to back,
+   alternating which goes first (``throughput_round`` records and
+   ``throughput_ratio_paired_median``), each run on ``n_events`` events drawn anew from the
+   workload (same subscriptions; :func:`fresh_events`), never the first window's again,
+   and that passthrough's latency at the node's latency rate (records with ``rate_of``):
+   the floor of that rate on this machine.
 
 Garbage collection: with ``gc_freeze`` (default) the workload is frozen out of Python's
 collector before any phase, and every node freezes its heap at start
@@ -92,15 +94,22 @@ the passthroughs run in the same process, so all of them run with it (``gc_thres
 the params).
 
 Route cache: every node runs with ``NodeSettings.route_cache_mb`` (``--route-cache-mb
-MB``; 0 turns it off). The workload's events fall into ~32,000 cells, so a node sees each label
-about three times in its first 100,000 events and more often in later rounds: each
-throughput window and paired round records ``route_cache_hit_rate``, the share of its
-events routed from a plan made earlier.
+MB``; 0 turns it off). The workload's events fall into ~32,000 cells, so a node sees each
+label about three times in its first 100,000 events and more often in later rounds: each
+throughput window, paired round and node latency run records ``route_cache_hit_rate``,
+the share of its events routed from a plan made earlier. Every paired round and every
+latency run sends events drawn anew (a seed of their own, the same distribution and
+subscriptions): replaying the first window's events, as the rounds once did, let the
+cache answer 100 % of them (0.86-0.89x with the cache against 0.48-0.62x without, with
+``--events 30000``, whose first window hit 34.5 %), which says nothing of a live stream.
 
-The issue's bars are read off the records (never asserted): ``throughput_ratio``
-(``dls`` / ``passthrough``; for shared-topic nodes ``throughput_ratio_paired_median``) at
-least 0.7; ``latency_p99`` under 20 ms at half the node's maximum rate. The log says
-whether each is met.
+The issue's bars are read off the records (never asserted): throughput ``dls`` /
+``passthrough`` of the same kind at least 0.7 (``throughput_ratio``; for shared-topic
+nodes the median of the paired rounds, ``throughput_ratio_paired_median``); latency: the
+node's p99 at most ``BAR_P99_RATIO`` (1.5) x the passthrough's at the same rate, median
+of five paired rounds at 25 % and 50 % of the node's maximum, one-partition layout --
+judged by ``benchmarks.kafka_latency``; here each system runs once at half its maximum
+and the log gives that one ratio for information. The log says whether each bar is met.
 
 Output: ``kafka.json`` (records ``{"benchmark", "system", "params", "metric", "value",
 "unit"}``), ``kafka.meta.json`` (machine, commit, command, wall time, settings, topic count
@@ -128,6 +137,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -146,7 +156,14 @@ from benchmarks.core import (
     map_boxes,
     write_results,
 )
-from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
+from benchmarks.workload import (
+    Workload,
+    WorkloadParams,
+    attr_names,
+    draw_values,
+    generate,
+    space_spec,
+)
 from broker_node.config import NodeSettings
 from broker_node.heap import set_young_threshold
 from broker_node.service import NodeService
@@ -185,7 +202,9 @@ DEFAULT_BOOTSTRAP = os.environ.get("DLS_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 HEADER_SENT = "bench-sent-ns"
 _SENT = struct.Struct(">q")
 BAR_THROUGHPUT_RATIO = 0.7
-BAR_P99_MS = 20.0
+#: The latency bar: node p99 at most this many times the passthrough's of the same kind at
+#: the same rate (median of paired rounds; judged by ``benchmarks.kafka_latency``).
+BAR_P99_RATIO = 1.5
 
 
 @dataclass(frozen=True)
@@ -269,10 +288,9 @@ class Prepared:
     ev_headers: list[list[tuple[str, bytes]]]
 
 
-def _event_message(i: int, row: Sequence[int], names: Sequence[str], label: int,
+def _event_message(eid: str, row: Sequence[int], names: Sequence[str], label: int,
                    payload: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """Value and headers of event ``i`` exactly as ``Client.publish`` writes them."""
-    eid = f"e{i}"
+    """Value and headers of event ``eid`` exactly as ``Client.publish`` writes them."""
     value = encode_raw_event(NODE, PUBLISHER, eid, dict(zip(names, row, strict=True)), payload)
     return value, [(HEADER_LABEL, encode_label(label)),
                    (HEADER_ORIGIN, f"{NODE}/{PUBLISHER}".encode()),
@@ -299,13 +317,7 @@ def prepare(s: RunSettings, n_events: int, rec: Recorder) -> Prepared:
     ev_labels, valid = event_labels_batch(space, event_columns(w))
     if not valid.all():
         raise AssertionError("generated events must be inside the domain")
-    names = attr_names(s.d)
-    payload = bytes(s.payload_bytes)
-    values, headers = [], []
-    for i, (row, label) in enumerate(zip(w.events.tolist(), ev_labels.tolist(), strict=True)):
-        v, h = _event_message(i, row, names, label, payload)
-        values.append(v)
-        headers.append(h)
+    values, headers = encode_events(s, w.events, ev_labels, "e")
     base = {**w.params.as_dict(), "n_events": s.n_events, "payload_bytes": s.payload_bytes,
             "labels_per_subscription": len(labels) / s.n_subs,
             "client_expected_items": items, "client_fp_rate": CLIENT_FP_RATE,
@@ -315,6 +327,45 @@ def prepare(s: RunSettings, n_events: int, rec: Recorder) -> Prepared:
             f"of {s.n_clients} clients, {n_events} events, d={s.d} g={s.g} {s.distribution}; "
             f"client filters for {items} labels; prepared in {time.perf_counter() - t0:.1f} s")
     return Prepared(w, spec, space, base, subs, ev_labels, values, headers)
+
+
+def encode_events(s: RunSettings, events: np.ndarray, labels: np.ndarray,
+                  id_prefix: str) -> tuple[list[bytes], list[list[tuple[str, bytes]]]]:
+    """Values and headers of events as ``Client.publish`` writes them; ids ``<prefix><i>``."""
+    names = attr_names(events.shape[1])
+    payload = bytes(s.payload_bytes)
+    values, headers = [], []
+    for i, (row, label) in enumerate(zip(events.tolist(), labels.tolist(), strict=True)):
+        v, h = _event_message(f"{id_prefix}{i}", row, names, label, payload)
+        values.append(v)
+        headers.append(h)
+    return values, headers
+
+
+def fresh_events(p: Prepared, n: int, draw: str) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` events drawn anew from the workload's distribution, and their labels.
+
+    The generator is seeded with the workload's seed and ``draw`` (a name unique within a
+    run, e.g. the round's), so each round gets its own events of the same workload (same
+    subscriptions), never the first window's again: replayed events are all answered by
+    the route cache, which a live stream is not.
+    """
+    wp = p.workload.params
+    rng = np.random.default_rng([wp.seed, zlib.crc32(draw.encode())])
+    events = np.empty((n, wp.d), dtype=np.int64)
+    for i in range(wp.d):
+        events[:, i] = draw_values(rng, n, wp)
+    labels, valid = event_labels_batch(
+        p.space, {name: events[:, i] for i, name in enumerate(attr_names(wp.d))})
+    if not valid.all():
+        raise AssertionError("drawn events must be inside the domain")
+    return events, labels
+
+
+def events_digest(events: np.ndarray, labels: np.ndarray) -> int:
+    """A CRC-32 of events and their labels (recorded, to tell the rounds' events apart)."""
+    return zlib.crc32(np.ascontiguousarray(labels).tobytes(),
+                      zlib.crc32(np.ascontiguousarray(events).tobytes()))
 
 
 def young_threshold() -> int:
@@ -656,13 +707,18 @@ def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, re
 
 def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]], group: str,
                     counts: Callable[[], tuple[int, int, int]], p: Prepared, s: RunSettings,
-                    rate: float, tag: str) -> dict[str, Any]:
+                    rate: float, tag: str, draw: str | None = None) -> dict[str, Any]:
     """One paced run: publisher and receiver processes around a running forwarder.
 
     ``counts()`` gives the forwarder's cumulative (events in, messages out, transactions).
     After the publisher stops, waits (at most ``latency_drain_s``) until the forwarder has
     taken every event sent, then lets the receiver drain (1.5 s without a message).
+    The publisher sends events drawn anew for this run (:func:`fresh_events`, seeded by
+    ``draw``, default ``tag``), as many as it can send, so no event is sent twice.
     """
+    total = s.latency_warmup_s + s.latency_s
+    draw = tag if draw is None else draw
+    drawn, labels = fresh_events(p, int(rate * total) + 1, draw)
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     q_recv, q_pub = ctx.Queue(), ctx.Queue()
@@ -672,10 +728,9 @@ def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]]
     if not ready.wait(60):
         receiver.kill()
         raise TimeoutError("latency receiver did not start within 60 s")
-    total = s.latency_warmup_s + s.latency_s
     publisher = ctx.Process(target=_publisher_proc, args=(
-        bootstrap, publish, p.workload.events, p.ev_labels, rate, total, s.payload_bytes, tag,
-        q_pub), daemon=True)
+        bootstrap, publish, drawn, labels, rate, total, s.payload_bytes, tag, q_pub),
+        daemon=True)
     before = counts()
     publisher.start()
     pub = q_pub.get(timeout=total + 180)  # its encoding before the clock starts included
@@ -703,13 +758,19 @@ def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]]
             "events_per_transaction": events / batches if batches else 0.0,
             "backlog_at_end": before[0] + pub["sent"] - at_end[0],
             "backlog_left": before[0] + pub["sent"] - after[0],
-            "catch_up_s": caught_up}
+            "catch_up_s": caught_up, "event_draw": draw,
+            "events_digest": events_digest(drawn, labels)}
 
 
 def latency_records(rec: Recorder, system: str, lp: dict[str, Any],
                     r: dict[str, Any]) -> None:
-    """Record one latency run and log a line."""
+    """Record one latency run and log a line.
+
+    The params get the run's ``event_draw`` and ``events_digest``; a node's run also
+    records its ``route_cache_hit_rate`` (``r`` has it when the forwarder is a node).
+    """
     lat = r["latency_ms"]
+    lp = {**lp, "event_draw": r["event_draw"], "events_digest": r["events_digest"]}
     rec.add(system, lp, "achieved_rate", r["achieved_rate"], "events/s")
     rec.add(system, lp, "events_per_transaction", r["events_per_transaction"], "events")
     rec.add(system, lp, "backlog_at_end", r["backlog_at_end"], "events")
@@ -720,13 +781,14 @@ def latency_records(rec: Recorder, system: str, lp: dict[str, Any],
     tail = (f"{r['events_per_transaction']:.1f} events per transaction, backlog "
             f"{r['backlog_at_end']} events at the end, {r['backlog_left']} left after "
             f"{r['catch_up_s']:.1f} s")
+    if "route_cache_hit_rate" in r:
+        rec.add(system, lp, "route_cache_hit_rate", r["route_cache_hit_rate"], "share")
+        tail += f"; route cache hits {100 * r['route_cache_hit_rate']:.1f} %"
     if len(lat):
         q = np.percentile(lat, [50, 99, 99.9])
         for name, v in (("latency_p50", q[0]), ("latency_p99", q[1]), ("latency_p999", q[2]),
                         ("latency_max", lat.max()), ("latency_mean", lat.mean())):
-            extra = ({"bar_ms": BAR_P99_MS, "met": bool(v < BAR_P99_MS)}
-                     if name == "latency_p99" else {})
-            rec.add(system, {**lp, **extra}, name, float(v), "ms")
+            rec.add(system, lp, name, float(v), "ms")
         rec.log(f"{head}: p50 {q[0]:.1f} ms, p99 {q[1]:.1f} ms, p99.9 {q[2]:.1f} ms, max "
                 f"{lat.max():.1f} ms ({len(lat)} samples); {tail}")
     else:
@@ -775,8 +837,9 @@ def profile_shares(stats: pstats.Stats, total: float) -> dict[str, float]:
 # -- the run ------------------------------------------------------------------------------
 def passthrough_latency(bootstrap: str, lat_in: str, out_topic: str, group: str, batch: int,
                         poll_s: float, transactional: bool, p: Prepared, s: RunSettings,
-                        rate: float, tag: str) -> dict[str, Any]:
-    """One paced run (:func:`measure_latency`) through a passthrough on a thread.
+                        rate: float, tag: str, draw: str | None = None) -> dict[str, Any]:
+    """One paced run (:func:`measure_latency`, events drawn with ``draw``) through a
+    passthrough on a thread.
 
     The passthrough reads ``lat_in`` with ``group`` and writes ``out_topic``; the receiver
     uses the group ``<group>-recv``.
@@ -802,7 +865,7 @@ def passthrough_latency(bootstrap: str, lat_in: str, out_topic: str, group: str,
     time.sleep(1.0)  # group join
     try:
         r = measure_latency(bootstrap, lat_in, [(out_topic, 0)], f"{group}-recv", counts, p,
-                            s, rate, tag)
+                            s, rate, tag, draw)
     finally:
         stop.set()
         thread.join(60)
@@ -876,8 +939,11 @@ class _Latency:
                 time.sleep(0.5)
                 group = f"{group_stem}-{k}"
                 self.groups.append(group)
+                hits0 = _cache_counts(service)
                 r = measure_latency(self.bootstrap, publish, watched, group, node_counts,
-                                    self.p, self.s, rate, f"{tag}{k}")
+                                    self.p, self.s, rate, f"{tag}{k}",
+                                    draw=f"{system} latency {k}")
+                r["route_cache_hit_rate"] = _cache_rate(service, hits0)
                 if errors:
                     break  # raised on leaving the context
                 latency_records(self.rec, system, {
@@ -896,20 +962,38 @@ class _Latency:
             group = f"{group_stem}-{k}"
             self.groups.extend([group, f"{group}-recv"])
             r = passthrough_latency(self.bootstrap, lat_in, out_topic, group, batch, poll_s,
-                                    transactional, self.p, self.s, rate, f"{tag}{k}")
+                                    transactional, self.p, self.s, rate, f"{tag}{k}",
+                                    f"{system} for {params.get('rate_of', 'dls')} latency {k}")
             latency_records(self.rec, system, {**params, "batch_size": batch,
                                                "poll_timeout_s": poll_s}, r)
 
-    def log_best_p99(self, system: str) -> None:
-        """Log the best p99 at ``latency_rate_fraction`` of the maximum rate against the bar."""
+    def log_p99_ratio(self, system: str, base_name: str) -> None:
+        """Log the node's best p99 at ``latency_rate_fraction`` of its maximum rate, and
+        its ratio to the best p99 of ``base_name`` at the same rate.
+
+        One run each, for information: the latency bar (node p99 at most
+        ``BAR_P99_RATIO`` x the passthrough's, median of five paired rounds) is judged by
+        ``benchmarks.kafka_latency``.
+        """
         frac = self.s.latency_rate_fraction
-        p99s = [r["value"] for r in self.rec.records
+        rows = [r for r in self.rec.records
                 if r["metric"] == "latency_p99" and r["system"] == system
                 and r["params"]["rate_fraction_of_max"] == frac]
-        if p99s:
-            best = min(p99s)
-            self.rec.log(f"best {system} p99 at {frac:.0%} of its maximum rate: {best:.1f} ms "
-                         f"(bar {BAR_P99_MS:g} ms: {'met' if best < BAR_P99_MS else 'NOT met'})")
+        if not rows:
+            return
+        best = min(rows, key=lambda r: r["value"])
+        rate = best["params"]["rate_events_s"]
+        base = [r["value"] for r in self.rec.records
+                if r["metric"] == "latency_p99" and r["system"] == base_name
+                and r["params"].get("rate_of", system) == system
+                and abs(r["params"]["rate_events_s"] - rate) < 1e-6]
+        line = f"best {system} p99 at {frac:.0%} of its maximum rate: {best['value']:.1f} ms"
+        if base:
+            line += (f"; {base_name} at that rate {min(base):.1f} ms, ratio "
+                     f"{best['value'] / min(base):.2f} (one run each; the bar, <= "
+                     f"{BAR_P99_RATIO:g}x over five paired rounds, is judged by "
+                     f"benchmarks.kafka_latency)")
+        self.rec.log(line)
 
 
 def _summary(name: str, win: Window) -> str:
@@ -1194,7 +1278,7 @@ def _run_phases(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     ensure_topics(bootstrap, [lat_in])
     lat.passthrough("passthrough", lat_in, out_topic, rate, True,
                     {**lat_base, "watched_topics": 1}, f"{topics.prefix}-ptlat", "P")
-    lat.log_best_p99("dls")
+    lat.log_p99_ratio("dls", "passthrough")
 
     if s.at_least_once:
         _variant_phase(s, bootstrap, rec, p, settings, topics, groups, facts, producer,
@@ -1305,7 +1389,6 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
              {**base_lat, "watched_clients": len(clients), "watched_partitions": len(watched)},
              f"{topics.prefix}-{system}-lat", "S" if parts else "A")
     if system != "dls-alo":
-        lat.log_best_p99(system)
         if s.latency_configs:
             # The like-for-like floor: a passthrough of the same kind at the same rate, on
             # the same machine with the same publisher and receiver processes around it.
@@ -1316,12 +1399,13 @@ def _variant_phase(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                             {**base_lat, "watched_topics": 1, "rate_of": system},
                             f"{topics.prefix}-{system}-ptlat", "Q",
                             configs=s.latency_configs[:1])
+            lat.log_p99_ratio(system, base_name)
         return
     lat_in = f"{topics.prefix}.bench.latency-in-nontx"
     ensure_topics(bootstrap, [lat_in])
     lat.passthrough("passthrough-nontx", lat_in, out_topic, rate, False,
                     {**base_lat, "watched_topics": 1}, f"{topics.prefix}-ntlat", "N")
-    lat.log_best_p99("dls-alo")
+    lat.log_p99_ratio("dls-alo", "passthrough-nontx")
 
 
 def _cache_counts(service: NodeService) -> tuple[int, int]:
@@ -1341,6 +1425,14 @@ def _cache_note(service: NodeService, before: tuple[int, int]) -> str:
     return f"; route cache hits {100 * _cache_rate(service, before):.1f} %"
 
 
+def _round_events(s: RunSettings, p: Prepared, n: int, draw: str,
+                  id_prefix: str) -> tuple[list[bytes], list[list[tuple[str, bytes]]], int]:
+    """``n`` events drawn anew for one run of a paired round: values, headers, digest."""
+    events, labels = fresh_events(p, n, draw)
+    values, headers = encode_events(s, events, labels, id_prefix)
+    return values, headers, events_digest(events, labels)
+
+
 def _paired_rounds(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                    service: NodeService, producer: Producer, publish: str, out_topic: str,
                    groups: list[str], system: str, transactional: bool,
@@ -1349,12 +1441,16 @@ def _paired_rounds(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
 
     One window of ~100,000 events lasts about a second, and on a shared 2-core machine
     two such windows minutes apart differed by 1.5x for the same passthrough. Here each
-    round measures the passthrough (reading the node's publish topic with a fresh group)
-    and the node (on ``n_events`` fresh events: new ids, or it would skip them as
-    repeats) back to back; the bar is judged on the median of the per-round ratios.
-    When the node has a route cache, each round also runs the same node with the cache
-    off (``<system>-nocache``, on its own fresh events), and the order of the runs
-    rotates from round to round.
+    round measures the passthrough and the node back to back; the bar is judged on the
+    median of the per-round ratios. Every run of every round gets ``n_events`` events
+    drawn anew from the workload (:func:`fresh_events`; the draw is named
+    ``<system> round <r> <run>``), produced just before it: the node's to its publish
+    topic (new ids, or it would skip them as repeats), the passthrough's to a topic of
+    its own for the round. Replaying the first window's events instead let the route
+    cache answer all of them, which no live stream gets; each node run records its
+    ``route_cache_hit_rate``, logged beside its ratio. When the node has a route cache,
+    each round also runs the same node with the cache off (``<system>-nocache``), and
+    the order of the runs rotates from round to round.
     """
     n = s.n_events
     base_name = "passthrough" if transactional else "passthrough-nontx"
@@ -1362,23 +1458,30 @@ def _paired_rounds(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
     cached = service.settings
     runs = [base_name, system] + ([f"{system}-nocache"] if cached.route_cache_mb else [])
     ratios: dict[str, list[float]] = {name: [] for name in runs[1:]}
+    hit_rates: dict[str, list[float]] = {name: [] for name in runs[1:]}
     for r in range(s.paired_rounds):
         group = f"{publish}-pair-{r}"
         groups.append(group)
         rates: dict[str, float] = {}
+        digests: dict[str, int] = {}
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         for name in order:
+            draw = f"{system} round {r} {name}"
+            values, headers, digests[name] = _round_events(s, p, n, draw, f"p{r}-{name}-e")
             if name == base_name:
-                w = window(passthrough(bootstrap, publish, group, n, s.batch_size,
+                source = f"{publish}.pair-{r}"
+                ensure_topics(bootstrap, [source])
+                produce_all(producer, source, values, headers)
+                del values, headers
+                gc.collect()
+                w = window(passthrough(bootstrap, source, group, n, s.batch_size,
                                        s.poll_timeout_s, transactional=transactional,
                                        out_topic=out_topic, timeout=s.phase_timeout_s), n)
             else:
-                # n fresh events, produced just before: the node's last slice may read
-                # past n, so a run may not leave events for the next one
-                headers = [[(k, f"p{r}-{name}-e{i}".encode()) if k == HEADER_EVENT_ID
-                            else (k, v) for k, v in h] for i, h in enumerate(p.ev_headers[:n])]
-                produce_all(producer, publish, p.ev_values[:n], headers)
-                del headers
+                # produced just before: the node's last slice may read past n, so a run
+                # may not leave events for the next one
+                produce_all(producer, publish, values, headers)
+                del values, headers
                 gc.collect()
                 service.settings = (cached if name == system
                                     else cached.model_copy(update={"route_cache_mb": 0.0}))
@@ -1389,16 +1492,21 @@ def _paired_rounds(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
                 rates[f"{name} hits"] = _cache_rate(service, before)
             rates[name] = w.rate
         service.settings = cached
-        rp = {**params, "round": r, "order": order}
+        rp = {**params, "round": r, "order": order, "events": "drawn anew per run"}
         for name in runs[1:]:
             ratios[name].append(rates[name] / rates[base_name])
-            rec.add(name, rp, "throughput_round", rates[name], "events/s")
-            rec.add(name, {**rp, "route_cache_mb": 0.0 if name.endswith("-nocache")
+            hit_rates[name].append(rates[f"{name} hits"])
+            node_p = {**rp, "event_draw": f"{system} round {r} {name}",
+                   "events_digest": digests[name]}
+            rec.add(name, node_p, "throughput_round", rates[name], "events/s")
+            rec.add(name, {**node_p, "route_cache_mb": 0.0 if name.endswith("-nocache")
                            else cached.route_cache_mb},
                     "route_cache_hit_rate", rates[f"{name} hits"], "share")
-        rec.add(base_name, {**rp, "rate_of": system}, "throughput_round", rates[base_name],
-                "events/s")
-        rec.log(f"round {r} ({', '.join(order)}): " + "; ".join(
+        rec.add(base_name, {**rp, "rate_of": system,
+                            "event_draw": f"{system} round {r} {base_name}",
+                            "events_digest": digests[base_name]},
+                "throughput_round", rates[base_name], "events/s")
+        rec.log(f"round {r} ({', '.join(order)}; fresh events): " + "; ".join(
             f"{name} {rates[name]:.0f} events/s" for name in runs) + "; ratios " + ", ".join(
             f"{name} {ratios[name][-1]:.3f} (route cache hits "
             f"{100 * rates[f'{name} hits']:.1f} %)" for name in runs[1:]))
@@ -1407,10 +1515,14 @@ def _paired_rounds(s: RunSettings, bootstrap: str, rec: Recorder, p: Prepared,
         met = med >= BAR_THROUGHPUT_RATIO
         rec.add(name, {**params, "rounds": len(ratios[name]), "baseline": base_name,
                        "ratios": [round(x, 4) for x in ratios[name]],
+                       "route_cache_hit_rates": [round(x, 4) for x in hit_rates[name]],
+                       "events": "drawn anew per run",
                        "bar": BAR_THROUGHPUT_RATIO, "met": met},
                 "throughput_ratio_paired_median", med, f"x {base_name}")
-        rec.log(f"{name} / {base_name}, median of {len(ratios[name])} paired rounds: "
-                f"{med:.3f} (bar {BAR_THROUGHPUT_RATIO}: {'met' if met else 'NOT met'})")
+        rec.log(f"{name} / {base_name}, median of {len(ratios[name])} paired rounds on fresh "
+                f"events: {med:.3f} (bar {BAR_THROUGHPUT_RATIO}: "
+                f"{'met' if met else 'NOT met'}; route cache hits "
+                + ", ".join(f"{100 * x:.1f} %" for x in hit_rates[name]) + ")")
 
 
 # -- plot ---------------------------------------------------------------------------------
@@ -1552,12 +1664,11 @@ def _latency_panel(ax: Any, nodes: list[_NodeBars]) -> None:
         if n.p99 is not None:
             bar = ax.bar(i + w / 2, n.p99, w, color=_KIND_COLOUR[n.transactional])
             ax.bar_label(bar, fmt="%.0f", fontsize=7)
-    ax.axhline(BAR_P99_MS, color="red", ls="--", lw=1)
     ax.set_yscale("log")
     _ticks(ax, [f"{n.system}\n{n.p99_rate:,.0f}/s" for n in nodes])
     ax.set_ylabel("p99 latency (ms, log)")
-    ax.set_title(f"best p99 at half the node's maximum rate (red: {BAR_P99_MS:g} ms bar;\n"
-                 "grey: passthrough of the same kind at that rate)", fontsize=9)
+    ax.set_title("best p99 at half the node's maximum rate, one run each\n(grey: "
+                 "passthrough of the same kind at that rate)", fontsize=9)
 
 
 def plot_figure(records: list[dict[str, Any]]) -> Any:
