@@ -108,6 +108,8 @@ class RunSettings:
     bf_match_repeats: int = 2
     check_sample_events: int = 500
     seed: int = 0
+    #: BrokerConfig.update_threads of the DLS systems (1: single-threaded like the paper).
+    update_threads: int = 1
 
 
 FULL = RunSettings(
@@ -222,7 +224,8 @@ def run_dls(rec: Recorder, system: str, space_sp: dict[str, Any], w: Workload,
               "client_m": cfg.client_m, "client_k": cfg.client_k,
               "routing_m": cfg.routing_m, "routing_k": cfg.routing_k,
               "counter_bits": cfg.counter_bits, "mode": cfg.mode,
-              "n_neighbours": len(NEIGHBOURS), "batch_size": s.batch_size}
+              "n_neighbours": len(NEIGHBOURS), "batch_size": s.batch_size,
+              "update_threads": cfg.update_threads}
     rec.add(system, {**params, "setup": "BrokerState.for_space + client registration + bank "
                      "pre-grown by one dummy subscribe/unsubscribe"},
             "setup_time", t_setup, "s")
@@ -397,7 +400,7 @@ def run(s: RunSettings, log: Callable[[str], None] = print) -> list[dict[str, An
                                                    "routing_filter": "direct"})):
                     t_sys = time.perf_counter()
                     r = run_dls(rec, system, sp, w, offsets, labels, ev_labels, exact, s,
-                                dls_base, kw)
+                                dls_base, {**kw, "update_threads": s.update_threads})
                     r["speedup"] = bf_row["match"] / r["match"]
                     rec.add(system, {**dls_base, "bruteforce_match_sample_events":
                                      min(s.bf_sample_events, len(w.events))},
@@ -522,8 +525,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dists", default=None, help="comma-separated: uniform,zipf")
     ap.add_argument("--dims", default=None,
                     help="comma-separated dxg, e.g. 3x32,4x16, instead of the preset's")
+    ap.add_argument("--update-threads", type=int, default=1,
+                    help="threads of the DLS systems' large batch updates (default 1)")
     args = ap.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.update_threads < 1:
+        ap.error(f"--update-threads must be at least 1, got {args.update_threads}")
+    settings = replace(settings, update_threads=args.update_threads)
     if args.sizes:
         settings = replace(settings, sizes=tuple(int(x) for x in args.sizes.split(",")))
     if args.dists:

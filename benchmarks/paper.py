@@ -151,6 +151,8 @@ class PaperSettings:
     growth_clients_subs: int = 200_000
     growth_dg: tuple[int, int] = (3, 32)
     seed: int = 0
+    #: update_threads of the DLS systems (1: single-threaded like every other system).
+    update_threads: int = 1
     experiments: tuple[str, ...] = EXPERIMENTS
     systems: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -312,7 +314,8 @@ def fill_and_measure(rec: Recorder, spec: SystemSpec, w: Workload, sizes: Sequen
     """
     nc = w.params.n_clients
     kw = build_kwargs(w.params.d, w.params.g, nc, high=w.params.domain_high,
-                      client_items=items, n_subs=w.params.n_subs)
+                      client_items=items, n_subs=w.params.n_subs,
+                      update_threads=s.update_threads)
     m = build(spec, kw)
     name = spec.name
     unit = _traffic_unit(name)
@@ -499,7 +502,8 @@ def run_matching(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
         exact = exact_at(w, [n], s.check_events)[n]
         base = {**w.params.as_dict(), "experiment": "matching"}
         kw = build_kwargs(d, g, s.n_clients, high=w.params.domain_high,
-                          client_items=client_items(w), n_subs=w.params.n_subs)
+                          client_items=client_items(w), n_subs=w.params.n_subs,
+                          update_threads=s.update_threads)
         filled: dict[str, Matcher] = {}
         for spec in systems:
             m = _guard(rec, spec, log, base, partial(_fill, spec, kw, w, s.batch_size, log))
@@ -563,7 +567,7 @@ def run_granules(rec: Recorder, s: PaperSettings, systems: list[SystemSpec],
             off, _ = core.map_boxes(sp, w.lo, w.hi)
             rec.add("dls", base, "labels_per_subscription", off[-1] / n, "labels")
             kw = build_kwargs(s.gran_d, g, w.params.n_clients, client_items=client_items(w),
-                              n_subs=w.params.n_subs)
+                              n_subs=w.params.n_subs, update_threads=s.update_threads)
             rows: dict[str, dict[int, dict[str, float]]] = {}
             for spec in systems:
                 r = _guard(rec, spec, log, base, partial(_gran_one, rec, spec, w, kw, exact,
@@ -945,8 +949,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="fail instead of skipping a system whose module is missing")
     ap.add_argument("--merge", action="store_true",
                     help="keep --out's records of the experiments not run now")
+    ap.add_argument("--update-threads", type=int, default=1,
+                    help="threads of the DLS systems' large batch updates (default 1)")
     args = ap.parse_args(argv)
+    if args.update_threads < 1:
+        ap.error(f"--update-threads must be at least 1, got {args.update_threads}")
     s = TINY if args.tiny else QUICK if args.quick else FULL
+    s = replace(s, update_threads=args.update_threads)
     if args.experiments:
         s = replace(s, experiments=_csv(args.experiments, "experiments", EXPERIMENTS))
     if args.systems:

@@ -118,12 +118,14 @@ SYSTEMS: tuple[SystemSpec, ...] = (
 
 
 def build_kwargs(d: int, g: int, n_clients: int, *, high: int = DOMAIN_HIGH,
-                 client_items: int = 64, n_subs: int = 0) -> dict[str, Any]:
+                 client_items: int = 64, n_subs: int = 0,
+                 update_threads: int = 1) -> dict[str, Any]:
     """Every keyword a system constructor may ask for.
 
     ``n_subs`` (``expected_subscriptions``): how many subscriptions the experiment may
     insert, so that a system can prepare, untimed, the inputs its API takes for them
     (DLS: the string ids), as a caller holds them before it subscribes.
+    ``update_threads``: the DLS systems' (``BrokerConfig.update_threads``).
     """
     spec = space_spec(d, g, {"client": {"expected_items": max(1, client_items),
                                         "fp_rate": CLIENT_FP_RATE},
@@ -132,7 +134,7 @@ def build_kwargs(d: int, g: int, n_clients: int, *, high: int = DOMAIN_HIGH,
             "granules": g, "space": ContentSpace.from_spec(spec), "space_spec": spec,
             "client_items": client_items, "expected_items": client_items,
             "client_expected_items": client_items, "client_fp_rate": CLIENT_FP_RATE,
-            "expected_subscriptions": n_subs}
+            "expected_subscriptions": n_subs, "update_threads": update_threads}
 
 
 def _is_matcher_class(obj: Any) -> bool:

@@ -298,3 +298,26 @@ def test_granule_and_bar_conclusions_flip():
     assert "DLS insertion 1.000 → 10.000 µs, grows; the paper's 0.791 → 1.000 µs, flat: " \
            "unlike the paper" in steep
     assert "so the 10× bar is met" in flat and "so the 10× bar is not met" in steep
+
+
+def test_issue17_bars_follow_the_records():
+    """Each bar of issue 17 reads its own record and flips with it."""
+    def lines(ins, dele, mics, bf, mem):
+        recs = [_scaling("dls", m, v, dist=dist, d=d, g=g)
+                for dist in ("uniform", "zipf") for d, g in report.DIMS
+                for m, v in (("insert_time", ins), ("delete_time", dele),
+                             ("bytes_per_subscription", mem))]
+        recs += [_rec(s_, "matching_time", v, experiment="matching", distribution="uniform",
+                      d=3, g=32, n_subs=500_000, n_clients=1000)
+                 for s_, v in (("dls", 1.0), ("mics", mics), ("bruteforce", bf))]
+        return report._bar17_lines(_results(recs))
+
+    good = lines(0.5, 0.3, 10.0, 300.0, 99.9)
+    bad = lines(0.51, 0.7, 9.9, 299.0, 100.1)
+    assert len(good) == len(bad) == 2 + 12 + 2 + 2
+    assert all("**met**" in x for x in good[2:]), good
+    assert all("**not met**" in x for x in bad[2:]), bad
+    assert "* DLS delete ≤ 0.5 µs per subscription (zipf, d=4, g=16): **not met** — 0.700 µs" \
+        in bad
+    assert "1 update thread;" in good[0] and "500K subscriptions" in good[0]
+    assert report._bar17_lines(_results([])) == []
