@@ -92,6 +92,11 @@ class NodeSettings(BaseSettings):
                     "of m and k); routing waits for the rebuild "
                     "(docs/architecture.md#filters-that-resize-themselves). false: keep "
                     "the sizes of the spec")
+    update_threads: int = Field(
+        default=1, ge=1, le=64,
+        description="threads a large batch of subscriptions updates the client bank on "
+                    "(ranges of its rows, the same state on any number); more than 1 only "
+                    "pays with a core to spare")
     batch_size: int = Field(default=1000, ge=1, le=100_000)
     poll_timeout_s: float = Field(default=0.05, gt=0, le=10)
     delivery: Literal["exactly_once", "at_least_once"] = Field(

@@ -103,7 +103,7 @@ class NodeService(ClientInputs):
         self.state = BrokerState.for_space(
             s.node, list(s.neighbours), self.space, mode=s.mode,
             client_filter=s.client_filter, routing_filter=s.routing_filter,
-            resize_filters=s.resize_filters)
+            resize_filters=s.resize_filters, update_threads=s.update_threads)
         self.metrics = Metrics()
         self.registry = node_registry(s.node, self.metrics, self.state)
         self._routed = RoutedIds()

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,8 @@ def test_settings_built_directly_read_no_file(tmp_path):
     ({"node": "A", "neighbours": ("B", "x.y")}, "neighbours", ("B", "x.y"),
      "neighbour names must be [A-Za-z0-9_-]+, got 'x.y'"),
     ({"node": "A", "batch_size": 0}, "batch_size", 0, "greater than or equal to 1"),
+    ({"node": "A", "update_threads": 0}, "update_threads", 0, "greater than or equal to 1"),
+    ({"node": "A", "update_threads": 65}, "update_threads", 65, "less than or equal to 64"),
     ({"node": "A", "colour": "red"}, "colour", "red", "Extra inputs are not permitted"),
     ({"node": "A", "replication_factor": 0}, "replication_factor", 0,
      "greater than or equal to 1"),
@@ -126,3 +129,16 @@ def test_replication_settings_reach_every_topic_the_node_creates(tmp_path, monke
     assert load_settings(p).topic_replication() == {"replication": 3, "min_insync": 3}
     # min ISR alone: the cluster's replication factor is not known here, so not checked
     assert NodeSettings(node="A", space="s.json", min_insync_replicas=2).min_insync_replicas == 2
+
+
+def test_update_threads_reach_the_client_bank(tmp_path):
+    """NodeSettings.update_threads -> BrokerConfig -> the bank (built, not started)."""
+    from broker_node.service import NodeService
+
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps({"attributes": [
+        {"name": "x", "type": "numeric", "low": 0, "high": 10, "granules": 4}]}))
+    for threads in (1, 3):
+        svc = NodeService(NodeSettings(node="A", space=path, update_threads=threads))
+        assert svc.state.config.update_threads == threads
+        assert svc.state._bank.update_threads == threads  # noqa: SLF001
