@@ -187,7 +187,7 @@ def hybrid(kind: str, build: Build, space: ContentSpace, raw: DataFrame, topics:
     rest = F.call_function(general, F.struct(*[F.col(c) for c in raw.columns]))
     published = published_ms(raw)  # the Catalyst mapping adds it for the rows it maps
     df = select(df, "_jvm", F.when(F.col("_jvm").isNull(), rest).alias("_gen"),
-                   *([] if published is None else [be8(published).alias("_published")]))
+                    *([] if published is None else [be8(published).alias("_published")]))
     f, g = F.col("_jvm"), F.col("_gen")
     took = f.isNotNull()
     if parts:
@@ -201,10 +201,10 @@ def hybrid(kind: str, build: Build, space: ContentSpace, raw: DataFrame, topics:
                                     F.col("_published").alias("value"))]))
                if kind == "event" else F.array().cast(HEADERS_TYPE))
     return select(df, F.when(took, f["topic"].cast("string")).otherwise(g["topic"])
-                     .alias("topic"),
-                     F.lit(None).cast("binary").alias("key"),
-                     F.when(took, f["value"]).otherwise(g["value"]).alias("value"),
-                     F.when(took, headers).otherwise(g["headers"]).alias("headers"))
+                      .alias("topic"),
+                      F.lit(None).cast("binary").alias("key"),
+                      F.when(took, f["value"]).otherwise(g["value"]).alias("value"),
+                      F.when(took, headers).otherwise(g["headers"]).alias("headers"))
 
 
 def _exploded(df: DataFrame) -> DataFrame:

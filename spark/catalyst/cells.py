@@ -324,7 +324,7 @@ def _with_cells(space: ContentSpace, df: DataFrame) -> DataFrame:
     alts = F.col("_alts")
     attrs = list(enumerate(space.attributes))
     df = select(df, "*", *[F.transform(alts, _attr_is(a.name)).alias(f"_m{i}")
-                          for i, a in attrs])
+                           for i, a in attrs])
     stage2 = []
     for i, a in attrs:
         slow = F.transform(F.col(f"_m{i}"), _summary_of(a))
@@ -337,7 +337,7 @@ def _with_cells(space: ContentSpace, df: DataFrame) -> DataFrame:
         stage2.append(slow.alias(f"_k{i}"))
     df = select(df, "*", *stage2)
     df = select(df, "*", *[F.transform(F.col(f"_k{i}"), _kept_of(a)).alias(f"_v{i}")
-                          for i, a in attrs])
+                           for i, a in attrs])
     df = select(df, "*", *[
         F.transform(F.col(f"_k{i}"), _error_of(a, F.col(f"_m{i}"), F.col(f"_v{i}")))
         .alias(f"_e{i}") for i, a in attrs])
@@ -441,7 +441,7 @@ def with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
         F.flatten(F.transform(js, alt_labels)), lambda x: x.bitwiseXOR(F.lit(_SIGN))))),
         lambda x: x.bitwiseXOR(F.lit(_SIGN)))
     df = select(df, "*", F.when(F.col("_err").isNull(), F.when(one, alt_labels(F.lit(0)))
-                               .otherwise(union)).alias("_labels"))
+                                .otherwise(union)).alias("_labels"))
     df = replace_err(df, F.when(F.size(F.col("_labels")) > budget, _budget_error(
         F.size(F.col("_labels")).cast("decimal(38,0)"), budget, None)))
     df = with_column(df, "_labels", F.when(F.col("_err").isNull(), F.col("_labels")))

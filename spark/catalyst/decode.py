@@ -97,14 +97,14 @@ def _read(raw: DataFrame, kind: str) -> DataFrame:
         .otherwise(as_text)
     df = select(df, "*", is_avro.alias("_avro"), header_ok.alias("_hdr_ok"))
     df = select(df, "*", F.when(F.col("_avro") & F.col("_hdr_ok"), rec).alias("_rec"),
-                   F.when(~F.col("_avro"), text).alias("_text"))
+                    F.when(~F.col("_avro"), text).alias("_text"))
     typed_schema = "struct<" + ",".join(f"{k}:{t}" for k, t in _TYPED[kind].items()) + ">"
     # A second, typed reading of the same text: the keys of ``attrs`` in their order and
     # the values' text, and the string fields without a variant cast each.
     df = select(df, "*", F.try_parse_json(F.col("_text")).alias("_v"),
-                   F.from_json(F.col("_text"), typed_schema).alias("_j"))
+                    F.from_json(F.col("_text"), typed_schema).alias("_j"))
     return select(df, "*", F.try_variant_get(F.col("_v"), "$", "map<string,variant>")
-                     .alias("_top"))
+                      .alias("_top"))
 
 
 def _jfield(name: str) -> Column:
@@ -297,7 +297,7 @@ def _event_members(df: DataFrame, n_attrs: int) -> DataFrame:
     """Add ``_keys`` (the JSON attributes' keys in order) and ``_members`` (their values)."""
     F = fns()
     df = select(df, "*", F.coalesce(F.array_distinct(F.map_keys(F.col("_tm"))),
-                                   F.map_keys(F.col("_am"))).alias("_keys"))
+                                    F.map_keys(F.col("_am"))).alias("_keys"))
     # Up to n_attrs keys (every valid event: one per attribute of the space), the members
     # are built position by position in generated code; a lambda over an array of
     # structs runs interpreted, at a SQLConf per element read, so it is only the fallback
@@ -305,7 +305,7 @@ def _event_members(df: DataFrame, n_attrs: int) -> DataFrame:
     keys = F.col("_keys")
     unrolled = [_member(F.get(keys, i)) for i in range(n_attrs)]
     return select(df, "*", F.when(_few(n_attrs), F.slice(F.array(*unrolled), 1, F.size(keys)))
-                     .otherwise(F.transform(keys, _member)).alias("_members"))
+                      .otherwise(F.transform(keys, _member)).alias("_members"))
 
 
 def _event_columns(df: DataFrame, n_attrs: int) -> DataFrame:
@@ -354,7 +354,7 @@ def _subscription_columns(df: DataFrame) -> DataFrame:
     avro_where = F.col("_rec")["where"]
     first = F.substring(F.ltrim(avro_where), 1, 1)
     df = select(df, "*", F.coalesce(first.isin("[", "{"), F.lit(False)).alias("_aj"),
-                   first.alias("_a1"), F.try_parse_json(avro_where).alias("_awv"))
+                    first.alias("_a1"), F.try_parse_json(avro_where).alias("_awv"))
     aj = F.col("_aj")
     # In Avro, a where that starts with '[' or '{' is JSON (a list, or {"any": ...}).
     want = F.when(F.col("_a1") == "[", F.lit("ARRAY")).otherwise(F.lit("OBJECT"))

@@ -66,9 +66,9 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
     names = [a.name for a in space.attributes]
     attrs = F.col("attrs")
     df = select(df, "*", F.try_element_at(F.array_except(F.map_keys(attrs), str_array(names)),
-                                         F.lit(1)).alias("_extra"),
-                   *[F.try_element_at(attrs, F.lit(a.name)).alias(f"_a{i}")
-                     for i, a in enumerate(space.attributes)])
+                                          F.lit(1)).alias("_extra"),
+                    *[F.try_element_at(attrs, F.lit(a.name)).alias(f"_a{i}")
+                      for i, a in enumerate(space.attributes)])
     vals = []
     for i, a in enumerate(space.attributes):
         e = F.col(f"_a{i}")
@@ -175,7 +175,7 @@ def build_events(space: ContentSpace, raw: DataFrame, topics: Topics,
     if shards > 1:
         df = with_label_shards(df, F.array(F.col("_label")), "_shards", shards)
         df = with_column(df, "_topic", node_topic(F.col("node"), topics, "publish",
-                                                F.col("_shards")[0]))
+                                                  F.col("_shards")[0]))
     entries = F.coalesce(F.map_entries(F.col("attrs")),
                          F.array().cast(f"array<struct<key:string,value:{ATTR_TYPE}>>"))
     body = F.to_avro(F.struct(non_null("node"), non_null("client"), non_null("id"),

@@ -172,7 +172,7 @@ def finish_records(df: DataFrame, topics: Topics, records: Column) -> DataFrame:
     dead_topic, dead_value, dead_headers = _dead_letter(topics)
     dead = F.array(record(dead_topic, dead_value, dead_headers))
     return select(df, F.when(F.col("_err").isNull(), records.cast(f"array<{RECORD_TYPE}>"))
-                     .otherwise(dead).alias(RECORDS))
+                      .otherwise(dead).alias(RECORDS))
 
 
 def explode(df: DataFrame) -> DataFrame:

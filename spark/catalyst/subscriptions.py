@@ -50,7 +50,7 @@ def build_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics,
     df = with_json_predicates(with_text_predicates(space, df))
     use_json = F.col("wjson").isNotNull()
     df = select(df, "*", F.when(use_json, F.col("_jalts")).otherwise(F.col("_talts"))
-                   .alias("_alts"))
+                    .alias("_alts"))
     df = replace_err(df, F.when(use_json, F.col("_jerr")).otherwise(F.col("_terr")))
     df = with_labels(space, with_column(df,
         "_alts", F.when(F.col("_err").isNull(), F.col("_alts"))

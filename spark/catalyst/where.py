@@ -142,7 +142,7 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
     idx = list(num)
     df = select(df, "*", *[
         F.when(F.col("_fast"), F.array_position(F.col("_t_attr"), F.lit(num[i].name))
-               .cast("int") - 1).alias(f"_fp{i}") for i in idx])
+                .cast("int") - 1).alias(f"_fp{i}") for i in idx])
     stage = []
     for i in idx:
         pos = F.col(f"_fp{i}")
@@ -154,12 +154,12 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
     df = select(df, "*", *stage)
     df = select(df, "*", *[
         F.when(F.col(f"_fp{i}") >= 0, interval(F.col(f"_fo{i}"), F.col(f"_f0{i}"),
-                                               F.col(f"_f1{i}"),
-                                               F.lit(None).cast("array<double>")))
+                                                F.col(f"_f1{i}"),
+                                                F.lit(None).cast("array<double>")))
         .alias(f"_fq{i}") for i in idx])
     df = select(df, "*", *[
         F.when(F.col("_fast"), F.when(F.col(f"_fq{i}").isNull(), domain(num[i]))
-               .otherwise(merge(domain(num[i]), F.col(f"_fq{i}"))))
+                .otherwise(merge(domain(num[i]), F.col(f"_fq{i}"))))
         .alias(f"_fk{i}") for i in idx])
     return df.drop(*[f"_f{x}{i}" for i in idx for x in ("p", "o", "0", "1", "q")],
                    *[f"_f{x}{j}" for j in range(n_max) for x in ("x", "y")])
@@ -234,12 +234,12 @@ def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
     bare = F.regexp_extract_all(wtext, F.lit(_ALT_EACH), F.lit(2))
     df = select(df, "*", F.when(F.col("_t_ok"),
                                 F.zip_with(paren, bare, lambda x, y: F.concat(x, y)))
-                .alias("_t_alts"), F.get(paren, 0).alias("_t_p0"))
+                         .alias("_t_alts"), F.get(paren, 0).alias("_t_p0"))
     df = select(df, "*", (F.coalesce(F.size(F.col("_t_alts")) <= 1, F.lit(False))
-                         & F.coalesce(F.col("_t_p0") == "", F.lit(True))).alias("_t_one"))
+                          & F.coalesce(F.col("_t_p0") == "", F.lit(True))).alias("_t_one"))
     whole = _groups(wtext, F.col("_t_plain"))
     df = select(df, "*", *[F.when(F.col("_t_one"), c).alias(n) for c, n in zip(whole, names,
-                                                                           strict=True)])
+                                                                            strict=True)])
     df = _with_fast_path(space, df)
 
     def alt_groups(alt: Column) -> Column:
@@ -249,7 +249,7 @@ def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
     none = F.array(F.array().cast(f"array<{PRED_TYPE}>"))
     alts = F.coalesce(F.col("_t_alts"), F.array())
     df = select(df, "*", F.when(F.col("_t_ok") & ~F.col("_fast") & (F.size(alts) > 0),
-                               F.transform(alts, alt_groups)).alias("_t_g"))
+                                F.transform(alts, alt_groups)).alias("_t_g"))
     preds = F.transform(F.col("_t_g"), lambda g: F.transform(
         F.sequence(F.lit(0), F.size(g["attr"]) - 1), lambda i: _text_pred(g, i)))
     df = select(df, "*", F.coalesce(preds, none).alias("_talts"))
