@@ -27,6 +27,7 @@ from connectors.topics import (
 from dls.space import BreakpointAttribute, ContentSpace, DiscreteAttribute, UniformAttribute
 from spark.catalyst.columns import HEADERS_TYPE, be8, fns, json_rules
 from spark.catalyst.sink import RECORDS, explode, published_ms, record
+from spark.catalyst.sqlfns import select
 from spark.exceptions import FastPathError
 
 if TYPE_CHECKING:
@@ -181,17 +182,17 @@ def hybrid(kind: str, build: Build, space: ContentSpace, raw: DataFrame, topics:
         return _exploded(build(space, raw, topics, shards))
     mapped = F.call_function(fn, F.lit(bytearray(fast_config(space, topics, kind, shards))),
                              F.col("value"))
-    df = raw.select("*", mapped.alias("_jvm"))
+    df = select(raw, "*", mapped.alias("_jvm"))
     # In a column of its own, read three times below (the optimiser keeps it apart).
     rest = F.call_function(general, F.struct(*[F.col(c) for c in raw.columns]))
     published = published_ms(raw)  # the Catalyst mapping adds it for the rows it maps
-    df = df.select("_jvm", F.when(F.col("_jvm").isNull(), rest).alias("_gen"),
-                   *([] if published is None else [be8(published).alias("_published")]))
+    df = select(df, "_jvm", F.when(F.col("_jvm").isNull(), rest).alias("_gen"),
+                    *([] if published is None else [be8(published).alias("_published")]))
     f, g = F.col("_jvm"), F.col("_gen")
     took = f.isNotNull()
     if parts:
         mine = F.transform(f["parts"], lambda p: record(p["topic"].cast("string"), p["value"]))
-        return explode(df.select(F.when(took, mine).otherwise(g[RECORDS]).alias(RECORDS)))
+        return explode(select(df, F.when(took, mine).otherwise(g[RECORDS]).alias(RECORDS)))
     headers = (F.array(*[F.struct(F.lit(k).alias("key"), f[n].alias("value"))
                          for k, n in ((HEADER_LABEL, "label"), (HEADER_ORIGIN, "origin"),
                                       (HEADER_EVENT_ID, "eid"))],
@@ -199,11 +200,11 @@ def hybrid(kind: str, build: Build, space: ContentSpace, raw: DataFrame, topics:
                            F.struct(F.lit(HEADER_PUBLISHED).alias("key"),
                                     F.col("_published").alias("value"))]))
                if kind == "event" else F.array().cast(HEADERS_TYPE))
-    return df.select(F.when(took, f["topic"].cast("string")).otherwise(g["topic"])
-                     .alias("topic"),
-                     F.lit(None).cast("binary").alias("key"),
-                     F.when(took, f["value"]).otherwise(g["value"]).alias("value"),
-                     F.when(took, headers).otherwise(g["headers"]).alias("headers"))
+    return select(df, F.when(took, f["topic"].cast("string")).otherwise(g["topic"])
+                      .alias("topic"),
+                      F.lit(None).cast("binary").alias("key"),
+                      F.when(took, f["value"]).otherwise(g["value"]).alias("value"),
+                      F.when(took, headers).otherwise(g["headers"]).alias("headers"))
 
 
 def _exploded(df: DataFrame) -> DataFrame:

@@ -37,6 +37,7 @@ from spark.catalyst.columns import (
     value_cells,
 )
 from spark.catalyst.preds import op_error, pred_text, prefix_end, value_error
+from spark.catalyst.sqlfns import select, with_column
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -322,8 +323,8 @@ def _with_cells(space: ContentSpace, df: DataFrame) -> DataFrame:
     F = fns()
     alts = F.col("_alts")
     attrs = list(enumerate(space.attributes))
-    df = df.select("*", *[F.transform(alts, _attr_is(a.name)).alias(f"_m{i}")
-                          for i, a in attrs])
+    df = select(df, "*", *[F.transform(alts, _attr_is(a.name)).alias(f"_m{i}")
+                           for i, a in attrs])
     stage2 = []
     for i, a in attrs:
         slow = F.transform(F.col(f"_m{i}"), _summary_of(a))
@@ -334,13 +335,13 @@ def _with_cells(space: ContentSpace, df: DataFrame) -> DataFrame:
                                     F.lit(0).alias("nm")))
             slow = F.when(F.col("_fast"), fast).otherwise(slow)
         stage2.append(slow.alias(f"_k{i}"))
-    df = df.select("*", *stage2)
-    df = df.select("*", *[F.transform(F.col(f"_k{i}"), _kept_of(a)).alias(f"_v{i}")
-                          for i, a in attrs])
-    df = df.select("*", *[
+    df = select(df, "*", *stage2)
+    df = select(df, "*", *[F.transform(F.col(f"_k{i}"), _kept_of(a)).alias(f"_v{i}")
+                           for i, a in attrs])
+    df = select(df, "*", *[
         F.transform(F.col(f"_k{i}"), _error_of(a, F.col(f"_m{i}"), F.col(f"_v{i}")))
         .alias(f"_e{i}") for i, a in attrs])
-    return df.select("*", *[
+    return select(df, "*", *[
         F.transform(F.col(f"_k{i}"), _cells_of(a, F.col(f"_e{i}"), F.col(f"_v{i}")))
         .alias(f"_cells{i}") for i, a in attrs])
 
@@ -417,7 +418,7 @@ def with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
         return t.cast("decimal(38,0)")
 
     ok = F.col("_err").isNull()
-    df = df.select("*", F.when(ok, F.transform(js, total)).alias("_totals"))
+    df = select(df, "*", F.when(ok, F.transform(js, total)).alias("_totals"))
     budget = space.filters.label_budget
     over = F.try_element_at(F.filter(js, lambda j: F.get(F.col("_totals"), j) > budget),
                             F.lit(1))
@@ -439,11 +440,11 @@ def with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
     union = F.transform(F.array_sort(F.array_distinct(F.transform(
         F.flatten(F.transform(js, alt_labels)), lambda x: x.bitwiseXOR(F.lit(_SIGN))))),
         lambda x: x.bitwiseXOR(F.lit(_SIGN)))
-    df = df.select("*", F.when(F.col("_err").isNull(), F.when(one, alt_labels(F.lit(0)))
-                               .otherwise(union)).alias("_labels"))
+    df = select(df, "*", F.when(F.col("_err").isNull(), F.when(one, alt_labels(F.lit(0)))
+                                .otherwise(union)).alias("_labels"))
     df = replace_err(df, F.when(F.size(F.col("_labels")) > budget, _budget_error(
         F.size(F.col("_labels")).cast("decimal(38,0)"), budget, None)))
-    df = df.withColumn("_labels", F.when(F.col("_err").isNull(), F.col("_labels")))
+    df = with_column(df, "_labels", F.when(F.col("_err").isNull(), F.col("_labels")))
     scratch = [c for c in df.columns if c.startswith(("_m", "_k", "_v", "_e", "_cells"))
                and c[-1].isdigit()]
     return df.drop(*scratch, "_totals")
@@ -469,6 +470,14 @@ def rendered(err: Column, alts: Column) -> Column:
     ``alts``: the subscription's alternatives (evaluated only for such a reason).
     """
     F = fns()
+    # ``alts`` bound once to a lambda variable (it is read three times).
+    return F.when(F.coalesce(err["reason"].startswith(DEFERRED), F.lit(False)), F.get(
+        F.transform(F.array(alts), lambda a: _rendered(err, a)), 0)).otherwise(err)
+
+
+def _rendered(err: Column, alts: Column) -> Column:
+    """The deferred reason of ``err`` with the predicates' text put in."""
+    F = fns()
     reason = err["reason"]
     j = err["value"].try_cast("int")
     mine = F.filter(F.get(alts, j), lambda p: p["attr"] == err["field"])
@@ -482,10 +491,8 @@ def rendered(err: Column, alts: Column) -> Column:
     text = F.substring(reason, F.lit(2), F.length(reason))
     text = F.when(is_attr, F.replace(text, F.lit(ATTR_TEXT), F.coalesce(attr_text, F.lit(""))))\
         .otherwise(F.replace(text, F.lit(SUB_TEXT), F.coalesce(sub_text, F.lit(""))))
-    deferred = F.coalesce(reason.startswith(DEFERRED), F.lit(False))
-    return F.when(deferred, F.struct(text.alias("reason"), err["field"].alias("field"),
-                                     F.when(~is_attr, err["value"]).alias("value")))\
-        .otherwise(err)
+    return F.struct(text.alias("reason"), err["field"].alias("field"),
+                    F.when(~is_attr, err["value"]).alias("value"))
 
 
 def labels_bytes(labels: Column) -> Column:

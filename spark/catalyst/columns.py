@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.serde import SERDE
 from dls.space import BreakpointAttribute, DiscreteAttribute, UniformAttribute
+from spark.catalyst.sqlfns import with_column
 from spark.session import SESSION_CONF
 
 if TYPE_CHECKING:
@@ -67,10 +68,14 @@ ERR_TYPE = "struct<reason:string,field:string,value:string>"
 
 
 def fns() -> ModuleType:
-    """``pyspark.sql.functions`` (imported when first needed: pyspark is heavy)."""
-    from pyspark.sql import functions
+    """The functions that build the mapping's columns as Spark SQL text.
 
-    return functions
+    :mod:`spark.catalyst.sqlfns`: ``pyspark.sql.functions``' names and rules, and a plan
+    built without a py4j call per literal, operator and lambda.
+    """
+    from spark.catalyst import sqlfns
+
+    return sqlfns
 
 
 def json_rules(spark: SparkSession) -> None:
@@ -109,7 +114,7 @@ def first_error(*checks: tuple[Column, Column]) -> Column:
 def replace_err(df: DataFrame, *more: Column) -> DataFrame:
     """``_err`` := the first non-null of ``_err`` and ``more`` (evaluated in one stage)."""
     F = fns()
-    return df.withColumn("_err", F.coalesce(F.col("_err"), *more))
+    return with_column(df, "_err", F.coalesce(F.col("_err"), *more))
 
 
 def str_array(values: tuple[str, ...] | list[str]) -> Column:

@@ -28,6 +28,7 @@ from spark.catalyst.columns import (
     variant_type,
 )
 from spark.catalyst.sink import with_source
+from spark.catalyst.sqlfns import check_session, select
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -60,18 +61,19 @@ def decode(raw: DataFrame, kind: str, n_attrs: int = 0) -> DataFrame:
     """
     F = fns()
     json_rules(raw.sparkSession)
+    check_session(raw.sparkSession)
     what = f"raw {kind}"
     df = _read(raw, kind)
-    df = df.select("*", *_fields(kind, what))
+    df = select(df, "*", *_fields(kind, what))
     if kind == "event":
         n_attrs = max(n_attrs, 1)
         df = _event_columns(_event_members(df, n_attrs), n_attrs)
     elif kind == "subscription":
         df = _subscription_columns(df)
     else:
-        df = df.select("*", F.lit(None).cast(ERR_TYPE).alias("_kerr"))
+        df = select(df, "*", F.lit(None).cast(ERR_TYPE).alias("_kerr"))
     df = replace_err(df, F.col("_kerr"), _names_err(what))
-    return df.select(*[c for c in df.columns if c in _KEEP])
+    return select(df, *[c for c in df.columns if c in _KEEP])
 
 
 def _read(raw: DataFrame, kind: str) -> DataFrame:
@@ -80,8 +82,6 @@ def _read(raw: DataFrame, kind: str) -> DataFrame:
     Adds ``_avro``, ``_hdr_ok``, ``_rec`` (the Avro record), ``_text``, ``_v`` (variant),
     ``_j`` (typed JSON) and ``_top`` (the JSON object's fields).
     """
-    from pyspark.sql.avro.functions import from_avro
-
     F = fns()
     schema_name = RAW_SCHEMAS[kind]
     df = with_source(raw)
@@ -90,21 +90,21 @@ def _read(raw: DataFrame, kind: str) -> DataFrame:
                          F.lit(False))
     header_ok = F.coalesce(F.substring(value, 1, 10) == header_bytes(schema_name),
                            F.lit(False))
-    rec = from_avro(F.expr("substring(_value, 11)"), schema_json(schema_name),
+    rec = F.from_avro(F.expr("substring(_value, 11)"), schema_json(schema_name),
                     {"mode": "PERMISSIVE"})
     as_text = value.cast("string")
     text = F.when(as_text.startswith("\ufeff"), F.expr("substring(cast(_value as string), 2)"))\
         .otherwise(as_text)
-    df = df.select("*", is_avro.alias("_avro"), header_ok.alias("_hdr_ok"))
-    df = df.select("*", F.when(F.col("_avro") & F.col("_hdr_ok"), rec).alias("_rec"),
-                   F.when(~F.col("_avro"), text).alias("_text"))
+    df = select(df, "*", is_avro.alias("_avro"), header_ok.alias("_hdr_ok"))
+    df = select(df, "*", F.when(F.col("_avro") & F.col("_hdr_ok"), rec).alias("_rec"),
+                    F.when(~F.col("_avro"), text).alias("_text"))
     typed_schema = "struct<" + ",".join(f"{k}:{t}" for k, t in _TYPED[kind].items()) + ">"
     # A second, typed reading of the same text: the keys of ``attrs`` in their order and
     # the values' text, and the string fields without a variant cast each.
-    df = df.select("*", F.try_parse_json(F.col("_text")).alias("_v"),
-                   F.from_json(F.col("_text"), typed_schema).alias("_j"))
-    return df.select("*", F.try_variant_get(F.col("_v"), "$", "map<string,variant>")
-                     .alias("_top"))
+    df = select(df, "*", F.try_parse_json(F.col("_text")).alias("_v"),
+                    F.from_json(F.col("_text"), typed_schema).alias("_j"))
+    return select(df, "*", F.try_variant_get(F.col("_v"), "$", "map<string,variant>")
+                      .alias("_top"))
 
 
 def _jfield(name: str) -> Column:
@@ -296,16 +296,16 @@ def _few(n_attrs: int) -> Column:
 def _event_members(df: DataFrame, n_attrs: int) -> DataFrame:
     """Add ``_keys`` (the JSON attributes' keys in order) and ``_members`` (their values)."""
     F = fns()
-    df = df.select("*", F.coalesce(F.array_distinct(F.map_keys(F.col("_tm"))),
-                                   F.map_keys(F.col("_am"))).alias("_keys"))
+    df = select(df, "*", F.coalesce(F.array_distinct(F.map_keys(F.col("_tm"))),
+                                    F.map_keys(F.col("_am"))).alias("_keys"))
     # Up to n_attrs keys (every valid event: one per attribute of the space), the members
     # are built position by position in generated code; a lambda over an array of
     # structs runs interpreted, at a SQLConf per element read, so it is only the fallback
     # for more keys than that.
     keys = F.col("_keys")
     unrolled = [_member(F.get(keys, i)) for i in range(n_attrs)]
-    return df.select("*", F.when(_few(n_attrs), F.slice(F.array(*unrolled), 1, F.size(keys)))
-                     .otherwise(F.transform(keys, _member)).alias("_members"))
+    return select(df, "*", F.when(_few(n_attrs), F.slice(F.array(*unrolled), 1, F.size(keys)))
+                      .otherwise(F.transform(keys, _member)).alias("_members"))
 
 
 def _event_columns(df: DataFrame, n_attrs: int) -> DataFrame:
@@ -337,7 +337,7 @@ def _event_columns(df: DataFrame, n_attrs: int) -> DataFrame:
          error(F.concat(F.lit("raw event: payload must be a string, got "), payload_j),
                "payload", payload_j)),
     )
-    return df.select(
+    return select(df,
         "*",
         F.when(avro, rec["attrs"]).otherwise(json_attrs).alias("attrs"),
         F.when(avro, rec["payload"])
@@ -353,8 +353,8 @@ def _subscription_columns(df: DataFrame) -> DataFrame:
     avro, wt = F.col("_avro"), F.col("_wt")
     avro_where = F.col("_rec")["where"]
     first = F.substring(F.ltrim(avro_where), 1, 1)
-    df = df.select("*", F.coalesce(first.isin("[", "{"), F.lit(False)).alias("_aj"),
-                   first.alias("_a1"), F.try_parse_json(avro_where).alias("_awv"))
+    df = select(df, "*", F.coalesce(first.isin("[", "{"), F.lit(False)).alias("_aj"),
+                    first.alias("_a1"), F.try_parse_json(avro_where).alias("_awv"))
     aj = F.col("_aj")
     # In Avro, a where that starts with '[' or '{' is JSON (a list, or {"any": ...}).
     want = F.when(F.col("_a1") == "[", F.lit("ARRAY")).otherwise(F.lit("OBJECT"))
@@ -368,7 +368,7 @@ def _subscription_columns(df: DataFrame) -> DataFrame:
          error(F.concat(F.lit("raw subscription: where starts with '"), F.col("_a1"),
                         F.lit("' but is not a JSON "), what), "where", avro_where)),
     )
-    return df.select(
+    return select(df,
         "*",
         F.when(avro, F.when(~aj, avro_where)).otherwise(F.col("_ws")).alias("wtext"),
         F.when(avro, F.when(aj, F.col("_awv")))

@@ -47,6 +47,7 @@ from spark.catalyst.columns import (
 from spark.catalyst.decode import decode
 from spark.catalyst.shards import with_label_shards
 from spark.catalyst.sink import finish, node_topic, with_topic
+from spark.catalyst.sqlfns import select, with_column
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -64,10 +65,10 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
     F = fns()
     names = [a.name for a in space.attributes]
     attrs = F.col("attrs")
-    df = df.select("*", F.try_element_at(F.array_except(F.map_keys(attrs), str_array(names)),
-                                         F.lit(1)).alias("_extra"),
-                   *[F.try_element_at(attrs, F.lit(a.name)).alias(f"_a{i}")
-                     for i, a in enumerate(space.attributes)])
+    df = select(df, "*", F.try_element_at(F.array_except(F.map_keys(attrs), str_array(names)),
+                                          F.lit(1)).alias("_extra"),
+                    *[F.try_element_at(attrs, F.lit(a.name)).alias(f"_a{i}")
+                      for i, a in enumerate(space.attributes)])
     vals = []
     for i, a in enumerate(space.attributes):
         e = F.col(f"_a{i}")
@@ -75,7 +76,7 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
             vals.append(e["member2"].alias(f"_x{i}"))
         else:
             vals.append(F.coalesce(e["member0"].cast("double"), e["member1"]).alias(f"_x{i}"))
-    df = df.select("*", *vals)
+    df = select(df, "*", *vals)
     extra = F.col("_extra")
     checks: list[tuple[Column, Column]] = [
         (extra.isNotNull(),
@@ -87,12 +88,12 @@ def _with_event_label(space: ContentSpace, df: DataFrame) -> DataFrame:
         checks_i, c = _attribute_cell(a, F.col(f"_a{i}"), F.col(f"_x{i}"))
         checks += checks_i
         cells.append(c.alias(f"_c{i}"))
-    df = df.select("*", *cells)
+    df = select(df, "*", *cells)
     label = long_lit(space.app_prefix)
     for i, shift in enumerate(space.shifts):
         label = label.bitwiseOR(F.shiftleft(F.coalesce(F.col(f"_c{i}"), F.lit(0).cast("bigint")),
                                             shift))
-    df = df.select("*", label.alias("_label"))
+    df = select(df, "*", label.alias("_label"))
     return replace_err(df, first_error(*checks))
 
 
@@ -168,18 +169,16 @@ def build_events(space: ContentSpace, raw: DataFrame, topics: Topics,
 
     ``shards`` > 1: an event goes to its label's shard, ``dls.node.N.s<k>.publish``.
     """
-    from pyspark.sql.avro.functions import to_avro
-
     F = fns()
     decoded = decode(raw, "event", len(space.attributes))
     df = with_topic(_with_event_label(space, decoded), topics, "publish", shards)
     if shards > 1:
         df = with_label_shards(df, F.array(F.col("_label")), "_shards", shards)
-        df = df.withColumn("_topic", node_topic(F.col("node"), topics, "publish",
-                                                F.col("_shards")[0]))
+        df = with_column(df, "_topic", node_topic(F.col("node"), topics, "publish",
+                                                  F.col("_shards")[0]))
     entries = F.coalesce(F.map_entries(F.col("attrs")),
                          F.array().cast(f"array<struct<key:string,value:{ATTR_TYPE}>>"))
-    body = to_avro(F.struct(non_null("node"), non_null("client"), non_null("id"),
+    body = F.to_avro(F.struct(non_null("node"), non_null("client"), non_null("id"),
                             entries.alias("attrs"), non_null("payload", bytearray())),
                    _raw_event_wire_schema())
     value = F.when(F.col("_avro"), F.col("_value")).otherwise(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from dls._murmur import _F1, _F2
 from spark.catalyst.columns import fns
+from spark.catalyst.sqlfns import Expr, select
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -76,14 +77,19 @@ def _steps(shards: int) -> list[Callable[[Column], Column]]:
 def with_label_shards(df: DataFrame, labels: Column, out: str, shards: int) -> DataFrame:
     """Add ``out``: the shard (int) of each label of ``labels`` (an array of bigint labels).
 
-    As :func:`dls.shards.label_shards`; a null array gives null.
+    As :func:`dls.shards.label_shards`; a null array gives null. ``labels``: an
+    expression of :mod:`spark.catalyst.sqlfns` or a pyspark ``Column``.
     """
     F = fns()
     cur = labels
     names = []
+    if not isinstance(labels, Expr):  # a pyspark Column: a column of its own first
+        df = select(df, "*", labels.alias("_sh_in"))
+        cur = F.col("_sh_in")
+        names.append("_sh_in")
     for i, step in enumerate(_steps(shards)):
         name = f"_sh{i}"
-        df = df.select("*", F.transform(cur, step).alias(name))
+        df = select(df, "*", F.transform(cur, step).alias(name))
         cur = F.col(name)
         names.append(name)
-    return df.select("*", cur.alias(out)).drop(*names)
+    return select(df, "*", cur.alias(out)).drop(*names)

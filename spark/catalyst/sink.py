@@ -26,6 +26,7 @@ from spark.catalyst.columns import (
     replace_err,
     schema_json,
 )
+from spark.catalyst.sqlfns import select, with_column
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -69,7 +70,7 @@ def with_source(raw: DataFrame) -> DataFrame:
     cols = set(raw.columns)
     headers = F.col("headers") if "headers" in cols else F.lit(None)
     published = published_ms(raw)
-    return raw.select(
+    return select(raw,
         F.col("value").alias("_value"),
         F.coalesce(headers.cast(HEADERS_TYPE), F.array().cast(HEADERS_TYPE)).alias("_headers"),
         F.format_string("%s[%s]@%s", F.col("topic"), F.col("partition").cast("string"),
@@ -106,21 +107,19 @@ def with_topic(df: DataFrame, topics: Topics, suffix: str, shards: int = 1) -> D
     the error is for a node whose topic of the last shard would be too long.
     """
     F = fns()
-    df = df.withColumn("_topic", node_topic(F.col("node"), topics, suffix))
+    df = with_column(df, "_topic", node_topic(F.col("node"), topics, suffix))
     return replace_err(df, _topic_err(F.col("_topic"), shards))
 
 
 def _dead_letter(topics: Topics) -> tuple[Column, Column, Column]:
     """The topic, value and headers of a row's DeadLetter (from ``_err`` and the source)."""
-    from pyspark.sql.avro.functions import to_avro
-
     F = fns()
     # Every check builds its reason; should one come out null (a null operand of concat),
     # the dead letter still says something rather than carry a null header.
     reason = F.coalesce(F.col("_err.reason"), F.lit("unusable record"))
     hmap = F.map_from_entries(F.transform(F.col("_headers"), lambda h: F.struct(
         h["key"].alias("key"), F.coalesce(h["value"], F.lit(bytearray())).alias("value"))))
-    body = to_avro(F.struct(
+    body = F.to_avro(F.struct(
         non_null("_source").alias("source"), reason.alias("reason"),
         F.col("_err.field").alias("field"), F.col("_err.value").alias("value"),
         F.coalesce(F.col("_value"), F.lit(bytearray())).alias("raw"),
@@ -145,7 +144,7 @@ def finish(df: DataFrame, topics: Topics, topic: Column, value: Column,
     F = fns()
     dead_topic, dead_value, dead_headers = _dead_letter(topics)
     ok = F.col("_err").isNull()
-    return df.select(
+    return select(df,
         F.when(ok, topic).otherwise(dead_topic).alias("topic"),
         F.lit(None).cast("binary").alias("key"),
         F.when(ok, value).otherwise(dead_value).alias("value"),
@@ -172,10 +171,10 @@ def finish_records(df: DataFrame, topics: Topics, records: Column) -> DataFrame:
     F = fns()
     dead_topic, dead_value, dead_headers = _dead_letter(topics)
     dead = F.array(record(dead_topic, dead_value, dead_headers))
-    return df.select(F.when(F.col("_err").isNull(), records.cast(f"array<{RECORD_TYPE}>"))
-                     .otherwise(dead).alias(RECORDS))
+    return select(df, F.when(F.col("_err").isNull(), records.cast(f"array<{RECORD_TYPE}>"))
+                      .otherwise(dead).alias(RECORDS))
 
 
 def explode(df: DataFrame) -> DataFrame:
     """One row per element of :func:`finish_records`'s ``_records``: the sink columns."""
-    return df.select(fns().inline(RECORDS))
+    return select(df, fns().inline(RECORDS))

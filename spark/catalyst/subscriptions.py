@@ -27,6 +27,7 @@ from spark.catalyst.columns import (
 from spark.catalyst.decode import decode
 from spark.catalyst.shards import with_label_shards
 from spark.catalyst.sink import finish, finish_records, node_topic, record, with_topic
+from spark.catalyst.sqlfns import select, with_column
 from spark.catalyst.where import text_conjunction, with_json_predicates, with_text_predicates
 
 if TYPE_CHECKING:
@@ -44,24 +45,22 @@ def build_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics,
     order, as the SDK sends them; the rows are then :func:`~spark.catalyst.sink.finish_records`
     arrays (``_records``), one per raw record, for the caller to explode.
     """
-    from pyspark.sql.avro.functions import to_avro
-
     F = fns()
     df = with_topic(decode(raw, "subscription"), topics, "subscribe", shards)
     df = with_json_predicates(with_text_predicates(space, df))
     use_json = F.col("wjson").isNotNull()
-    df = df.select("*", F.when(use_json, F.col("_jalts")).otherwise(F.col("_talts"))
-                   .alias("_alts"))
+    df = select(df, "*", F.when(use_json, F.col("_jalts")).otherwise(F.col("_talts"))
+                    .alias("_alts"))
     df = replace_err(df, F.when(use_json, F.col("_jerr")).otherwise(F.col("_terr")))
-    df = with_labels(space, df.withColumn(
+    df = with_labels(space, with_column(df,
         "_alts", F.when(F.col("_err").isNull(), F.col("_alts"))
         .otherwise(F.array(F.array().cast(f"array<{PRED_TYPE}>")))))
     # A refusal that names the predicates: those of the fast path's rows are read again.
-    df = df.withColumn("_err", rendered(F.col("_err"), F.when(
+    df = with_column(df, "_err", rendered(F.col("_err"), F.when(
         F.col("_fast"), text_conjunction(F.col("wtext"))).otherwise(F.col("_alts"))))
 
     def value(labels: Column) -> Column:
-        body = to_avro(F.struct(non_null("client"), non_null("id"),
+        body = F.to_avro(F.struct(non_null("client"), non_null("id"),
                                 F.coalesce(labels_bytes(labels), F.lit(bytearray()))
                                 .alias("labels"), F.col("where")),
                        schema_json("LabelSubscription"))
@@ -89,17 +88,15 @@ def build_unsubscriptions(space: ContentSpace, raw: DataFrame, topics: Topics,
     part of it takes it as the cancellation of an unknown id), as ``_records`` arrays
     (:func:`~spark.catalyst.sink.finish_records`).
     """
-    from pyspark.sql.avro.functions import to_avro
-
     F = fns()
     del space
     df = with_topic(decode(raw, "unsubscription"), topics, "unsubscribe", shards)
-    body = to_avro(F.struct(non_null("client"), non_null("id")),
+    body = F.to_avro(F.struct(non_null("client"), non_null("id")),
                    schema_json("LabelUnsubscription"))
     value = F.concat(header_bytes("LabelUnsubscription"), body)
     if shards == 1:
         return finish(df, topics, F.col("_topic"), value, F.array().cast(HEADERS_TYPE))
-    df = df.select("*", value.alias("_unsub"))
+    df = select(df, "*", value.alias("_unsub"))
     return finish_records(df, topics, F.transform(
         F.sequence(F.lit(0), F.lit(shards - 1)),
         lambda k: record(node_topic(F.col("node"), topics, "unsubscribe", k), F.col("_unsub"))))

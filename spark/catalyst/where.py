@@ -27,6 +27,7 @@ from spark.catalyst.columns import (
     variant_type,
 )
 from spark.catalyst.preds import KEYWORDS, py_str, with_texts
+from spark.catalyst.sqlfns import select
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -111,7 +112,7 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
         return F.when(F.substring(tok, 1, 1).isin(*"+-.0123456789"), tok.try_cast("double"))
 
     # Each value once, in a column of its own (a CASE WHEN's branches are not shared).
-    df = df.select("*", *[
+    df = select(df, "*", *[
         c for j in range(n_max) for c in (
             number(F.when(at("_t_lo", j) != "", at("_t_lo", j)).otherwise(at("_t_val", j)))
             .alias(f"_fx{j}"), number(at("_t_hi", j)).alias(f"_fy{j}"))])
@@ -135,13 +136,13 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
             & F.lit(not any(is_optional(a) for a in space.attributes)))
     for c in checks:
         fast = fast & c
-    df = df.select("*", F.coalesce(fast, F.lit(False)).alias("_fast"))
+    df = select(df, "*", F.coalesce(fast, F.lit(False)).alias("_fast"))
     # Stage by stage (a column each), so that no expression is copied into the next.
     num = {i: a for i, a in enumerate(space.attributes) if kind_of(a) == "numeric"}
     idx = list(num)
-    df = df.select("*", *[
+    df = select(df, "*", *[
         F.when(F.col("_fast"), F.array_position(F.col("_t_attr"), F.lit(num[i].name))
-               .cast("int") - 1).alias(f"_fp{i}") for i in idx])
+                .cast("int") - 1).alias(f"_fp{i}") for i in idx])
     stage = []
     for i in idx:
         pos = F.col(f"_fp{i}")
@@ -150,15 +151,15 @@ def _with_fast_path(space: ContentSpace, df: DataFrame) -> DataFrame:
         stage += [F.when(between, F.lit("between")).otherwise(F.get(F.col("_t_op"), pos))
                   .alias(f"_fo{i}"), v0.try_cast("double").alias(f"_f0{i}"),
                   F.get(F.col("_t_hi"), pos).try_cast("double").alias(f"_f1{i}")]
-    df = df.select("*", *stage)
-    df = df.select("*", *[
+    df = select(df, "*", *stage)
+    df = select(df, "*", *[
         F.when(F.col(f"_fp{i}") >= 0, interval(F.col(f"_fo{i}"), F.col(f"_f0{i}"),
-                                               F.col(f"_f1{i}"),
-                                               F.lit(None).cast("array<double>")))
+                                                F.col(f"_f1{i}"),
+                                                F.lit(None).cast("array<double>")))
         .alias(f"_fq{i}") for i in idx])
-    df = df.select("*", *[
+    df = select(df, "*", *[
         F.when(F.col("_fast"), F.when(F.col(f"_fq{i}").isNull(), domain(num[i]))
-               .otherwise(merge(domain(num[i]), F.col(f"_fq{i}"))))
+                .otherwise(merge(domain(num[i]), F.col(f"_fq{i}"))))
         .alias(f"_fk{i}") for i in idx])
     return df.drop(*[f"_f{x}{i}" for i in idx for x in ("p", "o", "0", "1", "q")],
                    *[f"_f{x}{j}" for j in range(n_max) for x in ("x", "y")])
@@ -213,8 +214,9 @@ def text_conjunction(text: Column) -> Column:
     F = fns()
     g = F.struct(*[c.alias(n) for c, n in zip(_groups(text, ~text.rlike("[\\x01-\\x03]")),
                                                _GROUPS, strict=True)])
-    return F.array(F.transform(F.sequence(F.lit(0), F.size(g["attr"]) - 1),
-                               lambda i: _text_pred(g, i)))
+    # The groups bound once to a lambda variable, which each predicate's fields read.
+    return F.transform(F.array(g), lambda gs: F.transform(
+        F.sequence(F.lit(0), F.size(gs["attr"]) - 1), lambda i: _text_pred(gs, i)))
 
 
 def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
@@ -227,16 +229,17 @@ def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
     wtext = F.col("wtext")
     names = tuple(f"_t_{g}" for g in _GROUPS)
     plain = ~wtext.rlike("[\\x01-\\x03]")
-    df = df.select("*", wtext.rlike(_WHERE_FULL).alias("_t_ok"), plain.alias("_t_plain"))
+    df = select(df, "*", wtext.rlike(_WHERE_FULL).alias("_t_ok"), plain.alias("_t_plain"))
     paren = F.regexp_extract_all(wtext, F.lit(_ALT_EACH), F.lit(1))
     bare = F.regexp_extract_all(wtext, F.lit(_ALT_EACH), F.lit(2))
-    df = df.select("*", F.when(F.col("_t_ok"), F.zip_with(paren, bare, lambda x, y: F.concat(x, y)))
-                   .alias("_t_alts"), F.get(paren, 0).alias("_t_p0"))
-    df = df.select("*", (F.coalesce(F.size(F.col("_t_alts")) <= 1, F.lit(False))
-                         & F.coalesce(F.col("_t_p0") == "", F.lit(True))).alias("_t_one"))
+    df = select(df, "*", F.when(F.col("_t_ok"),
+                                F.zip_with(paren, bare, lambda x, y: F.concat(x, y)))
+                         .alias("_t_alts"), F.get(paren, 0).alias("_t_p0"))
+    df = select(df, "*", (F.coalesce(F.size(F.col("_t_alts")) <= 1, F.lit(False))
+                          & F.coalesce(F.col("_t_p0") == "", F.lit(True))).alias("_t_one"))
     whole = _groups(wtext, F.col("_t_plain"))
-    df = df.select("*", *[F.when(F.col("_t_one"), c).alias(n) for c, n in zip(whole, names,
-                                                                           strict=True)])
+    df = select(df, "*", *[F.when(F.col("_t_one"), c).alias(n) for c, n in zip(whole, names,
+                                                                            strict=True)])
     df = _with_fast_path(space, df)
 
     def alt_groups(alt: Column) -> Column:
@@ -245,11 +248,11 @@ def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
 
     none = F.array(F.array().cast(f"array<{PRED_TYPE}>"))
     alts = F.coalesce(F.col("_t_alts"), F.array())
-    df = df.select("*", F.when(F.col("_t_ok") & ~F.col("_fast") & (F.size(alts) > 0),
-                               F.transform(alts, alt_groups)).alias("_t_g"))
+    df = select(df, "*", F.when(F.col("_t_ok") & ~F.col("_fast") & (F.size(alts) > 0),
+                                F.transform(alts, alt_groups)).alias("_t_g"))
     preds = F.transform(F.col("_t_g"), lambda g: F.transform(
         F.sequence(F.lit(0), F.size(g["attr"]) - 1), lambda i: _text_pred(g, i)))
-    df = df.select("*", F.coalesce(preds, none).alias("_talts"))
+    df = select(df, "*", F.coalesce(preds, none).alias("_talts"))
     kw = F.try_element_at(F.filter(F.flatten(F.transform(
         F.flatten(F.col("_talts")), lambda p: p["vals"])), lambda v: v["k"] == "kw"), F.lit(1))
     err = first_error(
@@ -259,7 +262,7 @@ def with_text_predicates(space: ContentSpace, df: DataFrame) -> DataFrame:
                                         F.lit(" in subscription text "), quoted(wtext)),
                                "where", wtext)),
     )
-    return df.select("*", err.alias("_terr")).drop(*names, "_t_ok", "_t_plain", "_t_alts",
+    return select(df, "*", err.alias("_terr")).drop(*names, "_t_ok", "_t_plain", "_t_alts",
                                                    "_t_p0", "_t_one", "_t_g")
 
 
@@ -301,10 +304,11 @@ def _py_json(x: Column) -> Column:
                   _json_value(x)["r"]).otherwise(F.array_join(F.transform(toks, one), ""))
 
 
-def _json_alternatives() -> tuple[Column, Column]:
+def _json_alternatives(shape_ok: Column | None = None) -> tuple[Column, Column]:
     """``wjson``'s alternatives (``array<array<variant>>``) and the error of their shape.
 
     A JSON list is one alternative; ``{"any": [[...], ...]}`` a list of them.
+    ``shape_ok``: the error is null (a column of an earlier stage), else it is built here.
     """
     F = fns()
     w = F.col("wjson")
@@ -333,7 +337,8 @@ def _json_alternatives() -> tuple[Column, Column]:
                "where", F.to_json(bad_x))),
     ))
     items = F.when(obj.isNull(), F.array(F.try_variant_get(w, "$", "array<variant>")))
-    return F.coalesce(items, F.when(err.isNull(), lists)), err
+    ok = err.isNull() if shape_ok is None else shape_ok
+    return F.coalesce(items, F.when(ok, lists)), err
 
 
 def with_json_predicates(df: DataFrame) -> DataFrame:
@@ -342,7 +347,9 @@ def with_json_predicates(df: DataFrame) -> DataFrame:
     ``wjson``: a JSON list, or ``{"any": [list, ...]}``.
     """
     F = fns()
-    alts, shape_err = _json_alternatives()
+    # The shape's error first, in a stage of its own, which the alternatives then read.
+    df = select(df, "*", _json_alternatives()[1].alias("_jshape"))
+    alts = _json_alternatives(F.col("_jshape").isNull())[0]
 
     def fields(p: Column) -> Column:
         pm = F.try_variant_get(p, "$", "map<string,variant>")
@@ -364,8 +371,7 @@ def with_json_predicates(df: DataFrame) -> DataFrame:
             F.try_variant_get(get("values"), "$", "array<variant>").alias("values"),
             F.to_json(get("values")).alias("values_j"))
 
-    df = df.select("*", shape_err.alias("_jshape"),
-                   F.transform(alts, lambda alt: F.transform(alt, fields)).alias("_jf"))
+    df = select(df, "*", F.transform(alts, lambda alt: F.transform(alt, fields)).alias("_jf"))
     lists = ("in", "not in")
 
     def pred(x: Column) -> Column:
@@ -408,10 +414,10 @@ def with_json_predicates(df: DataFrame) -> DataFrame:
     errs = F.transform(F.flatten(F.coalesce(F.col("_jf"), F.array())), err)
     jerr = F.coalesce(F.col("_jshape"),
                       F.try_element_at(F.filter(errs, lambda e: e.isNotNull()), F.lit(1)))
-    df = df.select("*", jerr.alias("_jerr"))
+    df = select(df, "*", jerr.alias("_jerr"))
     preds = F.when(F.col("_jerr").isNull(),
                    F.transform(F.col("_jf"), lambda alt: F.transform(alt, pred)))
-    return df.select("*", preds.alias("_jalts")).drop("_jf", "_jshape")
+    return select(df, "*", preds.alias("_jalts")).drop("_jf", "_jshape")
 
 
 def _py_list(strings: Column) -> Column:
