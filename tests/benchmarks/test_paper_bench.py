@@ -305,8 +305,13 @@ def test_issue17_bars_follow_the_records():
     def lines(ins, dele, mics, bf, mem):
         recs = [_scaling("dls", m, v, dist=dist, d=d, g=g)
                 for dist in ("uniform", "zipf") for d, g in report.DIMS
-                for m, v in (("insert_time", ins), ("delete_time", dele),
+                for m, v in (("insert_time", 9.0), ("insert_time_cumulative", ins),
                              ("bytes_per_subscription", mem))]
+        recs += [_rec("dls", "delete_time", v, experiment="scaling", distribution=dist, d=d,
+                      g=g, n_subs=n, n_clients=1000, deleted=k)
+                 for dist in ("uniform", "zipf") for d, g in report.DIMS
+                 for n, k, v in ((100_000, 100_000, 2 * dele - 0.1),
+                                 (500_000, 100_000, 0.1))]
         recs += [_rec(s_, "matching_time", v, experiment="matching", distribution="uniform",
                       d=3, g=32, n_subs=500_000, n_clients=1000)
                  for s_, v in (("dls", 1.0), ("mics", mics), ("bruteforce", bf))]
@@ -320,4 +325,5 @@ def test_issue17_bars_follow_the_records():
     assert "* DLS delete ≤ 0.5 µs per subscription (zipf, d=4, g=16): **not met** — 0.700 µs" \
         in bad
     assert "1 update thread;" in good[0] and "500K subscriptions" in good[0]
+    # delete: the steps weighted by their size, (2 * dele - 0.1 + 0.1) / 2 = dele
     assert report._bar17_lines(_results([])) == []
