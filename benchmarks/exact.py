@@ -52,11 +52,11 @@ from benchmarks.kafka import (
     DEFAULT_BOOTSTRAP,
     delete_run_topics,
     drive,
+    event_message,
     passthrough,
     produce_all,
     window,
 )
-from benchmarks.kafka import _event_message as event_message
 from benchmarks.workload import WorkloadParams, attr_names, generate, space_spec
 from broker_node.config import NodeSettings
 from broker_node.service import NodeService
@@ -152,7 +152,7 @@ def run(s: Settings, bootstrap: str, out: Path) -> list[dict[str, Any]]:
             for i in range(s.n_subs)]
     ev_labels, valid = event_labels_batch(space, event_columns(w))
     assert valid.all()  # noqa: S101 - generated inside the domain
-    events = [event_message(i, row, names, lab, b"")
+    events = [event_message(f"e{i}", row, names, lab, b"")
               for i, (row, lab) in enumerate(zip(w.events.tolist(), ev_labels.tolist(),
                                                  strict=True))]
     truth = [true_deliveries(w.lo, w.hi, w.owners, w.events[r * s.events:(r + 1) * s.events])

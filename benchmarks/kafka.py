@@ -288,7 +288,7 @@ class Prepared:
     ev_headers: list[list[tuple[str, bytes]]]
 
 
-def _event_message(eid: str, row: Sequence[int], names: Sequence[str], label: int,
+def event_message(eid: str, row: Sequence[int], names: Sequence[str], label: int,
                    payload: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
     """Value and headers of event ``eid`` exactly as ``Client.publish`` writes them."""
     value = encode_raw_event(NODE, PUBLISHER, eid, dict(zip(names, row, strict=True)), payload)
@@ -336,7 +336,7 @@ def encode_events(s: RunSettings, events: np.ndarray, labels: np.ndarray,
     payload = bytes(s.payload_bytes)
     values, headers = [], []
     for i, (row, label) in enumerate(zip(events.tolist(), labels.tolist(), strict=True)):
-        v, h = _event_message(f"{id_prefix}{i}", row, names, label, payload)
+        v, h = event_message(f"{id_prefix}{i}", row, names, label, payload)
         values.append(v)
         headers.append(h)
     return values, headers

@@ -99,8 +99,7 @@ from benchmarks.core import (
     write_results,
 )
 from benchmarks.exact import where_of
-from benchmarks.kafka import DEFAULT_BOOTSTRAP, delete_run_topics
-from benchmarks.kafka import _event_message as event_message
+from benchmarks.kafka import DEFAULT_BOOTSTRAP, delete_run_topics, event_message
 from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
 from broker_node.config import NodeSettings
 from broker_node.service import NodeService
@@ -387,7 +386,7 @@ def prepare(s: Settings, bootstrap: str, tmp: Path) -> Run:
     ev_labels, valid = event_labels_batch(ContentSpace.from_spec(spec), event_columns(w))
     if not valid.all():
         raise ValueError("events outside the space")  # generated inside the domain
-    events = [event_message(i, row, names, lab, b"")
+    events = [event_message(f"e{i}", row, names, lab, b"")
               for i, (row, lab) in enumerate(zip(w.events.tolist(), ev_labels.tolist(),
                                                  strict=True))]
     return Run(s, bootstrap, f"rt{uuid.uuid4().hex[:8]}", w, spec, wheres,
