@@ -43,6 +43,7 @@ __all__ = [
     "cbf_min",
     "cbf_remove",
     "decode_into",
+    "group_by_label",
     "positions",
     "row_counts",
     "warm_up",
@@ -136,16 +137,12 @@ def _grouped(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
 
 
 @njit
-def _by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
-    """A batch's clients sorted by label, and its ``(row, label)`` entries by block.
+def group_by_label(idx: Any, cli: Any, n_lab: Any) -> Any:
+    """A batch's clients grouped by label: ``(lab_start, clients)`` (a counting sort).
 
-    Returns ``(entries, lab_start, clients)``: the clients of label ``t`` are
-    ``clients[lab_start[t]:lab_start[t + 1]]``, and ``entries`` holds ``(row << 32) | t``
-    for every label of the batch and each of its rows, block by block (``row >> shift``),
-    label by label inside a block.
+    The clients of label ``t`` are ``clients[lab_start[t]:lab_start[t + 1]]``.
     """
     n = idx.shape[0]
-    n_lab, r = table.shape
     lab_start = np.zeros(n_lab + 1, dtype=np.int64)
     for i in range(n):
         lab_start[idx[i] + 1] += 1
@@ -157,6 +154,20 @@ def _by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
         t = idx[i]
         clients[fill[t]] = cli[i]
         fill[t] += 1
+    return lab_start, clients
+
+
+@njit
+def _by_label(table: Any, idx: Any, cli: Any, shift: Any, n_rows: Any) -> Any:
+    """A batch's clients sorted by label, and its ``(row, label)`` entries by block.
+
+    Returns ``(entries, lab_start, clients)``: the clients of label ``t`` are
+    ``clients[lab_start[t]:lab_start[t + 1]]``, and ``entries`` holds ``(row << 32) | t``
+    for every label of the batch and each of its rows, block by block (``row >> shift``),
+    label by label inside a block.
+    """
+    n_lab, r = table.shape
+    lab_start, clients = group_by_label(idx, cli, n_lab)
     n_blocks = (n_rows >> shift) + 1
     start = np.zeros(n_blocks + 1, dtype=np.int64)
     for t in range(n_lab):

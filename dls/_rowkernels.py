@@ -24,7 +24,7 @@ import numpy as np
 
 from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
-from dls._kernels import _packed_undo
+from dls._kernels import _packed_undo, group_by_label
 
 __all__ = [
     "add_row_range",
@@ -67,27 +67,6 @@ def inverse(table: Any, n_rows: Any) -> Any:
             labels[fill[row]] = t
             fill[row] += 1
     return starts, labels
-
-
-@njit
-def group_by_label(idx: Any, cli: Any, n_lab: Any) -> Any:
-    """A batch's clients grouped by label: ``(lab_start, clients)`` (a counting sort).
-
-    The clients of label ``t`` are ``clients[lab_start[t]:lab_start[t + 1]]``.
-    """
-    n = idx.shape[0]
-    lab_start = np.zeros(n_lab + 1, dtype=np.int64)
-    for i in range(n):
-        lab_start[idx[i] + 1] += 1
-    for t in range(n_lab):
-        lab_start[t + 1] += lab_start[t]
-    fill = lab_start[:-1].copy()
-    clients = np.empty(n, dtype=np.int32)
-    for i in range(n):
-        t = idx[i]
-        clients[fill[t]] = cli[i]
-        fill[t] += 1
-    return lab_start, clients
 
 
 @njit
