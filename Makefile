@@ -29,13 +29,13 @@ spark-fetch: setup ## Fetch the Spark connector jars again (force) and list them
 	$(PY) -m spark.jars --force
 
 test: setup ## Run every test
-	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
+	$(PY) -X faulthandler -m pytest --durations=20 $(PYTEST_ARGS)
 
 test-fast: setup ## Run the tests without the long property tests
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -X faulthandler -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-reference: setup ## The core's tests on the numpy reference path (DLS_NO_JIT=1: no compiled kernels)
-	DLS_NO_JIT=1 $(PY) -m pytest tests/dls tests/broker_node $(PYTEST_ARGS)
+	DLS_NO_JIT=1 $(PY) -X faulthandler -m pytest tests/dls tests/broker_node $(PYTEST_ARGS)
 
 lint: setup ## ruff and mypy on the packages
 	$(VENV)/bin/ruff check .
@@ -136,4 +136,4 @@ images: setup ## Build dlsroute-base/-kafka/-node from Debian packages and this 
 	PYTHON=$(PY) bash docker/images.sh build
 
 test-containers: setup ## The container tests (engine and `make images` first): CONTAINER_TESTS on testcontainers' Kafka, then the compose deployment
-	DLS_TEST_KAFKA=testcontainers $(PY) -m pytest -rA --durations=10 $(CONTAINER_TESTS) tests/test_compose.py $(PYTEST_ARGS)
+	DLS_TEST_KAFKA=testcontainers $(PY) -X faulthandler -m pytest -rA --durations=10 $(CONTAINER_TESTS) tests/test_compose.py $(PYTEST_ARGS)

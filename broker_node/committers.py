@@ -252,6 +252,24 @@ class Committer:
         with self.guard("flush"):
             self.producer.flush(timeout)
 
+    def close(self, timeout: float = 10.0) -> None:
+        """At close: wait up to ``timeout`` s for the outputs still queued, then end the producer.
+
+        What is still queued after that is dropped, as it was when the handle went with its
+        last reference. Closing explicitly matters: a node that froze its heap
+        (``gc_freeze``) keeps the producer in a frozen reference cycle, which is never
+        collected, so its librdkafka threads would outlive the node (in a process that
+        hosts several nodes, one set per node run) and retry a stopped broker until exit.
+        """
+        try:
+            self.flush(timeout)
+        finally:  # a flush that failed (a fatal error) still ends the handle
+            with self.guard("closing the producer"):
+                try:
+                    self.producer.purge()
+                finally:
+                    self.producer.close()
+
 
 class ExactlyOnce(Committer):
     """Each batch is one Kafka transaction: outputs and input offsets together."""

@@ -488,6 +488,11 @@ class SnapshotStore:
         else:
             w.done = True
 
+    def close(self) -> None:
+        """End the store's producer; a write in flight is dropped (no manifest names it)."""
+        self.producer.purge()
+        self.producer.close()
+
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the write in flight; True when none is left."""
         deadline = time.monotonic() + timeout

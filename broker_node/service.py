@@ -285,9 +285,12 @@ class NodeService(ClientInputs):
         if self._ends is not None:
             self._closing("closing the end reader", self._ends.close)
             self._ends = None
+        if self.snapshots is not None:
+            self._closing("closing the snapshot producer", self.snapshots.store.close)
+            self.snapshots = None
         if committer is not None:
-            self._closing("flushing the producer", partial(committer.flush, 10))
-            self.committer = None  # the producer is released with its last reference
+            self._closing("flushing and closing the producer", partial(committer.close, 10))
+            self.committer = None
         if self._metrics_server is not None:
             self._metrics_server.close()
             self._metrics_server = None

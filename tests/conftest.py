@@ -66,6 +66,51 @@ def _delete_test_topics(bootstrap: str) -> None:
         pass
 
 
+def _close_left_clients(limit_s: float = 10.0) -> int:
+    """Close the Kafka clients tests left open; return how many there were.
+
+    A client that outlives the session is destroyed at interpreter exit, when librdkafka's
+    threads may still call back into a Python that is being torn down (delivery reports,
+    rebalance callbacks): a crash after the last test. Here they are closed while the
+    broker still answers: producers drop what they still queue, each close has
+    ``limit_s`` seconds (in a daemon thread, so that a close that hangs cannot hold the
+    session).
+    """
+    import threading
+
+    from confluent_kafka import Consumer, Producer
+
+    gc.unfreeze()  # a node run in this process froze its heap, clients and all
+    gc.collect()
+    left = [o for o in gc.get_objects() if isinstance(o, (Producer, Consumer))]
+
+    closed: list[bool] = []
+
+    def close(client: Producer | Consumer) -> None:
+        try:
+            if isinstance(client, Producer):
+                client.purge()
+            client.close()
+            closed.append(True)
+        except Exception:  # noqa: S110 - closed already, or the broker is gone
+            pass
+
+    for client in left:
+        t = threading.Thread(target=close, args=(client,), daemon=True)
+        t.start()
+        t.join(limit_s)
+    del left
+    return len(closed)
+
+
+def _session_end(bootstrap: str) -> None:
+    """Close the clients tests left open and delete this session's topics."""
+    n = _close_left_clients()
+    if n:
+        containers.SESSION_KAFKA["left_open"] = str(n)
+    _delete_test_topics(bootstrap)
+
+
 _WATCHDOG: HangWatchdog | None = None
 
 
@@ -127,6 +172,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Name the Kafka the integration tests ran on."""
     if containers.SESSION_KAFKA:
         terminalreporter.write_line(f"kafka_bootstrap: {containers.SESSION_KAFKA['line']}")
+        left = containers.SESSION_KAFKA.get("left_open")
+        if left:
+            terminalreporter.write_line(
+                f"kafka clients left open by tests, closed at session end: {left}")
 
 
 def _container_image() -> tuple[str | None, str]:
@@ -182,6 +231,7 @@ def _testcontainers_kafka(image: str, port: int) -> Iterator[str]:
     try:
         wait_for_broker(bootstrap, timeout=180)
         yield bootstrap
+        _session_end(bootstrap)
     finally:
         container.stop()
 
@@ -193,7 +243,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if given:
         _say("given", f"{given} (DLS_KAFKA_BOOTSTRAP)")
         yield given
-        _delete_test_topics(given)
+        _session_end(given)
         return
     choice = containers.kafka_choice()
     why = "DLS_TEST_KAFKA=local"
@@ -216,7 +266,7 @@ def kafka_bootstrap() -> Iterator[str]:
     bootstrap = ensure_local_kafka(port)
     try:
         yield bootstrap
-        _delete_test_topics(bootstrap)
+        _session_end(bootstrap)
     finally:
         # Under pytest-xdist every worker is a session; the first to finish must not stop
         # the broker under the others, so there it is left running (`make kafka-down`).
@@ -258,3 +308,4 @@ def topic_prefix() -> str:
 def group_id() -> str:
     """A fresh consumer group id (a uuid string)."""
     return str(uuid.uuid4())
+

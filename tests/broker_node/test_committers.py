@@ -59,6 +59,14 @@ class Producer:
     def abort_transaction(self, timeout: float) -> None:
         self.calls.append("abort")
 
+    def purge(self) -> None:
+        self.calls.append("purge")
+        self.reports = []
+
+    def close(self) -> bool:
+        self.calls.append("close")
+        return True
+
 
 class Consumer:
     """Records offset commits."""

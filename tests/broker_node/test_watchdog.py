@@ -143,11 +143,13 @@ def test_close_after_a_fatal_error_does_not_raise_again(caplog: pytest.LogCaptur
     space.write_text(json.dumps({"attributes": [
         {"name": "x", "type": "numeric", "low": 0, "high": 100, "granules": 8}]}))
     svc = NodeService(_settings(space=space))
-    svc.connect(FencedProducer())  # type: ignore[arg-type]
+    producer = FencedProducer()
+    svc.connect(producer)  # type: ignore[arg-type]
     svc._consumer = ClosingConsumer()  # type: ignore[assignment]
     svc.close()  # flush raises the fatal error: logged, not raised a second time
     assert svc.committer is None
-    assert "flushing the producer failed at close" in caplog.text
+    assert "flushing and closing the producer failed at close" in caplog.text
+    assert producer.calls[-2:] == ["purge", "close"]  # the handle ends all the same
 
 
 def _run(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
