@@ -65,7 +65,8 @@ def warm_up_kernels() -> float:
     """Compile (or load from the disk cache) every kernel, for the types a broker passes.
 
     A node calls it at start, so that its first batches do not wait for compilation (about
-    10 s with an empty cache, 0.3 s to load a warm one: docs/architecture.md#compiled-kernels).
+    19 s with an empty cache on this project's machine, 0.3 s to load a warm one:
+    docs/architecture.md, "Start").
     Returns the seconds it took (0.0 on the numpy reference path, ``DLS_NO_JIT=1``).
     """
     if not _jit.ENABLED:
