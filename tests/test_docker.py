@@ -54,6 +54,10 @@ def test_dockerfile_installs_the_wheel_its_first_stage_builds():
     assert "COPY --from=wheel /wheels /wheels" in runtime
     assert any(line.startswith("RUN pip install") and "/wheels/*.whl" in line
                for line in runtime)
+    # the kernels are compiled in the image, after the install (docker/images.sh does too)
+    warm = [i for i, line in enumerate(runtime) if "warm_up_kernels" in line]
+    install = [i for i, line in enumerate(runtime) if line.startswith("RUN pip install")]
+    assert warm and warm[0] > install[0]
     # the runtime stage takes no package source from the context, only the examples
     assert context_sources(runtime) == ["docker/examples"]
     # every top-level package of the wheel is in the build stage's context
