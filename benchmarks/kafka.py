@@ -167,10 +167,10 @@ from benchmarks.workload import (
 from broker_node.config import NodeSettings
 from broker_node.heap import set_young_threshold
 from broker_node.service import NodeService
+from connectors.closing import close_consumer
 from connectors.kafka import (
     PRODUCER_DEFAULTS,
     admin,
-    close_consumer,
     consume_batch,
     consumer_config,
     ensure_topics,

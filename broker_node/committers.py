@@ -34,6 +34,7 @@ from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError
 from broker_node.metrics import Metrics
 from broker_node.watchdog import Watchdog
+from connectors.closing import close_producer
 from connectors.kafka import next_offsets, offsets_to_commit, producer_config
 
 __all__ = [
@@ -265,10 +266,7 @@ class Committer:
             self.flush(timeout)
         finally:  # a flush that failed (a fatal error) still ends the handle
             with self.guard("closing the producer"):
-                try:
-                    self.producer.purge()
-                finally:
-                    self.producer.close()
+                close_producer(self.producer)
 
 
 class ExactlyOnce(Committer):

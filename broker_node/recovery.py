@@ -49,6 +49,7 @@ from broker_node.inbox import offset_of, timestamp_of, topic_of
 from broker_node.metrics import Metrics
 from broker_node.snapshot import SnapshotData, capture, decode, encode, restore, unusable
 from broker_node.state import BrokerState
+from connectors.closing import close_producer
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
     admin,
@@ -490,8 +491,7 @@ class SnapshotStore:
 
     def close(self) -> None:
         """End the store's producer; a write in flight is dropped (no manifest names it)."""
-        self.producer.purge()
-        self.producer.close()
+        close_producer(self.producer)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the write in flight; True when none is left."""

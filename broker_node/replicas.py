@@ -37,8 +37,9 @@ from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError
 from broker_node.metrics import MetricsServer, NodeCollector
 from broker_node.service import NodeService
+from connectors.closing import close_consumer
 from connectors.exceptions import ConnectorError
-from connectors.kafka import close_consumer, consumer_config, ensure_partitioned_topic
+from connectors.kafka import consumer_config, ensure_partitioned_topic
 from connectors.topics import Topics
 from dls.bank import warm_up_kernels
 from dls.space import ContentSpace

@@ -44,9 +44,9 @@ from broker_node.recovery import Snapshotter, recover
 from broker_node.router import Router
 from broker_node.state import BrokerState, LinkMessage
 from broker_node.watchdog import Watchdog
+from connectors.closing import close_consumer
 from connectors.exceptions import ConnectorError
 from connectors.kafka import (
-    close_consumer,
     consume_batch,
     consumer_config,
     ensure_partitioned_topic,

@@ -39,7 +39,6 @@ __all__ = [
     "PRODUCER_DEFAULTS",
     "admin",
     "check_message",
-    "close_consumer",
     "committed_offsets",
     "consume_batch",
     "consumer_config",
@@ -542,32 +541,6 @@ def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:
 def offsets_to_commit(offsets: Mapping[tuple[str, int], int]) -> list[TopicPartition]:
     """``{(topic, partition): offset}`` as the ``TopicPartition`` list commits take."""
     return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-
-
-def close_consumer(consumer: Consumer, timeout: float = 10.0) -> None:
-    """Leave the group, serve the rebalance that causes, then close ``consumer``.
-
-    A plain ``close()`` can hang for good, holding the GIL (so every thread of the process
-    stops), when it serves a rebalance whose assignment is still in flight: the default
-    rebalance callback's ``assign`` waits for a reply the terminating group never sends.
-    A consumer closed soon after ``subscribe`` hit it within a few tries (confluent-kafka
-    2.16, librdkafka 2.16, static membership); a stack taken with gdb showed
-    ``Consumer_close -> rd_kafka_consumer_close -> rd_kafka_poll_cb ->
-    Consumer_rebalance_cb -> rd_kafka_assign -> rd_kafka_op_req``. Here ``poll`` serves the
-    rebalance events first, outside ``close``. Messages it returns are dropped: the
-    project's consumers never commit on their own (``enable.auto.commit`` is off), so they
-    are read again after a restart.
-    """
-    try:
-        consumer.unsubscribe()
-        deadline = time.monotonic() + timeout
-        while True:
-            consumer.poll(0.05)  # serves the rebalance callbacks; a message is dropped
-            if not consumer.assignment() or time.monotonic() >= deadline:
-                break
-    except (KafkaException, RuntimeError) as exc:  # closed already, or the broker is gone
-        _log.debug("before close: %r", exc)
-    consumer.close()
 
 
 def consume_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:

@@ -80,6 +80,8 @@ def _close_left_clients(limit_s: float = 10.0) -> int:
 
     from confluent_kafka import Consumer, Producer
 
+    from connectors.closing import close_consumer, close_producer
+
     gc.unfreeze()  # a node run in this process froze its heap, clients and all
     gc.collect()
     left = [o for o in gc.get_objects() if isinstance(o, (Producer, Consumer))]
@@ -89,8 +91,9 @@ def _close_left_clients(limit_s: float = 10.0) -> int:
     def close(client: Producer | Consumer) -> None:
         try:
             if isinstance(client, Producer):
-                client.purge()
-            client.close()
+                close_producer(client)
+            else:  # a plain close() can hang mid-rebalance (holding the GIL)
+                close_consumer(client, timeout=limit_s)
             closed.append(True)
         except Exception:  # noqa: S110 - closed already, or the broker is gone
             pass
@@ -308,4 +311,3 @@ def topic_prefix() -> str:
 def group_id() -> str:
     """A fresh consumer group id (a uuid string)."""
     return str(uuid.uuid4())
-

@@ -278,7 +278,8 @@ def test_partition_eof_is_skipped(kafka_bootstrap: str, topic_prefix: str) -> No
 _CLOSE_TRIES = """
 import random, sys, time
 from confluent_kafka import Consumer
-from connectors.kafka import close_consumer, consumer_config
+from connectors.closing import close_consumer
+from connectors.kafka import consumer_config
 boot, prefix, tries = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rnd = random.Random(7)
 for i in range(tries):
