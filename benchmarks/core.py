@@ -81,6 +81,7 @@ import numpy as np
 from benchmarks.baselines.bruteforce import BruteForceMatcher
 from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
 from broker_node.state import BrokerState, LinkMessage
+from dls.bank import warm_up_kernels
 from dls.mapping import box_labels_batch, event_labels_batch
 from dls.space import ContentSpace
 
@@ -362,6 +363,8 @@ def run(s: RunSettings, log: Callable[[str], None] = print) -> list[dict[str, An
     """Run every configuration of ``s``; return the records."""
     rec = Recorder()
     log(HEADER)
+    # Untimed, as a node does at start: no first batch waits for a kernel to compile.
+    log(f"kernels compiled or loaded in {warm_up_kernels():.1f} s (untimed)")
     for dist in s.distributions:
         for d, g in s.dims:
             full = generate(WorkloadParams(dist, d, g, max(s.sizes), s.n_clients, s.n_events,

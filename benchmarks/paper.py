@@ -105,6 +105,7 @@ from benchmarks.paper_systems import (
     build_kwargs,
 )
 from benchmarks.workload import Workload, WorkloadParams, attr_names, generate, space_spec
+from dls.bank import warm_up_kernels
 from dls.cbf import CountingBloomFilter
 from dls.space import ContentSpace
 from dls.tuning import tune_space
@@ -878,6 +879,8 @@ def run(s: PaperSettings, log: Progress | None = None, *, require_all: bool = Fa
     rec = Recorder()
     log(f"systems: {', '.join(x.name for x in systems)}; experiments: "
         f"{', '.join(s.experiments)}")
+    # Untimed, as a node does at start: no first batch waits for a kernel to compile.
+    log(f"kernels compiled or loaded in {warm_up_kernels():.1f} s (untimed)")
     for exp in s.experiments:
         t0 = time.perf_counter()
         runner = {"scaling": lambda: run_scaling(rec, s, systems, log),

@@ -122,6 +122,10 @@ class SubscriptionRegistry:
         codes, _ = self.index.codes([sub_id])
         return int(codes[0])
 
+    def expect(self, n: int) -> None:
+        """Make room for ``n`` more ids ahead: registering them rebuilds no index table."""
+        self.index.expect(n)
+
     def lookup(self, sub_ids: Sequence[str]) -> tuple[np.ndarray, int]:
         """(code per id, -1 when unknown; the first index repeating a known id, or -1)."""
         return self.index.codes(sub_ids)

@@ -160,15 +160,9 @@ class Routes:
 class BrokerState:
     """The broker: subscriptions, aggregation towards neighbours, and event routing."""
 
-    def __init__(
-        self,
-        node_id: str,
-        neighbours: Sequence[str],
-        config: BrokerConfig | None = None,
-        *,
-        label_base: int | None = None,
-        label_space_size: int | None = None,
-    ):
+    def __init__(self, node_id: str, neighbours: Sequence[str],
+                 config: BrokerConfig | None = None, *, label_base: int | None = None,
+                 label_space_size: int | None = None):
         """Create an empty broker; the label space, when known, lets tables be dense."""
         self.node_id = node_id
         if len(set(neighbours)) != len(neighbours) or node_id in neighbours:
@@ -315,6 +309,10 @@ class BrokerState:
         return arr
 
     # -- subscriptions ------------------------------------------------------------------
+    def expect_subscriptions(self, n: int) -> None:
+        """Size the ids' index for ``n`` more subscriptions now, not as they come (optional)."""
+        self._registry.expect(n)
+
     def subscribe(self, client: str, sub_id: str, labels: Any) -> list[LinkMessage]:
         """Register a subscription; return the advertisements it causes."""
         return self.subscribe_many([client], [sub_id], np.array([0, len(labels)]), labels)

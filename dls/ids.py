@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from itertools import repeat
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -37,6 +37,7 @@ __all__ = ["DictIdIndex", "HashIdIndex", "IdIndex", "encode_ids", "make_id_index
 _M32 = 0xFFFFFFFF
 _MAX_LOAD = 0.8  # used slots (live and tombstones) over capacity before a rebuild
 _TARGET_LOAD = 0.45  # live ids over capacity right after one
+_EXPECT_LOAD = 0.7  # live ids over capacity once those HashIdIndex.expect made room for are in
 _GROW = 1.25  # arena and offsets grow by at least this factor
 _NARROW_SEQ_BITS = 26  # beyond, the table's entries are 64-bit
 
@@ -81,6 +82,10 @@ class IdIndex(Protocol):
 
     def nbytes(self) -> int:
         """Bytes the index keeps."""
+        ...
+
+    def expect(self, n: int) -> None:
+        """Make room for ``n`` more ids ahead, so that registering them rebuilds nothing."""
         ...
 
 
@@ -160,8 +165,19 @@ class DictIdIndex:
         return sys.getsizeof(d) + sum(map(sys.getsizeof, d)) + sum(
             map(sys.getsizeof, d.values()))
 
+    def expect(self, n: int) -> None:
+        """Nothing to do: a dict cannot be sized ahead (:meth:`IdIndex.expect`)."""
+        _check_expect(n)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.map)
+
+
+def _check_expect(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise IdIndexError(f"expect: n must be a non-negative int, got {n!r}", field="n",
+                           value=n)
+    return int(n)
 
 
 def _layout(cap: int, top: int) -> tuple[int, type]:
@@ -228,15 +244,32 @@ class HashIdIndex:
             off[:self._top + 1] = self._off[:self._top + 1]
             self._off = off
 
-    def _resize(self, need_live: int, top_seq: int) -> None:
-        """A new table for ``need_live`` ids and seqs up to ``top_seq`` (tombstones go)."""
-        cap = max(64, int(need_live / _TARGET_LOAD) + 1)
+    def _resize(self, need_live: int, top_seq: int, load: float = _TARGET_LOAD) -> None:
+        """A new table for ``need_live`` ids (at ``load``) and seqs up to ``top_seq``.
+
+        Tombstones go.
+        """
+        cap = max(64, int(need_live / load) + 1)
         bits, dtype = _layout(cap, top_seq)
         seqs = np.empty(self._live, dtype=np.int64)
         seqs = seqs[:_K.id_live(self._table, self._bits, seqs)]  # any order will do
         table: np.ndarray = np.zeros(cap, dtype=dtype)
         _K.id_rebuild(table, bits, self._seed, self._arena, self._off, seqs, seqs)
         self._table, self._bits, self._used = table, bits, len(seqs)
+
+    def expect(self, n: int) -> None:
+        """Room for ``n`` more ids ahead (:meth:`IdIndex.expect`).
+
+        The table is rebuilt now, once, for them (at :data:`_EXPECT_LOAD` once they are
+        in), and the seq offsets grow to hold them; the arena still grows as their bytes
+        come. A table with that room already is left as it is.
+        """
+        n = _check_expect(n)
+        top = self._top + n
+        if (self._used + n > _MAX_LOAD * len(self._table)
+                or top + 2 >= 1 << self._bits):
+            self._resize(self._live + n, top, _EXPECT_LOAD)
+        self._room(top, self._at)
 
     def _ensure(self, n: int, top_seq: int) -> None:
         if (self._used + n > _MAX_LOAD * len(self._table)

@@ -121,6 +121,7 @@ class DLSMatcher:
         # the experiment announces (a caller holds its ids before it subscribes); more
         # are made when an insert needs them (then inside its time).
         self._ids = _id_strings(0, max(0, int(expected_subscriptions)))
+        self.state.expect_subscriptions(len(self._ids))  # as a caller knowing its size may
         self._owner = np.empty(0, dtype=np.int64)
         self._alive = np.empty(0, dtype=bool)
         self._n = 0

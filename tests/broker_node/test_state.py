@@ -9,6 +9,7 @@ from broker_node.exceptions import (
     UnknownSubscriptionError,
 )
 from broker_node.state import BrokerConfig, BrokerState
+from dls.exceptions import IdIndexError
 from dls.space import ContentSpace
 
 SPACE = ContentSpace.from_spec({"attributes": [
@@ -32,6 +33,16 @@ def test_first_subscription_is_advertised_to_every_neighbour(node):
     out = node.subscribe("c1", "s1", labels(3, 1, 2, 2))
     assert adv(out) == {("A", "advertise"): [1, 2, 3], ("C", "advertise"): [1, 2, 3]}
     assert node.subscription("s1")[1].tolist() == [1, 2, 3]
+
+
+def test_room_made_ahead_changes_no_answer(node):
+    node.expect_subscriptions(3)
+    node.subscribe("c1", "s1", labels(1, 2))
+    node.expect_subscriptions(0)
+    assert node.subscription("s1")[1].tolist() == [1, 2]
+    with pytest.raises(IdIndexError, match="expect: n must be a non-negative int, got -1"):
+        node.expect_subscriptions(-1)
+    assert len(node) == 1
 
 
 def test_second_subscription_advertises_only_new_labels(node):

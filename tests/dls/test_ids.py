@@ -9,6 +9,7 @@ every probe compare bytes: a hash collision must never confuse two ids.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,9 @@ def _run(index: Any, program: list[tuple[str, Any]]) -> list[Any]:
             codes, _ = index.codes(ids)
             index.discard(ids, codes)
             out.append(len(index))
+        elif op == "expect":
+            index.expect(arg)
+            out.append(len(index))
         elif op == "renumber":  # odd seqs, gaps between and after: ids_of must skip them
             seqs = index.live()
             nxt = 2 * len(seqs) + 3
@@ -59,7 +63,8 @@ def _programs() -> st.SearchStrategy[list[tuple[str, Any]]]:
     batch = st.lists(IDS, max_size=12)
     step = st.one_of(st.tuples(st.just("reserve"), batch), st.tuples(st.just("codes"), batch),
                      st.tuples(st.just("discard"), batch), st.tuples(st.just("renumber"),
-                                                                      st.none()))
+                                                                      st.none()),
+                     st.tuples(st.just("expect"), st.integers(0, 300)))
     return st.lists(step, max_size=25)
 
 
@@ -118,6 +123,35 @@ def test_compact_memory() -> None:
         assert index.reserve(ids[a:a + 50_000], a) is None
     id_bytes = sum(map(len, ids))
     assert index.nbytes() <= 1.25 * (4 * len(ids) + id_bytes) + 4 / 0.55 * len(ids) + 4096
+
+
+@compiled
+def test_expect_sizes_the_table_once() -> None:
+    """Room made ahead: the ids it was made for go in without another rebuild."""
+    index = HashIdIndex()
+    index.expect(200_000)
+    table = index._table
+    ids = [f"s{i}" for i in range(200_000)]
+    for a in range(0, len(ids), 50_000):
+        assert index.reserve(ids[a:a + 50_000], a) is None
+    assert index._table is table
+    assert len(table) <= 200_000 / 0.7 + 2
+    codes, rep = index.codes(ids[::997])
+    assert rep == -1 and [int(c) & M32 for c in codes] == list(range(0, 200_000, 997))
+    index.expect(10)  # room enough already: the table stays
+    assert index._table is table
+
+
+@pytest.mark.parametrize("make", [HashIdIndex, DictIdIndex])
+@pytest.mark.parametrize("bad", [-1, 2.5, "10", True, None])
+def test_expect_refuses_a_bad_count(make: Any, bad: Any) -> None:
+    if make is HashIdIndex and not _jit.ENABLED:
+        pytest.skip("numba absent")
+    index = make()
+    with pytest.raises(ids_mod.IdIndexError, match=r"expect: n must be a non-negative int, "
+                       rf"got {re.escape(repr(bad))}") as err:
+        index.expect(bad)
+    assert err.value.field == "n" and len(index) == 0
 
 
 def test_make_id_index_follows_the_switch() -> None:
