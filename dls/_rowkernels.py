@@ -24,13 +24,13 @@ import numpy as np
 
 from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
-from dls._kernels import _packed_undo, group_by_label
+from dls._kernels import _packed_undo, group_into
 
 __all__ = [
     "add_row_range",
     "bank_add_rows",
     "bank_remove_rows",
-    "group_by_label",
+    "group_into",
     "inverse",
     "remove_row_range",
     "warm_up",
@@ -149,13 +149,14 @@ def _undo(counts: Any, bits: Any, rstart: Any, rlabs: Any, lab_start: Any, clien
 
 @njit
 def bank_add_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, idx: Any,
-                  cli: Any, top: Any) -> Any:
+                  cli: Any, top: Any, clients: Any) -> Any:
     """Increment packed 4-bit counters ``(table[idx[i], :], cli[i])``, in row order.
 
-    ``(rstart, rlabs)`` is the :func:`inverse` of a table of ``n_lab`` labels. Counters
-    saturate at ``top``; a counter going 0 -> 1 sets its bit. Returns -1 (nothing fails).
+    ``(rstart, rlabs)`` is the :func:`inverse` of a table of ``n_lab`` labels; ``clients``
+    a buffer for the batch grouped by label (:func:`group_into`). Counters saturate at
+    ``top``; a counter going 0 -> 1 sets its bit. Returns -1 (nothing fails).
     """
-    lab_start, clients = group_by_label(idx, cli, n_lab)
+    lab_start = group_into(idx, cli, n_lab, clients)
     add_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, rstart.shape[0] - 1,
                   top)
     return -1
@@ -163,13 +164,13 @@ def bank_add_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, i
 
 @njit
 def bank_remove_rows(counts: Any, bits: Any, rstart: Any, rlabs: Any, n_lab: Any, idx: Any,
-                     cli: Any, top: Any) -> Any:
+                     cli: Any, top: Any, clients: Any) -> Any:
     """Decrement as :func:`bank_add_rows` increments, all or nothing.
 
     A saturated counter (``top``) stays. A counter that would go below zero makes the kernel
     undo every decrement made and return a non-negative number; -1 when every pair went out.
     """
-    lab_start, clients = group_by_label(idx, cli, n_lab)
+    lab_start = group_into(idx, cli, n_lab, clients)
     return remove_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0,
                             rstart.shape[0] - 1, top)
 
@@ -183,8 +184,10 @@ def warm_up() -> None:
     bits = np.zeros((4, 1), dtype=np.uint64)
     idx = np.array([0, 1, 2, 2], dtype=np.int64)
     cli = np.array([0, 5, 9, 63], dtype=np.int64)
-    bank_add_rows(counts, bits, rstart, rlabs, 3, idx, cli, 15)
-    bank_remove_rows(counts, bits, rstart, rlabs, 3, idx, cli, 15)
-    lab_start, clients = group_by_label(idx, cli, 3)
-    add_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, 2, 15)
-    remove_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, 2, 15)
+    for dtype in (np.uint16, np.int32):  # client slots below 65,536, or more
+        clients = np.empty(len(idx), dtype=dtype)
+        bank_add_rows(counts, bits, rstart, rlabs, 3, idx, cli, 15, clients)
+        bank_remove_rows(counts, bits, rstart, rlabs, 3, idx, cli, 15, clients)
+        lab_start = group_into(idx, cli, 3, clients)
+        add_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, 2, 15)
+        remove_row_range(counts, bits, rstart, rlabs, lab_start, clients, 0, 2, 15)

@@ -381,10 +381,12 @@ class BitsetBank:
         """
         rstart, rlabs = inv
         parts = self._update_threads
+        clients = np.empty(idx.shape[0], dtype=np.uint16 if self._cap <= 1 << 16 else np.int32)
         if parts == 1:
             fn = _rowkernels.bank_remove_rows if remove else _rowkernels.bank_add_rows
-            return bool(fn(self._counts, self._bits, rstart, rlabs, n_lab, idx, cli, top) < 0)
-        lab_start, clients = _rowkernels.group_by_label(idx, cli, n_lab)
+            return bool(fn(self._counts, self._bits, rstart, rlabs, n_lab, idx, cli, top,
+                           clients) < 0)
+        lab_start = _rowkernels.group_into(idx, cli, n_lab, clients)
         cut = np.searchsorted(rstart, [rlabs.shape[0] * i // parts for i in range(parts + 1)])
         edges = [0, *np.minimum(cut[1:-1], rstart.shape[0] - 1).tolist(), rstart.shape[0] - 1]
         kernel = _rowkernels.remove_row_range if remove else _rowkernels.add_row_range

@@ -362,28 +362,31 @@ def test_cbf_bank_large_batches_grouped_by_label(m: int, k: int, counter_bits: i
 
 @settings(max_examples=60, deadline=None)
 @given(m=st.integers(1, 200), k=st.integers(1, 8), seed=st.integers(0, 2**32 - 1),
-       threads=st.sampled_from([1, 2, 3]), data=st.data())
-def test_cbf_bank_row_order_batches(m: int, k: int, seed: int, threads: int,
+       threads=st.sampled_from([1, 2, 3]), wide=st.sampled_from([False] * 5 + [True]),
+       data=st.data())
+def test_cbf_bank_row_order_batches(m: int, k: int, seed: int, threads: int, wide: bool,
                                     data: Any) -> None:
     """Packed batches that cover a table go in row order (dls._rowkernels): same state.
 
     On one thread or on ranges of rows on several (``update_threads``). A refused remove
     (client 63 never added, inside the capacity, so a kernel itself meets the zero
-    counter) leaves nothing changed, wherever it falls in the batch.
+    counter) leaves nothing changed, wherever it falls in the batch. ``wide``: the clients
+    lie above 65,536, past what the kernels' 16-bit grouping buffer holds.
     """
+    low = 1 << 16 if wide else 0
     n_labels = 12
     fn = PositionTable(n_labels, m, k, seed).lookup
     banks = [cls(m, k, seed=seed, position_fn=fn) for cls in (RefCBFBank, JitCBFBank)]
     banks[1].update_threads = threads
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    adds = [[(int(c), int(v)) for c, v in zip(rng.integers(0, 63, n),
+    adds = [[(int(c), int(v)) for c, v in zip(rng.integers(low, low + 63, n),
                                               rng.integers(0, n_labels, n), strict=True)]
             for n in rng.integers(30, 200, 3)]
     bad = list(adds[1])
-    bad.insert(data.draw(st.integers(0, len(bad))), (63, data.draw(st.integers(0, 11))))
+    bad.insert(data.draw(st.integers(0, len(bad))), (low + 63, data.draw(st.integers(0, 11))))
     ops: list[Any] = [("add", a) for a in adds]
-    ops += [("remove", bad), ("remove", adds[1]), ("add", [(7, 3)] * 40),
-            ("remove", adds[0] + [(7, 3)] * 40)]
+    ops += [("remove", bad), ("remove", adds[1]), ("add", [(low + 7, 3)] * 40),
+            ("remove", adds[0] + [(low + 7, 3)] * 40)]
     _run(banks[0], banks[1], ops)
     assert banks[1]._inverse is not None  # the row-order kernels ran
 
