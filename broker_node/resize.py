@@ -19,9 +19,9 @@ any size from them, losing nothing.
   bank: of those clients), and then again only once the item count has grown by
   :data:`RESCAN_GROWTH` since the last scan.
 * **Rebuild.** ``m`` doubled until it holds twice the labels held (the client bank: the
-  fullest client's, estimated from its fill) at the target rate, with ``k`` at most the
-  target's optimal ``round(-log2 target)``. Right after it the estimate is far
-  under the target (about ``target ** 1.8``), which is the hysteresis: the filter must
+  fullest client's, estimated from its fill) at the target rate, with ``k`` the fewest
+  that reach it there. Right after it the estimate is under the target by about
+  ``2 ** k`` (at least 1.9), which is the hysteresis: the filter must
   take twice its labels again before the next rebuild. Filters never shrink.
 * **No false negatives.** The new filter is built whole from the exact tables while the
   old one stays in place, then swapped in, in one assignment, between two batches: every
@@ -120,7 +120,8 @@ def grown_size(n: int, target: float, m: int) -> tuple[int, int]:
 
     Doubling (never less than once) keeps the sizes of filters grown from one spec on one
     ladder, so that ERTs of equal size share their position table and their hashing in a
-    route; ``k`` is at most the target's optimal ``round(-log2 target)``.
+    route; ``k`` is the fewest hash functions that reach ``target`` at that ``m`` (as
+    :func:`dls.cbf.size_for` chooses them), at most the optimal ``round(-log2 target)``.
     """
     n2 = max(1, 2 * n)
     ln2 = math.log(2)
@@ -129,7 +130,9 @@ def grown_size(n: int, target: float, m: int) -> tuple[int, int]:
     while m2 < need:
         m2 *= 2
     k_target = max(1, round(-math.log2(target)))
-    return m2, min(64, k_target, max(1, round(m2 / n2 * ln2)))
+    k_best = min(64, k_target, max(1, round(m2 / n2 * ln2)))
+    k = next((k for k in range(1, k_best) if expected_rate(n2, m2, k) <= target), k_best)
+    return m2, k
 
 
 @dataclass(frozen=True)

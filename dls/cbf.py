@@ -49,11 +49,13 @@ __all__ = [
     "CBFParams",
     "CountingBloomFilter",
     "HEADER_SIZE",
+    "K_SLACK",
     "MAGIC",
     "VERSION",
     "check_counter_bits",
     "count_keys",
     "counter_max",
+    "size_for",
 ]
 
 MAGIC = b"DLSCBF"
@@ -65,6 +67,32 @@ VERSION = 1
 _HEADER = struct.Struct(">6sBBBIQq")
 HEADER_SIZE = _HEADER.size
 """Size of the serialised header: magic, version, counter_bits, k, seed, m, n_items."""
+
+
+K_SLACK = 0.03
+"""How much larger than the optimal ``m`` a filter may be to need fewer hash functions."""
+
+
+def size_for(n: int, p: float) -> tuple[int, int]:
+    """``(m, k)`` of a filter for ``n`` items at false-positive rate ``p``.
+
+    The optimum, ``m = ceil(-n ln p / (ln 2)^2)`` and ``k = round(m / n * ln 2)``, unless
+    fewer hash functions reach ``p`` with at most :data:`K_SLACK` more counters: then the
+    fewest that do, with the ``m`` they need, ``ceil(-k n / ln(1 - p^(1/k)))``. Every
+    hash function is one more counter touched by each insert, delete and query: at
+    ``p = 0.01``, 5 instead of 7 for 2.8 % more counters.
+    """
+    ln2 = math.log(2)
+    m_opt = max(1, math.ceil(-n * math.log(p) / ln2**2))
+    k_opt = min(64, max(1, round(m_opt / n * ln2)))
+    for k in range(1, k_opt):
+        root = p ** (1.0 / k)
+        if root >= 1.0:  # pragma: no cover - k_opt > 1 needs p below 0.35
+            continue
+        m = math.ceil(-k * n / math.log1p(-root))
+        if m <= m_opt * (1.0 + K_SLACK):
+            return max(1, m), k
+    return m_opt, k_opt
 
 
 def _is_int(value: Any) -> bool:
@@ -80,8 +108,8 @@ class CountingBloomFilter(CountingParams):
         counter_bits: Counter width, 4 or 8.
         seed: MurmurHash3 seed in ``[0, 2**32)``.
 
-    The filter has ``m = ceil(-n ln p / (ln 2)^2)`` counters and
-    ``k = max(1, round(m / n * ln 2))`` hash functions (capped at 64). Use
+    The filter has the ``m`` counters and ``k`` hash functions of :func:`size_for`: the
+    optimum, or fewer hash functions for at most 3 % more counters. Use
     :meth:`with_params` to give ``m`` and ``k`` directly.
 
     Raises:
@@ -107,9 +135,7 @@ class CountingBloomFilter(CountingParams):
             raise FilterParamsError(
                 f"fp_rate must be in (0, 1), got {fp_rate!r}", field="fp_rate", value=fp_rate
             )
-        p = float(fp_rate)
-        m = max(1, math.ceil(-n * math.log(p) / (math.log(2) ** 2)))
-        k = min(64, max(1, round(m / n * math.log(2))))
+        m, k = size_for(n, float(fp_rate))
         self._init(m, k, counter_bits, seed, None)
 
     def _init(

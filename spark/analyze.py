@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dls.cbf import size_for
 from dls.exceptions import DLSError
 from dls.space import ContentSpace, DiscreteAttribute, UniformAttribute
 from spark.exceptions import AnalyzeError
@@ -101,9 +102,7 @@ def _spec_filter(spec: dict[str, Any]) -> tuple[int, int]:
     """``(m, k)`` of a space's filter spec, sized as ``CountingBloomFilter`` does."""
     if "m" in spec:
         return int(spec["m"]), int(spec["k"])
-    n, p = int(spec["expected_items"]), float(spec["fp_rate"])
-    m = max(1, math.ceil(-n * math.log(p) / (math.log(2) ** 2)))
-    return m, min(64, max(1, round(m / n * math.log(2))))
+    return size_for(int(spec["expected_items"]), float(spec["fp_rate"]))
 
 
 # -- reading raw records --------------------------------------------------------------------

@@ -193,6 +193,19 @@ def test_targets_come_from_the_space_and_bad_ones_are_refused(tmp_path: Path) ->
         assert err.value.field == "client_fp_target"
     m2, k2 = grown_size(1000, 0.01, 512)
     assert m2 >= 2 * 512 and expected_rate(2000, m2, k2) <= 0.011 and k2 <= 7
+    # m2 = 32,768 is 1.7 times what 2,000 labels need at 1 %: 3 hash functions reach it
+    assert (m2, k2) == (32768, 3) and expected_rate(2000, m2, 2) > 0.01
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 10**6), target=st.sampled_from([0.001, 0.01, 0.02, 0.05]),
+       m=st.sampled_from([64, 512, 4096, 65536]))
+def test_a_grown_filter_holds_twice_its_labels_and_starts_far_under_the_target(
+        n: int, target: float, m: int) -> None:
+    m2, k = grown_size(n, target, m)
+    assert m2 >= 2 * m and expected_rate(2 * n, m2, k) <= target
+    # Half the labels it is sized for: under the target by about 2 ** k (the hysteresis)
+    assert expected_rate(n, m2, k) <= target / 1.9
 
 
 @settings(max_examples=120, deadline=None)
