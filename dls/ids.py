@@ -265,16 +265,14 @@ class HashIdIndex:
         come. A table with that room already is left as it is.
         """
         n = _check_expect(n)
-        top = self._top + n
-        if (self._used + n > _MAX_LOAD * len(self._table)
-                or top + 2 >= 1 << self._bits):
-            self._resize(self._live + n, top, _EXPECT_LOAD)
-        self._room(top, self._at)
+        self._ensure(n, self._top + n, _EXPECT_LOAD)
+        self._room(self._top + n, self._at)
 
-    def _ensure(self, n: int, top_seq: int) -> None:
+    def _ensure(self, n: int, top_seq: int, load: float = _TARGET_LOAD) -> None:
+        """Rebuild the table (for ``load``) unless ``n`` more ids up to ``top_seq`` fit."""
         if (self._used + n > _MAX_LOAD * len(self._table)
                 or top_seq + 2 >= 1 << self._bits):
-            self._resize(self._live + n, top_seq)
+            self._resize(self._live + n, top_seq, load)
 
     # -- the interface --------------------------------------------------------------------
     def reserve(self, ids: Sequence[str], first: int) -> np.ndarray | None:
