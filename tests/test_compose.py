@@ -4,7 +4,9 @@ two replica processes per node, on the images ``make images`` built from this ch
 Skipped, in one line, when no Docker engine answers or the images are not built; with
 ``DLS_TEST_KAFKA=testcontainers`` (CI, once its engine is up) that is a failure instead.
 ``DLS_TEST_KAFKA=local`` leaves it out.
-Ports: ``DLS_TEST_COMPOSE_PORT`` (default 39092) and the five above it.
+Ports: ``DLS_TEST_COMPOSE_PORT`` and the five above it; by default a free block under the
+kernel's ephemeral range (``tests.containers.free_ports``), never one an outgoing
+connection may hold when the Kafka servers bind it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tests.containers import (
     compose_command,
     containers_required,
     engine_answers,
+    free_ports,
     image_present,
     kafka_choice,
     project_images,
@@ -91,7 +94,8 @@ def deployment() -> Iterator[Deployment]:
     missing = [tag for tag in images.values() if not image_present(tag)]
     if missing:
         _unavailable(f"images of this checkout not built: {', '.join(missing)} (make images)")
-    base = int(os.environ.get("DLS_TEST_COMPOSE_PORT", "39092"))
+    given = os.environ.get("DLS_TEST_COMPOSE_PORT", "").strip()
+    base = int(given) if given else free_ports(range(6))
     env = dict(os.environ, **images)
     for i in range(3):
         env[f"DLS_BROKER_PORT_{i + 1}"] = str(base + 2 * i)
@@ -100,7 +104,10 @@ def deployment() -> Iterator[Deployment]:
     dep = Deployment(command, f"dlstest{uuid.uuid4().hex[:6]}", env, bootstrap)
     t0 = time.monotonic()
     try:
-        dep.compose("up", "-d", timeout=600)
+        try:
+            dep.compose("up", "-d", timeout=600)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_kafka_logs(dep)}") from None
         dep.log.append(f"compose up: {time.monotonic() - t0:.0f} s")
         yield dep
     finally:
@@ -109,6 +116,23 @@ def deployment() -> Iterator[Deployment]:
             dep.compose("down", "-v", "-t", "10", timeout=300)
         finally:
             print(f"\ncompose: {'; '.join(dep.log)}; down: {time.monotonic() - t1:.0f} s")
+
+
+def _kafka_logs(dep: Deployment) -> str:
+    """The Kafka servers' last lines and states: why one turned unhealthy."""
+    servers = ("kafka-1", "kafka-2", "kafka-3")
+    try:
+        out = [f"ports {dep.bootstrap} (clients); the Kafka servers:",
+               dep.compose("ps", *servers, timeout=60)]
+        for server in servers:
+            lines = dep.compose("logs", "--no-color", "--tail", "400", server,
+                                timeout=60).splitlines()
+            errors = [line for line in lines if " ERROR " in line or "Exception:" in line]
+            out += [f"{server}: {len(errors)} error lines in its last 400, the first 6:",
+                    *errors[:6], f"{server}: last lines:", *lines[-4:]]
+    except AssertionError as exc:
+        out.append(str(exc))
+    return "\n".join(out)
 
 
 def _node_logs(dep: Deployment) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from confluent_kafka.admin import ConfigResource
 
 from connectors.kafka import admin, ensure_topics, producer_config
 from connectors.local_kafka import KAFKA_SCRIPT, ensure_local_kafka
+from tests.containers import free_ports
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,24 +36,7 @@ pytestmark = pytest.mark.integration
 
 def _free_ports() -> int:
     """A port P with P..P+2 and P+1000..P+1002 all free."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = int(s.getsockname()[1])
-        wanted = [p + i for i in range(BROKERS)] + [p + 1000 + i for i in range(BROKERS)]
-        if wanted[-1] > 65535:
-            continue
-        socks = [socket.socket() for _ in wanted]
-        try:
-            for sock, port in zip(socks, wanted, strict=True):
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-        return p
-    raise RuntimeError("no free block of ports")
+    return free_ports([*range(BROKERS), *range(1000, 1000 + BROKERS)])
 
 
 def _script(command: str, port: int, **env: str) -> subprocess.CompletedProcess[str]:

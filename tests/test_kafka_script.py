@@ -9,25 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.containers import free_ports
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _two_free_ports() -> int:
     """A port P with P and P+1 both free (P is the client port, P+1 the controller's)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = int(s.getsockname()[1])
-        if p >= 65535:
-            continue
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-            except OSError:
-                continue
-        return p
-    raise RuntimeError("no two adjacent free ports")
+    return free_ports((0, 1))
 
 
 def test_up_names_a_taken_controller_port(tmp_path: Path) -> None:

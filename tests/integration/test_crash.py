@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from connectors.client import Client
+from tests.containers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +46,6 @@ def wait_metric(port: int, name: str, at_least: float, timeout: float = 60.0) ->
             pass
         time.sleep(0.1)
     raise AssertionError(f"metric {name} never reached {at_least}")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
