@@ -227,6 +227,7 @@ class RunSettings:
     latency_rate_fraction: float = 0.5
     latency_clients: int = 10
     latency_drain_s: float = 20.0
+    latency_quiet_s: float = 1.5  # the receiver ends after this long without a message
     latency_low_rates: tuple[float, ...] = (20.0, 100.0)
     latency_configs: tuple[tuple[int, float], ...] = ((1000, 0.05), (1000, 0.005), (1000, 0.001))
     warmup_per_topic: int = 34
@@ -251,7 +252,8 @@ FULL = RunSettings(n_clients=1_000, n_subs=100_000, n_events=100_000, profile_ev
 QUICK = RunSettings(n_clients=50, n_subs=2_000, n_events=5_000, profile_events=3_000,
                     warmup_per_topic=5, warmup_rounds=2,
                     latency_s=1.0, latency_warmup_s=0.25, latency_configs=((1000, 0.01),),
-                    latency_drain_s=5.0, latency_low_rates=(20.0,), paired_rounds=1,
+                    latency_drain_s=5.0, latency_quiet_s=0.5, latency_low_rates=(20.0,),
+                    paired_rounds=1,
                     load_timeout_s=120.0, phase_timeout_s=120.0)
 
 
@@ -612,12 +614,13 @@ def delete_run_topics(bootstrap: str, prefix: str, groups: Iterable[str] = (),
 # -- latency helper processes -------------------------------------------------------------
 def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.ndarray,
                     rate: float, seconds: float, payload_bytes: int, tag: str,
-                    result: Any) -> None:
+                    result: Any, go: Any = None) -> None:
     """Send events at ``rate``/s for ``seconds``, each with its send time in a header.
 
     Every value and header but the send time is encoded before the clock starts: on a
     2-core machine the publisher's Avro encoding (several µs an event) would otherwise take
-    CPU from the forwarder under test and from the broker.
+    CPU from the forwarder under test and from the broker. With ``go`` (an event), the clock
+    starts once it is set: the caller starts this process while the receiver starts.
     """
     producer = Producer(producer_config(bootstrap))
     names = attr_names(events.shape[1])
@@ -640,6 +643,8 @@ def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.n
     # then sends the overdue events in one burst.
     gc.collect()
     gc.freeze()
+    if go is not None and not go.wait(300):
+        raise TimeoutError("latency publisher: no go within 300 s")
     sent = 0
     t0_ns = time.time_ns()
     t0 = time.perf_counter()
@@ -658,8 +663,10 @@ def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.n
 
 
 def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, ready: Any,
-                   stop: Any, result: Any) -> None:
+                   stop: Any, result: Any, quiet_s: float = 1.5) -> None:
     """Read ``(topic, partition)`` pairs from their end offsets; put the latencies.
+
+    Once ``stop`` is set, ends after ``quiet_s`` without a message.
 
     Per delivery: its send time, its latency and the part of it up to the forwarder's
     produce (the output message's timestamp, set when the forwarder produced it).
@@ -697,7 +704,7 @@ def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, re
                 quiet_since = None
             elif quiet_since is None:
                 quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since > 1.5:
+            elif time.monotonic() - quiet_since > quiet_s:
                 break
     consumer.close()
     result.put({"sent_ns": np.array(sent, dtype=np.int64),
@@ -712,7 +719,9 @@ def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]]
 
     ``counts()`` gives the forwarder's cumulative (events in, messages out, transactions).
     After the publisher stops, waits (at most ``latency_drain_s``) until the forwarder has
-    taken every event sent, then lets the receiver drain (1.5 s without a message).
+    taken every event sent, then lets the receiver drain (``latency_quiet_s`` without a
+    message). The publisher starts beside the receiver and encodes its events meanwhile; its
+    clock starts once the receiver reads.
     The publisher sends events drawn anew for this run (:func:`fresh_events`, seeded by
     ``draw``, default ``tag``), as many as it can send, so no event is sent twice.
     """
@@ -720,19 +729,21 @@ def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]]
     draw = tag if draw is None else draw
     drawn, labels = fresh_events(p, int(rate * total) + 1, draw)
     ctx = mp.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
+    ready, stop, go = ctx.Event(), ctx.Event(), ctx.Event()
     q_recv, q_pub = ctx.Queue(), ctx.Queue()
     receiver = ctx.Process(target=_receiver_proc, args=(bootstrap, watched, group, ready, stop,
-                                                        q_recv), daemon=True)
+                                                        q_recv, s.latency_quiet_s), daemon=True)
+    publisher = ctx.Process(target=_publisher_proc, args=(
+        bootstrap, publish, drawn, labels, rate, total, s.payload_bytes, tag, q_pub, go),
+        daemon=True)
     receiver.start()
+    publisher.start()  # imports and encodes while the receiver starts; sends after go
     if not ready.wait(60):
         receiver.kill()
+        publisher.kill()
         raise TimeoutError("latency receiver did not start within 60 s")
-    publisher = ctx.Process(target=_publisher_proc, args=(
-        bootstrap, publish, drawn, labels, rate, total, s.payload_bytes, tag, q_pub),
-        daemon=True)
     before = counts()
-    publisher.start()
+    go.set()
     pub = q_pub.get(timeout=total + 180)  # its encoding before the clock starts included
     publisher.join(30)
     at_end = counts()
