@@ -71,6 +71,7 @@ from connectors.kafka import (
     offsets_to_commit,
     producer_config,
 )
+from connectors.local_kafka import free_port
 from connectors.serde import encode_label_subscription, encode_raw_event
 from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, Topics, encode_label
 from dls.mapping import event_labels_batch
@@ -116,14 +117,6 @@ def page(port: int) -> dict[str, float]:
             except ValueError:
                 continue
     return out
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Workload:
@@ -189,7 +182,7 @@ def node_case(bootstrap: str, w: Workload, r: int, args: argparse.Namespace, tmp
                   + [shard(k).node_publish("A") for k in range(w.shards)])
     for k, parts in w.parts.items():
         produce_all(producer, shard(k).node_subscribe("A"), parts)
-    ports = [_free_port() for _ in range(r)]
+    ports = [free_port() for _ in range(r)]
     procs = [_start([sys.executable, "-m", "dlsroute", "node", "--config", str(cfg),
                      "--metrics-port", str(p)], tmp / f"{prefix}-r{i}.log")
              for i, p in enumerate(ports)]

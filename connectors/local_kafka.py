@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import random
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from connectors.exceptions import ConnectorSettingError, LocalKafkaError
@@ -25,6 +27,9 @@ __all__ = [
     "LocalKafkaError",
     "docker_engine_available",
     "ensure_local_kafka",
+    "ephemeral_low",
+    "free_port",
+    "free_ports",
     "local_bootstrap",
     "port_answers",
     "secure_admin_properties",
@@ -42,6 +47,56 @@ def port_answers(port: int, host: str = "127.0.0.1") -> bool:
             return True
     except OSError:
         return False
+
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 21000
+"""free_ports' lower end: above the local Kafka's defaults (9092, the tests' 19092, their
+controllers one above, a cluster's from 10092 and 20092), which may start after a port is
+chosen."""
+
+
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (Linux: 32768)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:  # no SO_REUSEADDR: a port in any use, even TIME_WAIT, fails
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(offsets: Sequence[int] = (0,)) -> int:
+    """A port P of loopback with P + o free for every o in ``offsets``.
+
+    All of them lie under the kernel's ephemeral range when it leaves room. That is for a
+    server started (or restarted) on them a little later: under the range no outgoing
+    connection takes a port meanwhile, where a port from the range (``bind(0)``) can become
+    the local end of any of them. A Kafka server that finds its port so taken exits (tests:
+    its container turned unhealthy when the compose deployment sat on 39092-39097, inside
+    Linux's range 32768-60999); a restarted node cannot serve its metrics.
+    """
+    span = max(offsets)
+    top = ephemeral_low() - span
+    low, high = (LOWEST_PORT, top) if top - LOWEST_PORT > 1000 else (1024, 65536 - span)
+    rng = random.SystemRandom()
+    for _ in range(500):
+        p = rng.randrange(low, high)
+        if all(_bindable(p + o) for o in offsets):
+            return p
+    raise LocalKafkaError(f"no free ports at offsets {list(offsets)} in {low}..{high + span - 1}")
+
+
+def free_port() -> int:
+    """A TCP port of loopback that nothing uses now, under the ephemeral range."""
+    return free_ports((0,))
 
 
 def _run_script(command: str, port: int, timeout: float, secure: bool = False,

@@ -35,7 +35,12 @@ from collections.abc import Generator, Iterator
 import pytest
 from _pytest.faulthandler import fault_handler_stderr_fd_key
 
-from connectors.local_kafka import ensure_local_kafka, port_answers, stop_local_kafka
+from connectors.local_kafka import (
+    ensure_local_kafka,
+    free_port,
+    port_answers,
+    stop_local_kafka,
+)
 from tests import containers
 from tests.hang_watchdog import HangWatchdog, limit_from_env
 
@@ -208,7 +213,7 @@ def _testcontainers_kafka(image: str, port: int) -> Iterator[str]:
     from connectors.kafka import wait_for_broker
 
     testcontainers_config.ryuk_disabled = True
-    controller = containers.free_port()
+    controller = free_port()
     container = (
         DockerContainer(image, name=f"dlsroute-test-kafka-{port}")
         .with_kwargs(network_mode="host")
@@ -253,7 +258,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if choice != "local":
         image, why = _container_image()
         if image is not None:
-            port = containers.free_port()
+            port = free_port()
             _say("testcontainers",
                  f"testcontainers, {image} on 127.0.0.1:{port} (host network)")
             yield from _testcontainers_kafka(image, port)

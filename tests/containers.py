@@ -9,11 +9,8 @@ once its engine is up), they fail instead.
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 from connectors.local_kafka import docker_engine_available
@@ -69,56 +66,6 @@ def project_images() -> dict[str, str]:
     out = subprocess.run(["bash", str(IMAGES_SH), "env"], capture_output=True,  # noqa: S603,S607
                          text=True, timeout=60, check=True).stdout
     return dict(line.split("=", 1) for line in out.split() if "=" in line)
-
-
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LOWEST_PORT = 21000
-"""free_ports' lower end: above the local Kafka's defaults (docker/kafka/kafka.sh, tests'
-session: 19092 and its controller 19093; a cluster's controllers from 20092), which may
-start after a port is chosen."""
-
-
-def ephemeral_low() -> int:
-    """The lowest port the kernel hands out to outgoing connections (Linux: 32768)."""
-    try:
-        return int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:  # no SO_REUSEADDR: a port in any use, even TIME_WAIT, fails
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(offsets: Sequence[int] = (0,)) -> int:
-    """A port P of loopback with P + o free for every o in ``offsets``, all under the
-    kernel's ephemeral range when it leaves room.
-
-    Under that range no client connection takes the port between this choice and the
-    server's bind (or a restart's): a port from the range (``bind(0)``) can become the local
-    end of any outgoing connection meanwhile. A Kafka server that finds its port so taken
-    exits, and its container turns unhealthy (CI, stop 31: the compose deployment's fixed
-    ports 39092-39097 lay in Linux's range 32768-60999).
-    """
-    span = max(offsets)
-    top = ephemeral_low() - span
-    low, high = (LOWEST_PORT, top) if top - LOWEST_PORT > 1000 else (1024, 65536 - span)
-    rng = random.SystemRandom()
-    for _ in range(500):
-        p = rng.randrange(low, high)
-        if all(_bindable(p + o) for o in offsets):
-            return p
-    raise RuntimeError(f"no free ports at offsets {list(offsets)} in {low}..{high + span - 1}")
-
-
-def free_port() -> int:
-    """A TCP port of loopback that nothing uses now, under the ephemeral range."""
-    return free_ports((0,))
 
 
 def compose_command() -> list[str] | None:

@@ -5,7 +5,7 @@ Skipped, in one line, when no Docker engine answers or the images are not built;
 ``DLS_TEST_KAFKA=testcontainers`` (CI, once its engine is up) that is a failure instead.
 ``DLS_TEST_KAFKA=local`` leaves it out.
 Ports: ``DLS_TEST_COMPOSE_PORT`` and the five above it; by default a free block under the
-kernel's ephemeral range (``tests.containers.free_ports``), never one an outgoing
+kernel's ephemeral range (``connectors.local_kafka.free_ports``), never one an outgoing
 connection may hold when the Kafka servers bind it.
 """
 
@@ -25,6 +25,7 @@ import pytest
 
 from connectors.client import Client
 from connectors.kafka import admin
+from connectors.local_kafka import free_ports
 from dls.space import ContentSpace
 from tests.containers import (
     COMPOSE_FILE,
@@ -32,7 +33,6 @@ from tests.containers import (
     compose_command,
     containers_required,
     engine_answers,
-    free_ports,
     image_present,
     kafka_choice,
     project_images,

@@ -24,8 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 
 from connectors.kafka import admin, ensure_topics, producer_config
-from connectors.local_kafka import KAFKA_SCRIPT, ensure_local_kafka
-from tests.containers import free_ports
+from connectors.local_kafka import KAFKA_SCRIPT, ensure_local_kafka, free_ports
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.containers import free_ports
+from connectors.local_kafka import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 

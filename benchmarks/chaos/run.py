@@ -17,7 +17,6 @@ import argparse
 import json
 import random
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -54,6 +53,7 @@ from benchmarks.chaos.scenarios import (
     plan,
     replica_names,
 )
+from connectors.local_kafka import free_port
 
 NODES = {"A": ["B"], "B": ["A", "C"], "C": ["B"]}
 #: Subscriptions each client makes before publishing starts (the client's default).
@@ -84,12 +84,6 @@ class Params:
     drain_max: float = 90.0  # longest wait for the missing pairs after publishing stops
     port: int = 29092
     counts: FaultCounts = FaultCounts()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ScenarioRun:
@@ -138,7 +132,7 @@ class ScenarioRun:
             *([f"publish_delay_s = {SPARK_PUBLISH_DELAY_S}"] if sc.spark else []),
             *([f"replication_factor = {REPLICATION}", f"min_insync_replicas = {MIN_INSYNC}"]
               if sc.brokers > 1 else []), ""]))
-        port = self.ports[name] = _free_port()
+        port = self.ports[name] = free_port()
         return Proc(name, "node", [sys.executable, "-m", "dlsroute", "node", "--config",
                                    str(cfg), "--metrics-port", str(port)],
                     self.dir / "logs" / f"node-{name}.log",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from connectors.client import Client
-from tests.containers import free_port
+from connectors.local_kafka import free_port
 
 pytestmark = pytest.mark.integration
 
