@@ -83,6 +83,7 @@ def free_ports(offsets: Sequence[int] = (0,)) -> int:
     its container turned unhealthy when the compose deployment sat on 39092-39097, inside
     Linux's range 32768-60999); a restarted node cannot serve its metrics.
     """
+    offsets = tuple(offsets) or (0,)
     span = max(offsets)
     top = ephemeral_low() - span
     low, high = (LOWEST_PORT, top) if top - LOWEST_PORT > 1000 else (1024, 65536 - span)

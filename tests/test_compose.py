@@ -121,9 +121,9 @@ def deployment() -> Iterator[Deployment]:
 def _kafka_logs(dep: Deployment) -> str:
     """The Kafka servers' last lines and states: why one turned unhealthy."""
     servers = ("kafka-1", "kafka-2", "kafka-3")
+    out = [f"ports {dep.bootstrap} (clients); the Kafka servers:"]
     try:
-        out = [f"ports {dep.bootstrap} (clients); the Kafka servers:",
-               dep.compose("ps", *servers, timeout=60)]
+        out.append(dep.compose("ps", *servers, timeout=60))
         for server in servers:
             lines = dep.compose("logs", "--no-color", "--tail", "400", server,
                                 timeout=60).splitlines()

@@ -57,6 +57,11 @@ def test_free_ports_are_free_and_under_the_ephemeral_range() -> None:
                 s.bind(("127.0.0.1", p + o))  # raises when the port is taken
 
 
+def test_no_offsets_mean_one_port() -> None:
+    p = local_kafka.free_ports(())
+    assert local_kafka.LOWEST_PORT <= p < local_kafka.ephemeral_low()
+
+
 def test_a_taken_port_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", local_kafka.free_port()))
