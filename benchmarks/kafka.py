@@ -614,13 +614,13 @@ def delete_run_topics(bootstrap: str, prefix: str, groups: Iterable[str] = (),
 # -- latency helper processes -------------------------------------------------------------
 def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.ndarray,
                     rate: float, seconds: float, payload_bytes: int, tag: str,
-                    result: Any, go: Any = None) -> None:
+                    result: Any, go: Any) -> None:
     """Send events at ``rate``/s for ``seconds``, each with its send time in a header.
 
     Every value and header but the send time is encoded before the clock starts: on a
     2-core machine the publisher's Avro encoding (several µs an event) would otherwise take
-    CPU from the forwarder under test and from the broker. With ``go`` (an event), the clock
-    starts once it is set: the caller starts this process while the receiver starts.
+    CPU from the forwarder under test and from the broker. The clock starts once ``go`` (an
+    event) is set: the caller starts this process while the receiver starts.
     """
     producer = Producer(producer_config(bootstrap))
     names = attr_names(events.shape[1])
@@ -643,7 +643,7 @@ def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.n
     # then sends the overdue events in one burst.
     gc.collect()
     gc.freeze()
-    if go is not None and not go.wait(300):
+    if not go.wait(300):
         raise TimeoutError("latency publisher: no go within 300 s")
     sent = 0
     t0_ns = time.time_ns()
