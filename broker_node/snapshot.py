@@ -121,16 +121,17 @@ def capture(state: BrokerState, controls: Controls, *, group: str,
     """
     # state.py is at its size limit: the registry is read directly.
     ids, owners, offsets, labels = state._registry.live()
+    names = state.clients  # a new tuple at each read: read once, not once per subscription
     return SnapshotData(
         node=state.node_id, group=group, neighbours=state.neighbours, covered=dict(covered),
-        clients=state.clients, sub_ids=ids, sub_clients=owners, offsets=offsets,
+        clients=names, sub_ids=ids, sub_clients=owners, offsets=offsets,
         labels=labels, received={n: state.received_from(n) for n in state.neighbours},
         cancelled_old=list(controls.cancelled.old), cancelled_new=list(controls.cancelled.new),
         pending=[p.msg for p in controls.pending.values()],
         retiring=dict(controls.retiring), applied_seq=dict(controls.progress.applied_seq),
         link_epoch=dict(controls.link_epoch),
         edge=None if controls.edge is None else controls.edge.export(
-            [state.clients[i] for i in owners.tolist()], ids),
+            [names[i] for i in owners.tolist()], ids),
         filters=state.resizer.sizes(state))
 
 
