@@ -209,6 +209,26 @@ def test_a_large_snapshot_is_arrays_not_records(space_path: Path) -> None:
     assert state_digest(fresh.state) == state_digest(node.state)
 
 
+def test_capture_reads_the_client_names_once(space_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read of ``state.clients`` builds a tuple of every name: once per snapshot, not
+    once per subscription (that made a snapshot cost subscriptions x clients)."""
+    node = Node(space_path)
+    node.apply([("subw", c, f"s{i}", "x < 30") for i, c in
+                enumerate(["ann", "bob", "cyd"] * 20)])
+    assert node.controls.edge is not None  # the exact check's rows are captured too
+    reads = []
+    names = BrokerState.clients.fget
+    assert names is not None
+    monkeypatch.setattr(BrokerState, "clients",
+                        property(lambda st: reads.append(1) or names(st)))
+    data = capture(node.state, node.controls, group="g", covered={})
+    assert len(data) == 60 and len(reads) == 1
+    fresh = Node(space_path)
+    restore(decode(encode(data)), fresh.state, fresh.controls)
+    assert fresh.edge() == node.edge()
+
+
 def test_an_empty_state_round_trips(space_path: Path) -> None:
     node = Node(space_path)
     fresh = _round_trip(node, space_path)
