@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from connectors.client import Client
 from tests.integration.test_nodes import SHARED_PARTITIONS, Net, _net, settled
 from tests.waiting import wait_for
 
@@ -35,6 +36,31 @@ def _matches_any(sym: str, price: float) -> bool:
     return (_matches(sym, price) and price != 40) or price > 499
 
 
+# Published last by every test, in a cell the edge checks (cut at 25) and a match of both
+# wheres: the node writes a run's checked events after its others and keeps the order of
+# events otherwise, and every topic on the way has one partition, so once it is delivered
+# everything published before it has been delivered or dropped for good.
+LAST = ("IBM", 30.0)
+
+
+def _until(client: Client, last: str) -> list[str]:
+    """Ids delivered to ``client`` (false positives too) before ``last``, which must come.
+
+    Then one more second of reading, so a delivery out of order would still be seen (and
+    fail the test) rather than missed, as a fixed idle wait would miss a late one.
+    """
+    got: list[str] = []
+    for d in client.deliveries(timeout=0.25, max_idle=30.0, include_false_positives=True):
+        if d.event_id == last:
+            break
+        got.append(d.event_id)
+    else:
+        raise AssertionError(f"the last event {last} was not delivered within 30 s")
+    late = [d.event_id for d in client.deliveries(timeout=0.25, max_idle=1.0,
+                                                  include_false_positives=True)]
+    return got + late
+
+
 def _run(net: Net, where: str = WHERE, matches: Any = _matches) -> tuple[list[str], int, int]:
     """alice at C subscribes; bob at A publishes EVENTS; what reaches alice's topic."""
     alice = net.client("C", "alice")
@@ -43,10 +69,10 @@ def _run(net: Net, where: str = WHERE, matches: Any = _matches) -> tuple[list[st
     wait_for(settled(net, "C", 1), what="C's subscription")
     wait_for(lambda: len(net.nodes["A"].state.received_from("B")) > 0, what="A's routes")
     ids = {bob.publish({"sym": s, "price": p}): (s, p) for s, p in EVENTS}
+    last = bob.publish(dict(zip(("sym", "price"), LAST, strict=True)))
     bob.flush()
     want = sorted(i for i, e in ids.items() if matches(*e))
-    got = [d.event_id for d in alice.deliveries(timeout=0.5, max_idle=6.0,
-                                                include_false_positives=True)]
+    got = _until(alice, last)
     fp = alice.false_positives
     alice.close()
     bob.close()
@@ -84,7 +110,7 @@ def test_the_clients_node_delivers_exactly_its_matches(exact: Net) -> None:
     page = generate_latest(exact.nodes["C"].registry).decode()
     got = {(s.name, s.labels.get("client")): s.value
            for f in text_string_to_metric_families(page) for s in f.samples}
-    assert got[("dls_client_deliveries_total", "alice")] == 3
+    assert got[("dls_client_deliveries_total", "alice")] == 3 + 1  # and the last one
     assert got[("dls_client_edge_removed_total", "alice")] == c.edge_removed
     assert 0 < got[("dls_client_filter_estimated_fpr", "alice")] < 1
 
@@ -114,11 +140,10 @@ def test_a_subscription_without_a_where_is_delivered_by_label(exact: Net) -> Non
     wait_for(settled(exact, "C", 1), what="carol's labels")
     wait_for(lambda: len(exact.nodes["A"].state.received_from("B")) > 0, what="A's routes")
     outside = bob.publish({"sym": "IBM", "price": 20.0})  # alice's boundary cell, no match
+    last = bob.publish(dict(zip(("sym", "price"), LAST, strict=True)))
     bob.flush()
-    got = [d.event_id for d in carol.deliveries(timeout=0.5, max_idle=6.0,
-                                                include_false_positives=True)]
-    assert got == [outside]
-    assert exact.nodes["C"].metrics.edge_unchecked == 1
+    assert _until(carol, last) == [outside]
+    assert exact.nodes["C"].metrics.edge_unchecked == 1  # carol's one subscription
     carol.close()
     bob.close()
 
