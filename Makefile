@@ -64,6 +64,10 @@ bench-propagation: setup ## subscribe() to first delivery across A-B-C on the lo
 	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
 	$(PY) -m benchmarks.propagation --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/propagation.json
 
+.PHONY: bench-topics
+bench-topics: setup ## The producer's cost per delivery with a topic per client vs one shared topic, no Kafka (~1 min) -> benchmarks/results/topic_lookup.json
+	$(PY) -m benchmarks.topic_lookup --out benchmarks/results/topic_lookup.json
+
 .PHONY: bench-raw
 bench-raw: setup ## 100 clients filtering the raw topic vs the same subscriptions through dlsroute, not in CI (~5 min; KAFKA_PORT) -> benchmarks/results/rawtopic.json
 	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up

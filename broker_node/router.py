@@ -14,6 +14,7 @@ once. :meth:`Router.route` then produces each event's messages through the commi
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -29,7 +30,8 @@ from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
 from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
 
-__all__ = ["Plan", "Router", "RunCheck", "check_run", "plan_bytes", "slots", "split_routes"]
+__all__ = ["MANY_TOPICS", "Plan", "Router", "RunCheck", "check_run", "many_topics_warning",
+           "plan_bytes", "slots", "split_routes"]
 
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes,
 #: the plan's slot in the delivery tally as two ints ``lo, hi``, the candidates the exact
@@ -38,6 +40,22 @@ __all__ = ["Plan", "Router", "RunCheck", "check_run", "plan_bytes", "slots", "sp
 Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int, np.ndarray | None, int]
 
 _lo, _hi = itemgetter(3), itemgetter(4)
+
+log = logging.getLogger("dlsroute.node")
+
+#: Counts of per-client delivery topics at which the node says what they cost (once each).
+MANY_TOPICS = (1_000, 10_000)
+
+
+def many_topics_warning(node: str, n: int) -> str:
+    """What ``n`` per-client delivery topics cost the node, and what to do instead."""
+    return (f"node {node}: {n} per-client delivery topics. librdkafka finds a topic by name "
+            f"in a list of every topic its producer has written, so each delivery costs more "
+            f"with every client (benchmarks.topic_lookup, clients in turn: 2 us per "
+            f"produce call at 1 topic, 5 us at 1,000, 150 us at 10,000). One shared "
+            f"delivery topic (shared_delivery_partitions, the same on nodes and clients) "
+            f"keeps it at one topic: see docs/architecture.md, 'One delivery topic for "
+            f"many clients'")
 
 
 def slots(plans: list[Plan]) -> np.ndarray:
@@ -144,8 +162,12 @@ class Router:
     def _delivery_topics(self) -> list[str]:
         """The delivery topic of each client, by index (names made once per client)."""
         names, topics = self.state.clients, self._deliver_topics
-        while len(topics) < len(names):
-            topics.append(self.topics.deliver(names[len(topics)]))
+        if len(topics) < len(names):
+            crossed = [n for n in MANY_TOPICS if len(topics) < n <= len(names)]
+            while len(topics) < len(names):
+                topics.append(self.topics.deliver(names[len(topics)]))
+            if crossed:
+                log.warning(many_topics_warning(self.settings.node, len(topics)))
         return topics
 
     def plans(self, keys: list[Key]) -> list[Plan]:

@@ -302,3 +302,31 @@ def test_deliveries_and_forwards_keep_the_publication_time(tmp_path: Path, parti
     assert by_topic["dls.fwd.A.B"] == published
     deliver = "dls.deliver" if partitions else "dls.deliver.ann"
     assert by_topic[deliver] == published
+
+
+def test_the_node_says_once_what_many_delivery_topics_cost(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture
+                                                          ) -> None:
+    """Crossing 1,000 and then 10,000 per-client topics is logged once each, with the fix."""
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    svc = NodeService(NodeSettings(node="A", space=space_file))
+    router = svc.router
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    caplog.set_level("WARNING", logger="dlsroute.node")
+    for i in range(999):
+        svc.state.client_index(f"c{i}")
+    assert len(router._delivery_topics()) == 999 and warnings() == []
+    svc.state.client_index("c999")
+    router._delivery_topics()
+    router._delivery_topics()  # nothing new: said once
+    assert len(warnings()) == 1
+    assert "node A: 1000 per-client delivery topics" in warnings()[0]
+    assert "shared_delivery_partitions" in warnings()[0]
+    for i in range(1000, 10_500):  # one step past 10,000 at once: said once more
+        svc.state.client_index(f"c{i}")
+    assert len(router._delivery_topics()) == 10_500
+    assert len(warnings()) == 2 and "10500 per-client delivery topics" in warnings()[1]
