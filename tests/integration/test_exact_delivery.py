@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.client import Client
-from tests.integration.test_nodes import SHARED_PARTITIONS, Net, _net, settled
+from tests.integration.test_nodes import SHARED_PARTITIONS, Net, _net, collect_until, settled
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -44,21 +44,8 @@ LAST = ("IBM", 30.0)
 
 
 def _until(client: Client, last: str) -> list[str]:
-    """Ids delivered to ``client`` (false positives too) before ``last``, which must come.
-
-    Then one more second of reading, so a delivery out of order would still be seen (and
-    fail the test) rather than missed, as a fixed idle wait would miss a late one.
-    """
-    got: list[str] = []
-    for d in client.deliveries(timeout=0.25, max_idle=30.0, include_false_positives=True):
-        if d.event_id == last:
-            break
-        got.append(d.event_id)
-    else:
-        raise AssertionError(f"the last event {last} was not delivered within 30 s")
-    late = [d.event_id for d in client.deliveries(timeout=0.25, max_idle=1.0,
-                                                  include_false_positives=True)]
-    return got + late
+    """Ids delivered to ``client`` (false positives too) before ``last``, which must come."""
+    return [d.event_id for d in collect_until(client, last, include_false_positives=True)]
 
 
 def _run(net: Net, where: str = WHERE, matches: Any = _matches) -> tuple[list[str], int, int]:

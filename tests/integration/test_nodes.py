@@ -16,7 +16,7 @@ from confluent_kafka import Consumer
 
 from broker_node.config import NodeSettings
 from broker_node.service import NodeService
-from connectors.client import Client
+from connectors.client import Client, Delivery
 from connectors.kafka import consume_batch, consumer_config
 from connectors.serde import SERDE
 from connectors.topics import HEADER_DLQ_REASON, HEADER_LABEL, Topics
@@ -121,6 +121,29 @@ def collect(client: Client, want: int, max_idle: float = 8.0) -> list[str]:
         if len(got) >= want:
             break
     return got
+
+
+def collect_until(client: Client, last: str, *, include_false_positives: bool = False,
+                  wait: float = 30.0) -> list[Delivery]:
+    """What ``client`` is delivered before event ``last``, which must come within ``wait`` s.
+
+    A test publishes ``last`` after the events it checks, on the same path (same writer,
+    same label): every topic on the way has one partition and a node keeps the order of a
+    label's events, so once ``last`` is there the others have come or never will. One more
+    second of reading follows, so that a delivery out of that order fails the test rather
+    than being missed, as after a fixed idle wait a late one would be.
+    """
+    got: list[Delivery] = []
+    for d in client.deliveries(timeout=0.25, max_idle=wait,
+                               include_false_positives=include_false_positives):
+        if d.event_id == last:
+            break
+        got.append(d)
+    else:
+        raise AssertionError(f"{client.client_id}: the last event {last} was not delivered "
+                             f"within {wait:g} s")
+    return got + list(client.deliveries(timeout=0.25, max_idle=1.0,
+                                        include_false_positives=include_false_positives))
 
 
 def test_multi_node_routing_is_exact(net: Net) -> None:
