@@ -77,10 +77,15 @@ FULL = LookupSettings()
 QUICK = LookupSettings(topic_counts=(1, 100, 1_000), n_messages=5_000, repeats=2)
 
 
-def _producer() -> Producer:
-    return Producer({"bootstrap.servers": NOBODY, "log_level": 0,
-                     "queue.buffering.max.messages": 10_000_000,
-                     "queue.buffering.max.kbytes": 4_000_000})
+def _producer(topics: Sequence[str], value: bytes) -> Producer:
+    """A producer that wrote once to each of ``topics``, in order (its handles made)."""
+    producer = Producer({"bootstrap.servers": NOBODY, "log_level": 0,
+                         "queue.buffering.max.messages": 10_000_000,
+                         "queue.buffering.max.kbytes": 4_000_000})
+    for name in topics:
+        producer.produce(name, value)
+    producer.purge()
+    return producer
 
 
 def _timed(producer: Producer, calls: Sequence[tuple[str, int]], value: bytes,
@@ -119,10 +124,7 @@ def run(settings: LookupSettings = FULL, log: Callable[[str], None] = print
                   "value_bytes": s.value_bytes, "headers": len(headers),
                   "timing": "best of repeats; messages queued, never sent, purged after"}
         names = [topics.deliver(f"c{i}") for i in range(n)]
-        producer = _producer()
-        for name in names:  # the handles a node of n clients has made, oldest first
-            producer.produce(name, value)
-        producer.purge()
+        producer = _producer(names, value)  # the handles of a node of n clients, oldest first
         times = {
             "round-robin": _timed(producer, [(names[i % n], -1) for i in range(s.n_messages)],
                                   value, headers, s.repeats),
@@ -130,15 +132,10 @@ def run(settings: LookupSettings = FULL, log: Callable[[str], None] = print
                              s.repeats),
             "oldest": _timed(producer, [(names[0], -1)] * s.n_messages, value, headers,
                              s.repeats)}
-        producer.flush(0)
-        del producer
-        producer = _producer()  # a shared-topic node's producer: a handful of topics
-        for name in (*NODE_TOPICS, topics.shared_deliver):
-            producer.produce(name, value)
-        producer.purge()
+        # a shared-topic node's producer: a handful of topics
+        producer = _producer((*NODE_TOPICS, topics.shared_deliver), value)
         shared = _timed(producer, [(topics.shared_deliver, i % s.partitions)
                                    for i in range(s.n_messages)], value, headers, s.repeats)
-        producer.flush(0)
         del producer
         for order, t in times.items():
             add("topic-per-client", {**params, "order": order}, "produce_time", t, "us/call")

@@ -163,7 +163,7 @@ class Router:
         """The delivery topic of each client, by index (names made once per client)."""
         names, topics = self.state.clients, self._deliver_topics
         if len(topics) < len(names):
-            crossed = [n for n in MANY_TOPICS if len(topics) < n <= len(names)]
+            crossed = any(len(topics) < n <= len(names) for n in MANY_TOPICS)
             while len(topics) < len(names):
                 topics.append(self.topics.deliver(names[len(topics)]))
             if crossed:

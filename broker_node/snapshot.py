@@ -121,7 +121,7 @@ def capture(state: BrokerState, controls: Controls, *, group: str,
     """
     # state.py is at its size limit: the registry is read directly.
     ids, owners, offsets, labels = state._registry.live()
-    names = state.clients  # a new tuple at each read: read once, not once per subscription
+    names = state.clients
     return SnapshotData(
         node=state.node_id, group=group, neighbours=state.neighbours, covered=dict(covered),
         clients=names, sub_ids=ids, sub_clients=owners, offsets=offsets,

@@ -175,7 +175,8 @@ class BrokerState:
         self.label_base = label_base
         self.label_space_size = label_space_size
         self._clients: dict[str, int] = {}
-        self._client_names: list[str] = []
+        self._client_names: list[str] = []  # only ever appended to
+        self._names: tuple[str, ...] = ()  # what clients returns, made again when one is added
         self._client_table = client_table()  # compiled batch look-ups (None: the dict)
         self._position_fns: dict[tuple[int, int], PositionFn] = {}
         self._registry = SubscriptionRegistry(label_base, label_space_size)
@@ -269,8 +270,10 @@ class BrokerState:
 
     @property
     def clients(self) -> tuple[str, ...]:
-        """Every client that has ever subscribed here."""
-        return tuple(self._client_names)
+        """Every client that has ever subscribed here (one tuple until another is added)."""
+        if len(self._names) != len(self._client_names):
+            self._names = tuple(self._client_names)
+        return self._names
 
     def subscription(self, sub_id: str) -> tuple[str, np.ndarray]:
         """(client, labels) of a live subscription."""

@@ -211,8 +211,8 @@ def test_a_large_snapshot_is_arrays_not_records(space_path: Path) -> None:
 
 def test_capture_reads_the_client_names_once(space_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each read of ``state.clients`` builds a tuple of every name: once per snapshot, not
-    once per subscription (that made a snapshot cost subscriptions x clients)."""
+    """Once per snapshot, not once per subscription: when each read built a tuple of every
+    name, a snapshot cost subscriptions x clients."""
     node = Node(space_path)
     node.apply([("subw", c, f"s{i}", "x < 30") for i, c in
                 enumerate(["ann", "bob", "cyd"] * 20)])

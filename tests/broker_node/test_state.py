@@ -35,6 +35,18 @@ def test_first_subscription_is_advertised_to_every_neighbour(node):
     assert node.subscription("s1")[1].tolist() == [1, 2, 3]
 
 
+def test_clients_are_one_tuple_until_another_client_comes(node):
+    assert node.clients == ()
+    node.subscribe("c1", "s1", labels(1))
+    node.client_index("c2")
+    first = node.clients
+    assert first == ("c1", "c2") and node.clients is first  # read again: not rebuilt
+    node.subscribe("c1", "s2", labels(2))  # a known client changes nothing
+    assert node.clients is first
+    node.subscribe("c3", "s3", labels(3))
+    assert node.clients == ("c1", "c2", "c3") and first == ("c1", "c2")
+
+
 def test_room_made_ahead_changes_no_answer(node):
     node.expect_subscriptions(3)
     node.subscribe("c1", "s1", labels(1, 2))
