@@ -8,7 +8,7 @@ from broker_node.exceptions import (
     UnknownNeighbourError,
     UnknownSubscriptionError,
 )
-from broker_node.state import BrokerConfig, BrokerState
+from broker_node.state import BrokerState
 from dls.exceptions import IdIndexError
 from dls.space import ContentSpace
 
@@ -224,13 +224,6 @@ def test_bulk_equals_one_by_one():
     assert ra.offsets.tolist() == rb.offsets.tolist()
     assert ra.clients.tolist() == rb.clients.tolist()
     del b
-
-
-def test_config_validation():
-    with pytest.raises(BrokerError, match="mode must be"):
-        BrokerConfig(mode="fast")  # type: ignore[arg-type]
-    with pytest.raises(BrokerError, match="paper mode routes on CBFs"):
-        BrokerConfig(mode="paper", routing_filter="direct")
 
 
 def test_sparse_tables_without_a_known_space():
