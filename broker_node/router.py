@@ -30,8 +30,8 @@ from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
 from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
 
-__all__ = ["MANY_TOPICS", "Plan", "Router", "RunCheck", "check_run", "many_topics_warning",
-           "plan_bytes", "slots", "split_routes"]
+__all__ = ["CLIENTS_HEADER_BYTES", "MANY_TOPICS", "Plan", "Router", "RunCheck", "check_run",
+           "many_topics_warning", "plan_bytes", "slots", "split_routes"]
 
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes,
 #: the plan's slot in the delivery tally as two ints ``lo, hi``, the candidates the exact
@@ -42,6 +42,10 @@ Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int, np.ndarray | None,
 _lo, _hi = itemgetter(3), itemgetter(4)
 
 log = logging.getLogger("dlsroute.node")
+
+#: Bytes of client names one shared-topic delivery message may name (plus one name): the
+#: names of an event's partition past it go in further messages of the event.
+CLIENTS_HEADER_BYTES = 256 * 1024
 
 #: Counts of per-client delivery topics at which the node says what they cost (once each).
 MANY_TOPICS = (1_000, 10_000)
@@ -320,7 +324,9 @@ class Router:
 
         Deliveries of an event are grouped by the partition of each client
         (``delivery_partition``), so an event reaching 30 clients in 8 partitions is
-        written 8 times, each copy naming the clients of its partition. Message ``i`` is
+        written 8 times, each copy naming the clients of its partition. Names past
+        :data:`CLIENTS_HEADER_BYTES` go in further copies for that partition (a message
+        has a size limit: 1 MB by default), each client named once. Message ``i`` is
         event ``events[i]`` (an index into the batch) for partition ``partitions[i]`` with
         the :data:`HEADER_CLIENTS` value ``clients[i]``; events come in batch order.
         """
@@ -336,12 +342,15 @@ class Router:
             key = event_of * n_parts + self._client_partition[clients]
             order = np.argsort(key, kind="stable")
             key, grouped = key[order], clients[order]
-        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        first = key[starts]
+        new_group = np.r_[True, key[1:] != key[:-1]]
         # Every name of the batch joined once (the bytes of encode_clients, without
         # decoding); each message's header is then one slice of it: the names of its group.
         joined = b",".join(self._client_names[grouped].tolist())
         ends = np.cumsum(self._client_name_len[grouped] + 1)  # one past each name's comma
+        if ends[-1] > CLIENTS_HEADER_BYTES:  # some group may be too large for one message
+            new_group = _split_groups(new_group, ends)
+        starts = np.flatnonzero(new_group)
+        first = key[starts]
         lo = np.r_[0, ends[starts[1:] - 1]].tolist()
         hi = (np.r_[ends[starts[1:] - 1], ends[-1]] - 1).tolist()
         named = [joined[a:b] for a, b in zip(lo, hi, strict=True)]
@@ -437,3 +446,17 @@ def check_run(edge: EdgeTable, events: list[int], checks: list[np.ndarray],
                            strict=True):
             out.passed[events[good[e]]] = part.tolist()
     return out
+
+
+def _split_groups(new_group: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``new_group`` with a new group wherever a name starts past :data:`CLIENTS_HEADER_BYTES`.
+
+    ``ends[i]`` is one past name ``i``'s comma in the joined names; a group's names are
+    cut into runs whose first names start within a multiple of the budget of the group's
+    first byte, so each run holds at most the budget and one name more.
+    """
+    starts = np.flatnonzero(new_group)
+    begins = np.r_[0, ends[:-1]]  # where each name starts in the joined bytes
+    group_begin = np.repeat(begins[starts], np.diff(np.r_[starts, len(ends)]))
+    chunk = (begins - group_begin) // CLIENTS_HEADER_BYTES
+    return new_group | np.r_[True, chunk[1:] != chunk[:-1]]

@@ -67,10 +67,10 @@ from connectors.topics import (
     HEADER_LABEL,
     HEADER_ORIGIN,
     Topics,
-    decode_clients,
     decode_label,
     delivery_partition,
     encode_label,
+    names_client,
     source_of,
 )
 from dls.exceptions import DLSError
@@ -489,7 +489,7 @@ class Client:
     def _for_me(self, msg: Any) -> bool:
         for key, value in msg.headers() or ():
             if key == HEADER_CLIENTS:
-                return self.client_id in decode_clients(value)
+                return names_client(value, self.client_id)
         return False
 
     def _check(self, msg: Any) -> Delivery:

@@ -75,6 +75,7 @@ __all__ = [
     "decode_labels",
     "delivery_partition",
     "encode_clients",
+    "names_client",
     "encode_label",
     "encode_labels",
     "headers_dict",
@@ -142,6 +143,7 @@ NAME_PATTERN = "[A-Za-z0-9_-]+"
 """A node or client name: it is part of topic names (letters, digits, ``_``, ``-``)."""
 NAME_RE = re.compile(NAME_PATTERN)
 _LABEL = struct.Struct(">Q")
+_COMMA = ord(",")
 _BE_U64 = np.dtype(">u8")
 
 
@@ -482,6 +484,27 @@ def decode_clients(raw: bytes | bytearray | None) -> frozenset[str]:
     if not raw:
         return frozenset()
     return frozenset(bytes(raw).decode("utf-8", "replace").split(","))
+
+
+def names_client(raw: bytes | bytearray | None, client: str) -> bool:
+    """True if the :data:`HEADER_CLIENTS` value ``raw`` names ``client``.
+
+    The same answer as ``client in decode_clients(raw)``, without splitting the value: a
+    delivery for thousands of clients carries a header of up to
+    ``broker_node.router.CLIENTS_HEADER_BYTES`` (256 KiB), which every client of the
+    partition reads.
+    """
+    if not raw:
+        return False
+    name = client.encode()
+    end, size = len(raw), len(name)
+    i = raw.find(name)
+    while i >= 0:
+        j = i + size
+        if (i == 0 or raw[i - 1] == _COMMA) and (j == end or raw[j] == _COMMA):
+            return True
+        i = raw.find(name, i + 1)
+    return False
 
 
 def source_of(topic: str | None, partition: int | None, offset: int | None) -> str:

@@ -54,8 +54,8 @@ from connectors.topics import (
     HEADER_CLIENTS,
     HEADER_EVENT_ID,
     Topics,
-    decode_clients,
     delivery_partition,
+    names_client,
 )
 
 log = logging.getLogger("chaos.client")
@@ -135,8 +135,8 @@ class Recorder(threading.Thread):
         headers = dict(msg.headers() or ())
         if HEADER_ACK in headers or not msg.value():
             return  # an acknowledgement of a subscription, no event
-        if self.args.shared and self.args.client not in decode_clients(
-                headers.get(HEADER_CLIENTS, b"")):
+        if self.args.shared and not names_client(headers.get(HEADER_CLIENTS),
+                                                 self.args.client):
             return  # another client's event in the same partition
         eid = headers[HEADER_EVENT_ID].decode() if HEADER_EVENT_ID in headers else (
             decode_raw_event(msg.value())["id"])
@@ -196,8 +196,8 @@ class Churn:
 
     def _mine(self, msg: Any) -> bool:
         """An acknowledgement for this client (the shared delivery topic names its clients)."""
-        return not self.args.shared or self.args.client in decode_clients(
-            dict(msg.headers() or ()).get(HEADER_CLIENTS, b""))
+        return not self.args.shared or names_client(
+            dict(msg.headers() or ()).get(HEADER_CLIENTS), self.args.client)
 
     def unsubscribe(self) -> None:
         sid = self.live.pop(self.rng.randrange(len(self.live)))

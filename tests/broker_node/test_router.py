@@ -330,3 +330,55 @@ def test_the_node_says_once_what_many_delivery_topics_cost(tmp_path: Path,
         svc.state.client_index(f"c{i}")
     assert len(router._delivery_topics()) == 10_500
     assert len(warnings()) == 2 and "10500 per-client delivery topics" in warnings()[1]
+
+
+_NAME = st.text("abcXYZ09_-", min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(names=st.lists(_NAME, min_size=1, max_size=30, unique=True),
+       routes=st.lists(st.lists(st.integers(0, 29), max_size=30, unique=True), min_size=1,
+                       max_size=8),
+       partitions=st.sampled_from([1, 3]), budget=st.integers(1, 80))
+def test_names_past_the_header_budget_go_in_more_messages_each_named_once(
+        tmp_path_factory: pytest.TempPathFactory, names: list[str], routes: list[list[int]],
+        partitions: int, budget: int) -> None:
+    """Each (event, partition) names its clients once, over messages of bounded headers."""
+    import numpy as np
+
+    from broker_node import router as router_module
+    from connectors.topics import delivery_partition
+
+    space_file = tmp_path_factory.mktemp("s") / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    svc = NodeService(NodeSettings(node="A", space=space_file,
+                                   shared_delivery_partitions=partitions))
+    for name in names:
+        svc.state.client_index(name)
+    routes = [[c for c in r if c < len(names)] for r in routes]
+    offsets = np.r_[0, np.cumsum([len(r) for r in routes])].astype(np.int64)
+    clients = np.array([c for r in routes for c in r], dtype=np.int64)
+    whole = svc.router.shared_deliveries(offsets, clients)  # the default budget: no cut
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(router_module, "CLIENTS_HEADER_BYTES", budget)
+        events, parts, named = svc.router.shared_deliveries(offsets, clients)
+    assert events == sorted(events)  # batch order
+    longest = max(map(len, names))
+    got: dict[tuple[int, int], list[str]] = {}
+    for e, part, header in zip(events, parts, named, strict=True):
+        assert 0 < len(header) <= budget + longest - 1
+        got.setdefault((e, part), []).extend(header.decode().split(","))
+    want: dict[tuple[int, int], list[str]] = {}
+    for e, r in enumerate(routes):
+        for c in r:
+            want.setdefault((e, delivery_partition(names[c], partitions)), []).append(
+                names[c])
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+    # Without a cut, one message per (event, partition), as before the budget existed;
+    # the cut messages are its header in pieces, in order.
+    assert sorted(zip(whole[0], whole[1], strict=True)) == sorted(want)
+    pieces: dict[tuple[int, int], list[bytes]] = {}
+    for e, part, header in zip(events, parts, named, strict=True):
+        pieces.setdefault((e, part), []).append(header)
+    assert {k: b",".join(v) for k, v in pieces.items()} == {
+        (e, part): header for e, part, header in zip(*whole, strict=True)}

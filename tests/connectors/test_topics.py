@@ -27,6 +27,7 @@ from connectors.topics import (
     encode_label,
     encode_labels,
     headers_dict,
+    names_client,
     source_of,
 )
 from dls.exceptions import DLSError
@@ -315,6 +316,23 @@ def test_delivery_partition_refuses_a_bad_client() -> None:
 @given(st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True), max_size=20))
 def test_clients_header_round_trip(names: list[str]) -> None:
     assert decode_clients(encode_clients(names)) == frozenset(names)
+
+
+_SHORT = st.from_regex(r"[ab_-]{1,4}", fullmatch=True)  # few letters: names inside names
+
+
+@given(st.lists(_SHORT, max_size=12), _SHORT)
+def test_names_client_answers_as_the_decoded_set(names: list[str], client: str) -> None:
+    raw = encode_clients(names)
+    assert names_client(raw, client) == (client in decode_clients(raw))
+    assert names_client(bytearray(raw), client) == (client in names)
+
+
+def test_names_client_needs_a_whole_name() -> None:
+    raw = b"ab,b-a,xab_,ab"
+    assert names_client(raw, "ab") and names_client(raw, "b-a")
+    assert not names_client(b"xab,abx,a_ab", "ab")  # inside other names only
+    assert not names_client(None, "ab") and not names_client(b"", "ab")
 
 
 def test_clients_header_of_nothing() -> None:
