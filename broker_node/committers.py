@@ -28,14 +28,17 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError
+from broker_node.inbox import DeadLetter
 from broker_node.metrics import Metrics
+from broker_node.oversize import NODE_MESSAGE_MAX_BYTES, halves, is_too_large
 from broker_node.watchdog import Watchdog
 from connectors.closing import close_producer
 from connectors.kafka import next_offsets, offsets_to_commit, producer_config
+from connectors.topics import HEADER_EVENT_ID
 
 __all__ = [
     "TRANSACTION_RETRY_BACKOFF_MS",
@@ -85,7 +88,8 @@ def open_producer(s: NodeSettings, errors: DeliveryErrors,
                   watchdog: Watchdog | None = None) -> Producer:
     """The Kafka producer the node's delivery mode needs (transactions initialised)."""
     sec = s.kafka_security()
-    queue: dict[str, Any] = {"queue.buffering.max.messages": s.producer_queue_messages}
+    queue: dict[str, Any] = {"queue.buffering.max.messages": s.producer_queue_messages,
+                             "message.max.bytes": NODE_MESSAGE_MAX_BYTES}
     if s.delivery == "exactly_once":
         producer = Producer(producer_config(
             s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
@@ -127,6 +131,7 @@ class Committer:
         self.settings, self.metrics = settings, metrics
         self.on_commit, self.on_abort = on_commit, on_abort
         self.watchdog = watchdog
+        self.dead_letter_topic = settings.topics().deadletter  # of outputs too large
         #: the number of batches begun: the current (or last) batch's number
         self.batch = 0
         self._durable = 0  # the last batch whose input offsets are surely committed
@@ -174,6 +179,9 @@ class Committer:
             return
         except BufferError:
             pass
+        except KafkaException as exc:
+            self.too_large(exc, topic, value, headers, partition, on_delivery, timestamp, key)
+            return
         # The queue is full: the broker is slow or gone. Wait, bounded by the watchdog, and
         # say so every few seconds.
         with self.guard(f"waiting for room in the producer queue for {topic}"):
@@ -185,12 +193,52 @@ class Committer:
                     self._produce(topic, value, headers, partition, on_delivery, timestamp,
                                   key)
                     return
+                except KafkaException as exc:
+                    self.too_large(exc, topic, value, headers, partition, on_delivery,
+                                   timestamp, key)
+                    return
                 except BufferError:
                     if time.monotonic() - last_note >= 10.0:
                         last_note = time.monotonic()
                         log.warning("node %s: the producer queue has been full for %.0f s "
                                     "(is the broker reachable?)", self.settings.node,
                                     last_note - since)
+
+    def too_large(self, exc: KafkaException, topic: str, value: bytes | None, headers: Any,
+                  partition: int, on_delivery: Callable[[Any, Message], None] | None,
+                  timestamp: int, key: bytes | None) -> None:
+        """An output librdkafka refused (``exc``): split it, or make it a dead letter.
+
+        Any other error than its size is raised. A shared-topic delivery goes as two, each
+        naming half of its clients (:func:`~broker_node.oversize.halves`; the second
+        carries ``on_delivery``: it is acknowledged last); what cannot be split goes to the
+        dead letters, cut, and ``on_delivery`` is called once every message produced
+        before it is acknowledged (:mod:`broker_node.oversize`).
+        """
+        if not is_too_large(exc):
+            raise exc
+        split = halves(headers)
+        if split is not None:
+            self.send(topic, value, split[0], partition, None, timestamp, key)
+            self.send(topic, value, split[1], partition, on_delivery, timestamp, key)
+            return
+        size = len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or ())
+        eid = dict(headers or ()).get(HEADER_EVENT_ID, b"").decode("utf-8", "replace")
+        where = f"{topic}[{partition}]" if partition >= 0 else topic
+        reason = (f"an output of event {eid!r} to {where} is {size:,} bytes with "
+                  f"its headers, more than the node's producer sends (message.max.bytes "
+                  f"{NODE_MESSAGE_MAX_BYTES:,}): not sent")
+        log.error("node %s: %s", self.settings.node, reason)
+        letter = DeadLetter(where, reason, value or b"",
+                            [(k, v or b"") for k, v in headers or ()])
+        record, letter_headers = letter.message()
+        self.send(self.dead_letter_topic, record, letter_headers)
+        self.metrics.dead_letters += 1
+        self.metrics.outputs_too_large += 1
+        if on_delivery is not None:  # what it vouched for: every message before it
+            with self.guard("flush"):
+                self.producer.flush()
+            on_delivery(None, None)  # type: ignore[arg-type]
 
     def _produce(self, topic: str, value: bytes | None, headers: Any, partition: int,
                  on_delivery: Callable[[Any, Message], None] | None, timestamp: int,
@@ -220,7 +268,7 @@ class Committer:
         :meth:`produce` for the shared delivery topic (``partitions`` partitions), with one
         ``produce`` call per message and no other work per message.
         """
-        fast, send = self.producer.produce, self.send  # send only when the queue is full
+        fast, send = self.producer.produce, self.send  # send when the queue is full
         times = stamps if stamps is not None else [0] * len(values)
         for value, carried, msgs, ts in zip(values, carried_of, spreads, times, strict=True):
             for part, header in msgs:
@@ -229,6 +277,9 @@ class Committer:
                          timestamp=ts)
                 except BufferError:
                     send(topic, value, [*carried, header], part, timestamp=ts)
+                except KafkaException as exc:
+                    self.too_large(exc, topic, value, [*carried, header], part, None, ts,
+                                   None)
 
     def begin(self) -> None:
         """Open a batch (numbered: :attr:`batch`)."""

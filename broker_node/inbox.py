@@ -20,6 +20,7 @@ import numpy as np
 from confluent_kafka import Message
 
 from broker_node.metrics import Metrics
+from broker_node.oversize import DEAD_LETTER_HEADER_BYTES, DEAD_LETTER_RAW_BYTES
 from broker_node.state import BrokerState
 from connectors.kafka import source_of
 from connectors.recent import RecentKeys, routed_key
@@ -133,11 +134,28 @@ class DeadLetter:
                    value)
 
     def message(self) -> tuple[bytes, list[tuple[str, bytes]]]:
-        """The DeadLetter record and headers to produce to the dead-letter topic."""
+        """The DeadLetter record and headers to produce to the dead-letter topic.
+
+        A dead letter must fit in a message: a value past :data:`DEAD_LETTER_RAW_BYTES` is
+        cut, and headers past :data:`DEAD_LETTER_HEADER_BYTES` are left out; the reason
+        says so.
+        """
         value = None if self.value is None else str(self.value)
-        record = encode_dead_letter(self.source, self.reason, self.raw, dict(self.headers),
-                                    field=self.field, value=value)
-        return record, [(HEADER_DLQ_REASON, self.reason.encode()),
+        reason, raw, headers = self.reason, self.raw, self.headers
+        if len(raw) > DEAD_LETTER_RAW_BYTES:
+            reason += f" (raw value cut to {DEAD_LETTER_RAW_BYTES:,} of {len(raw):,} bytes)"
+            raw = raw[:DEAD_LETTER_RAW_BYTES]
+        kept: list[tuple[str, bytes]] = []
+        size = 0
+        for name, data in headers:
+            size += len(name) + len(data)
+            if size > DEAD_LETTER_HEADER_BYTES:
+                reason += f" ({len(headers) - len(kept)} of {len(headers)} headers left out)"
+                break
+            kept.append((name, data))
+        record = encode_dead_letter(self.source, reason, raw, dict(kept), field=self.field,
+                                    value=value)
+        return record, [(HEADER_DLQ_REASON, reason.encode()),
                         (HEADER_DLQ_SOURCE, self.source.encode())]
 
 

@@ -175,6 +175,8 @@ class Metrics:
     labels_advertised: int = _counter("labels advertised to neighbours")
     labels_withdrawn: int = _counter("labels withdrawn from neighbours")
     dead_letters: int = _counter("messages written to the dead-letter topic")
+    outputs_too_large: int = _counter(
+        "outputs larger than the node's producer sends, written as dead letters instead")
     origins_replaced: int = _counter(
         "events on a client's own topic that named another origin (replaced by the client's)")
     duplicates: int = _counter("repeated events and unsubscriptions dropped")

@@ -206,6 +206,24 @@ def test_a_dead_letter_message_names_its_source_and_reason() -> None:
                              HEADER_DLQ_SOURCE: f"{PUBLISH}[0]@7".encode()}
 
 
+def test_a_dead_letter_of_a_large_message_cuts_its_value_and_headers() -> None:
+    from broker_node.oversize import DEAD_LETTER_HEADER_BYTES, DEAD_LETTER_RAW_BYTES
+
+    big = [(f"h{i}", b"v" * 1000) for i in range(100)]  # 100 headers of 1,002 bytes
+    letter = DeadLetter("t[0]@1", "undecodable", b"r" * 900_000, big)
+    value, headers = letter.message()
+    _, rec = SERDE.decode(value)
+    assert rec["raw"] == b"r" * DEAD_LETTER_RAW_BYTES
+    kept = DEAD_LETTER_HEADER_BYTES // 1002
+    assert list(rec["headers"]) == [f"h{i}" for i in range(kept)]
+    assert rec["reason"] == (f"undecodable (raw value cut to {DEAD_LETTER_RAW_BYTES:,} of "
+                             f"900,000 bytes) ({100 - kept} of 100 headers left out)")
+    assert dict(headers)[HEADER_DLQ_REASON] == rec["reason"].encode()
+    assert len(value) < DEAD_LETTER_RAW_BYTES + DEAD_LETTER_HEADER_BYTES + 1000
+    small = DeadLetter("t[0]@1", "undecodable", b"r", big[:3]).message()[0]
+    assert SERDE.decode(small)[1]["reason"] == "undecodable"  # nothing cut: as it was
+
+
 def test_a_heartbeat_on_a_forwarded_event_topic_is_read_as_one(inbox: Inbox) -> None:
     from connectors.serde import encode_heartbeat
     from connectors.topics import HEARTBEAT_KEY
