@@ -38,7 +38,7 @@ from broker_node.oversize import NODE_MESSAGE_MAX_BYTES, halves, is_too_large
 from broker_node.watchdog import Watchdog
 from connectors.closing import close_producer
 from connectors.kafka import next_offsets, offsets_to_commit, producer_config
-from connectors.topics import HEADER_EVENT_ID
+from connectors.topics import HEADER_EVENT_ID, HEADER_LINK_SEQ
 
 __all__ = [
     "TRANSACTION_RETRY_BACKOFF_MS",
@@ -209,14 +209,18 @@ class Committer:
                   timestamp: int, key: bytes | None) -> None:
         """An output librdkafka refused (``exc``): split it, or make it a dead letter.
 
-        Any other error than its size is raised. A shared-topic delivery goes as two, each
+        Any other error than its size is raised, and so is the refusal of a link message
+        (:data:`~broker_node.controls.LINK_LABELS` keeps them small) or of a dead letter
+        (cut to fit). A shared-topic
+        delivery goes as two, each
         naming half of its clients (:func:`~broker_node.oversize.halves`; the second
         carries ``on_delivery``: it is acknowledged last); what cannot be split goes to the
         dead letters, cut, and ``on_delivery`` is called once every message produced
         before it is acknowledged (:mod:`broker_node.oversize`).
         """
-        if not is_too_large(exc):
-            raise exc
+        if (not is_too_large(exc) or topic == self.dead_letter_topic
+                or any(k == HEADER_LINK_SEQ for k, _ in headers or ())):
+            raise exc  # a link message lost would leave the neighbour's state wrong
         split = halves(headers)
         if split is not None:
             self.send(topic, value, split[0], partition, None, timestamp, key)

@@ -71,7 +71,8 @@ from dls.space import ContentSpace
 
 log = logging.getLogger("dlsroute.node")
 
-__all__ = ["CANCELLED_MEMORY", "PROBE_LABELS", "Controls", "Outcome", "probe_links"]
+__all__ = ["CANCELLED_MEMORY", "LINK_LABELS", "Controls", "Outcome", "link_chunks",
+           "probe_links"]
 
 #: How many cancelled subscriptions (at least) the node remembers.
 CANCELLED_MEMORY = 100_000
@@ -79,19 +80,28 @@ CANCELLED_MEMORY = 100_000
 #: How many compiled where texts the node keeps for subscriptions that repeat one.
 COMPILED_KEPT = 10_000
 
-#: labels per probe message (8 bytes each: well under Kafka's 1 MB default message size)
-PROBE_LABELS = 50_000
+#: Labels per link message at most (8 bytes each: 400 KB, well under Kafka's 1 MB default
+#: message size). A batch of broad subscriptions can advertise far more at once: one
+#: message of them all stopped the node before (librdkafka refuses it, again at each
+#: restart); as several, the neighbour applies the same labels.
+LINK_LABELS = 50_000
+
+
+def link_chunks(m: LinkMessage) -> list[LinkMessage]:
+    """``m`` as messages of at most :data:`LINK_LABELS` labels (at least one), in order."""
+    if len(m.labels) <= LINK_LABELS:
+        return [m]
+    return [LinkMessage(m.to, m.kind, m.labels[i:i + LINK_LABELS])
+            for i in range(0, len(m.labels), LINK_LABELS)]
 
 
 def probe_links(state: BrokerState, neighbour: str) -> list[LinkMessage]:
     """A (re)started node's first link control to ``neighbour``: what the state advertises it.
 
     At least one message (its number counts even without labels), in chunks of
-    :data:`PROBE_LABELS` labels.
+    :data:`LINK_LABELS` labels.
     """
-    labels = state.advertised_to(neighbour)
-    return [LinkMessage(neighbour, ADVERTISE, labels[i:i + PROBE_LABELS])
-            for i in range(0, max(len(labels), 1), PROBE_LABELS)]
+    return link_chunks(LinkMessage(neighbour, ADVERTISE, state.advertised_to(neighbour)))
 
 
 @dataclass
@@ -397,7 +407,7 @@ class Controls:
         return True
 
     def _links(self, links: list[LinkMessage], replay: bool, out: Outcome) -> None:
-        """Keep the link messages to send (none on replay) and count their labels."""
+        """Keep the link messages to send, in chunks (none on replay); count their labels."""
         if replay or not links:
             return
         for m in links:
@@ -405,4 +415,4 @@ class Controls:
                 self.metrics.labels_advertised += len(m.labels)
             else:
                 self.metrics.labels_withdrawn += len(m.labels)
-        out.links += links
+            out.links += link_chunks(m)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from broker_node.committers import AtLeastOnce, committer_for
 from broker_node.metrics import Metrics
 from broker_node.oversize import DEAD_LETTER_RAW_BYTES, halves, is_too_large
 from connectors.serde import decode_dead_letter
-from connectors.topics import HEADER_CLIENTS, HEADER_EVENT_ID
+from connectors.topics import HEADER_CLIENTS, HEADER_EVENT_ID, HEADER_LINK_SEQ
 from tests.broker_node.test_committers import Consumer, Producer, _in, _settings
 
 
@@ -111,3 +112,48 @@ def test_another_refusal_stops_the_batch() -> None:
         c.produce("t", b"x" * 20)
     with pytest.raises(KafkaException):
         c.produce_spread("t", [b"x" * 20], [[]], [[(0, (HEADER_CLIENTS, b"a,b"))]], 1)
+
+
+def test_a_link_message_or_a_dead_letter_refused_stops_the_batch() -> None:
+    c = committer_for(_settings("exactly_once"), SizedProducer(10), None,  # type: ignore[arg-type]
+                      Metrics())
+    with pytest.raises(KafkaException):  # a link message is never dropped
+        c.produce("dls.link.A.B", b"x" * 20, [(HEADER_LINK_SEQ, b"\0" * 8)])
+    with pytest.raises(KafkaException):  # its dead letter does not fit either: no loop
+        c.produce("dls.deliver.ann", b"x" * 20)
+    assert c.metrics.dead_letters == 0
+
+
+def test_a_batch_advertising_more_labels_than_a_message_holds_sends_them_all(
+        tmp_path: Path) -> None:
+    """150,000 new labels in one batch (1.2 MB): advertised whole, in messages that fit."""
+    import json
+
+    import numpy as np
+    from confluent_kafka import Message
+
+    from broker_node.config import NodeSettings
+    from broker_node.controls import LINK_LABELS
+    from broker_node.oversize import NODE_MESSAGE_MAX_BYTES
+    from broker_node.service import NodeService
+    from connectors.serde import decode_link, encode_label_subscription
+
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"attributes": [
+        {"name": "x", "type": "numeric", "low": 0, "high": 262_144, "granules": 262_144}]}))
+    svc = NodeService(NodeSettings(node="A", neighbours=("B",), space=space,
+                                   shared_delivery_partitions=1))  # no topic to make
+    p = SizedProducer(NODE_MESSAGE_MAX_BYTES)  # refuses what librdkafka would
+    svc.connect(p)  # type: ignore[arg-type]
+    per = 50_000  # 400 KB of labels per subscription: each fits in a message
+    svc.process([Message(topic="dls.node.A.subscribe", partition=0, offset=i,
+                         value=encode_label_subscription(
+                             f"c{i}", f"s{i}", np.arange(i * per, (i + 1) * per,
+                                                         dtype=np.uint64)))
+                 for i in range(3)])
+    links = [decode_link(v) for t, v, _, _ in p.sent if t == "dls.link.A.B"]
+    assert [m["kind"] for m in links] == ["advertise"] * len(links)
+    assert max(len(m["labels"]) for m in links) <= LINK_LABELS
+    labels = np.concatenate([m["labels"] for m in links])
+    assert np.array_equal(labels, np.arange(3 * per, dtype=np.uint64))  # each once, in order
+    assert svc.metrics.dead_letters == 0

@@ -63,9 +63,9 @@ class Node:
         self.space_path.write_text(json.dumps(SPEC))
         self.space = ContentSpace.from_json(self.space_path)
         self.topics = Topics(prefix)
-        self.service = NodeService(NodeSettings(
-            node="A", neighbours=(), space=self.space_path, bootstrap=bootstrap,
-            topic_prefix=prefix, **settings), self.space)  # type: ignore[arg-type]
+        self.service = NodeService(NodeSettings(**{  # type: ignore[arg-type]
+            "node": "A", "neighbours": (), "space": self.space_path, "bootstrap": bootstrap,
+            "topic_prefix": prefix, **settings}), self.space)
         self.errors: list[BaseException] = []
         self.service.start()
         self.thread = threading.Thread(target=self._run, name="node-A", daemon=True)
@@ -226,3 +226,4 @@ def test_an_event_for_more_client_names_than_a_message_holds_reaches_each_once(
         node.stop()
     assert sorted(reached) == names  # every client, each once
     assert messages >= 3  # 1.09 MB of names in messages of at most ~256 KiB each
+
