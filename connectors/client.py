@@ -42,7 +42,12 @@ import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.client_state import AckWaiter, StoredSubscription, SubscriptionStore, ack_of
-from connectors.exceptions import ConnectorError, ConnectorSettingError, SerdeError
+from connectors.exceptions import (
+    ConnectorError,
+    ConnectorSettingError,
+    SerdeError,
+    SubscriptionTooLargeError,
+)
 from connectors.kafka import (
     admin,
     consume_batch,
@@ -81,7 +86,7 @@ from dls.space import ContentSpace
 
 _log = logging.getLogger("dlsroute.client")
 
-__all__ = ["CANCELLED_MEMORY", "SEEN_MEMORY", "Client", "Delivery"]
+__all__ = ["CANCELLED_MEMORY", "MAX_SUBSCRIPTION_BYTES", "SEEN_MEMORY", "Client", "Delivery"]
 
 CANCELLED_MEMORY = 10_000
 """How many cancelled subscriptions a client remembers, to match events published before."""
@@ -101,6 +106,12 @@ class Delivery:
     origin: str
     source: str
     subscriptions: tuple[str, ...]
+
+
+#: Bytes of a subscription message at most (its labels, 8 bytes each, and its text): under
+#: the 1,000,000 bytes a producer sends by default, with room for the message's framing.
+#: About 120,000 labels; a broader subscription is refused with SubscriptionTooLargeError.
+MAX_SUBSCRIPTION_BYTES = 990_000
 
 
 class Client:
@@ -201,13 +212,21 @@ class Client:
         sub = Subscription(self.space, where)
         parts = self._parts(sub.labels())
         sid = sub_id or f"{self.client_id}-{uuid.uuid4().hex[:12]}"
+        values = {shard: encode_label_subscription(self.client_id, sid, labels, str(sub))
+                  for shard, labels in parts.items()}
+        for shard, value in values.items():
+            if len(value) > MAX_SUBSCRIPTION_BYTES:  # refused before anything is kept
+                raise SubscriptionTooLargeError(
+                    f"subscription {str(sub)[:80]!r} covers {len(parts[shard]):,} labels"
+                    f"{f' of shard {shard}' if self.shards > 1 else ''}: {len(value):,} bytes, "
+                    f"more than one message holds ({MAX_SUBSCRIPTION_BYTES:,}); narrow it, "
+                    f"or split it into several", field="where", value=str(sub))
         waiter = None if wait is None else AckWaiter(
             self.bootstrap, f"{self._group}-ack", self._delivery_partition(), self._kafka)
         try:
             self._store.put(sid, sub.to_json(), self.node, sent=False)
-            for shard, labels in parts.items():
-                self._send(self._input(self.node, "subscribe", shard),
-                           encode_label_subscription(self.client_id, sid, labels, str(sub)))
+            for shard, value in values.items():
+                self._send(self._input(self.node, "subscribe", shard), value)
             self.subscriptions[sid] = sub
             self._store.put(sid, sub.to_json(), self.node, sent=True, flush=False)
             if waiter is not None and wait is not None \

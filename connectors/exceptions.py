@@ -29,5 +29,9 @@ class ConnectorSettingError(ConnectorError, ValueError):
     """A connector setting (a size, a timeout, a Kafka option) that cannot be used."""
 
 
+class SubscriptionTooLargeError(ConnectorError, ValueError):
+    """A subscription whose labels (and text) do not fit in one Kafka message."""
+
+
 class LocalKafkaError(ConnectorError, RuntimeError):
     """The local Kafka broker (``docker/kafka/kafka.sh``) could not be started or stopped."""

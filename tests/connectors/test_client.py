@@ -193,3 +193,22 @@ def test_subscribe_refuses_a_wait_that_is_no_number_of_seconds(wait: object, tmp
     with pytest.raises(ConnectorSettingError) as info:
         client.subscribe("x > 5", wait=wait)  # type: ignore[arg-type]
     assert info.value.field == "wait" and info.value.value == wait
+
+
+def test_a_subscription_too_large_for_a_message_is_refused_before_anything_is_kept() -> None:
+    from connectors.client import MAX_SUBSCRIPTION_BYTES
+    from connectors.exceptions import SubscriptionTooLargeError
+
+    wide = ContentSpace.from_spec({"attributes": [  # a budget raised past one message
+        {"name": "x", "type": "numeric", "low": 0, "high": 262_144, "granules": 262_144}],
+        "filters": {"label_budget": 300_000}})
+    client = Client("127.0.0.1:1", "A", "ann", wide)  # nothing reaches a broker
+    try:
+        with pytest.raises(SubscriptionTooLargeError) as info:
+            client.subscribe("x >= 100000")  # 162,144 labels: 1.3 MB
+        assert info.value.field == "where" and info.value.value == "x >= 100000"
+        assert "covers 162,144 labels" in str(info.value)
+        assert f"({MAX_SUBSCRIPTION_BYTES:,})" in str(info.value)
+        assert client.subscriptions == {}
+    finally:
+        client.close()
