@@ -65,6 +65,7 @@ __all__ = [
     "HEADER_PUBLISHED",
     "HEADER_SHARD",
     "MAX_SHARDS",
+    "MAX_MESSAGE_LABELS",
     "MAX_TOPIC_LENGTH",
     "HeaderValue",
     "Headers",
@@ -137,6 +138,12 @@ MAX_SHARDS = 1024
 
 MAX_TOPIC_LENGTH = 249
 """Kafka's limit on the length of a topic name."""
+
+MAX_MESSAGE_LABELS = 120_000
+"""Labels one LabelSubscription carries at most, whatever the space's ``label_budget``:
+960,000 bytes of labels, under the 1,000,000 bytes a producer sends by default, with room for
+the rest of the message. The Spark job refuses a subscription with more as a dead letter;
+the SDK checks the encoded message itself (``connectors.client.MAX_SUBSCRIPTION_BYTES``)."""
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9._-]+")
 NAME_PATTERN = "[A-Za-z0-9_-]+"

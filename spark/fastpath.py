@@ -21,6 +21,7 @@ from connectors.topics import (
     HEADER_LABEL,
     HEADER_ORIGIN,
     HEADER_PUBLISHED,
+    MAX_MESSAGE_LABELS,
     MAX_TOPIC_LENGTH,
     Topics,
 )
@@ -73,7 +74,8 @@ def fast_config(space: ContentSpace, topics: Topics, kind: str, shards: int = 1)
     lines = [f"kind {kind}", f"prefix {_hex(topics.prefix)}",
              f"header {SERDE.header(_FAST_SCHEMAS[kind]).hex()}",
              f"app {app - (1 << 64) if app >= 1 << 63 else app}",
-             f"budget {space.filters.label_budget}", f"maxtopic {MAX_TOPIC_LENGTH}",
+             f"budget {min(space.filters.label_budget, MAX_MESSAGE_LABELS)}",
+             f"maxtopic {MAX_TOPIC_LENGTH}",
              f"shards {shards}"]
     if not fast_space(space):
         # Optional, string and hashed attributes are the Catalyst mapping's alone: FastMap

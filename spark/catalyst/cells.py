@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from connectors.topics import MAX_MESSAGE_LABELS
 from dls.space import ContentSpace
 from spark.catalyst.columns import (
     cell,
@@ -419,7 +420,7 @@ def with_labels(space: ContentSpace, df: DataFrame) -> DataFrame:
 
     ok = F.col("_err").isNull()
     df = select(df, "*", F.when(ok, F.transform(js, total)).alias("_totals"))
-    budget = space.filters.label_budget
+    budget = min(space.filters.label_budget, MAX_MESSAGE_LABELS)  # one Kafka message
     over = F.try_element_at(F.filter(js, lambda j: F.get(F.col("_totals"), j) > budget),
                             F.lit(1))
     detail = F.concat_ws(", ", *[
@@ -459,8 +460,10 @@ def _budget_error(total: Column, budget: int, detail: Column | None) -> Column:
     F = fns()
     shown = total.cast("string")
     cells = [] if detail is None else [F.lit(" ("), detail, F.lit(" cells)")]
+    held = "" if budget < MAX_MESSAGE_LABELS else ", what one Kafka message holds"
     return error(F.concat(F.lit(f"{DEFERRED}subscription '{SUB_TEXT}' expands to "), shown,
-                          F.lit(" labels"), *cells, F.lit(f", over the budget of {budget}")),
+                          F.lit(" labels"), *cells,
+                          F.lit(f", over the budget of {budget}{held}")),
                  "labels", shown)
 
 

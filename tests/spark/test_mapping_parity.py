@@ -427,6 +427,30 @@ def test_repeated_json_keys_and_huge_label_counts(spark: Any) -> None:
     assert np.array_equal(m["labels"], Subscription(huge, subs[1]["where"]).labels())
 
 
+def test_a_subscription_past_one_kafka_message_is_a_dead_letter(spark: Any) -> None:
+    """A label budget raised past MAX_MESSAGE_LABELS: the job still writes no record that
+    Kafka refuses (its sink would fail the query, again at each restart)."""
+    from connectors.topics import MAX_MESSAGE_LABELS
+
+    wide = ContentSpace.from_spec({"attributes": [
+        {"name": "x", "type": "numeric", "low": 0, "high": 262_144, "granules": 262_144}],
+        "filters": {"label_budget": 300_000}})
+    subs = [{"node": "A", "client": "c", "id": "big", "where": "x >= 100000"},
+            {"node": "A", "client": "c", "id": "fits", "where": "x >= 200000"}]
+    raw = [json.dumps(s).encode() for s in subs]
+    for fast in (None, False):
+        out = map_subscriptions(wide, _source(spark, raw, TOPICS.raw_subscriptions), TOPICS,
+                                fast=fast).collect()
+        by_topic = {r.topic: r for r in out}
+        assert len(out) == 2, fast
+        dl = decode_dead_letter(bytes(by_topic[TOPICS.deadletter].value))
+        assert dl["reason"] == (f"subscription 'x >= 100000' expands to 162144 labels (x: "
+                                f"162144 cells), over the budget of {MAX_MESSAGE_LABELS}, "
+                                f"what one Kafka message holds"), fast
+        m = decode_label_subscription(bytes(by_topic[TOPICS.node_subscribe("A")].value))
+        assert m["id"] == "fits" and len(m["labels"]) == 62_144, fast
+
+
 def test_fast_path_edges(spark: Any) -> None:
     """Records at the edges of the mapping's shortcuts (a byte-order mark, control
     characters in the text form, numbers as the text form's tokens spell them, a repeated
