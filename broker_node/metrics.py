@@ -175,6 +175,9 @@ class Metrics:
     labels_advertised: int = _counter("labels advertised to neighbours")
     labels_withdrawn: int = _counter("labels withdrawn from neighbours")
     dead_letters: int = _counter("messages written to the dead-letter topic")
+    future_stamps: int = _counter(
+        "events stamped more than 10 minutes ahead of the node's clock: copies stamped when "
+        "sent")
     outputs_too_large: int = _counter(
         "outputs larger than the node's producer sends, written as dead letters instead")
     origins_replaced: int = _counter(

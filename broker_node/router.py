@@ -15,6 +15,7 @@ once. :meth:`Router.route` then produces each event's messages through the commi
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -28,10 +29,12 @@ from broker_node.edge import NONE, SURE, EdgeTable
 from broker_node.inbox import EventRun, Key, publication_ms
 from broker_node.metrics import Metrics
 from broker_node.state import BrokerState
+from connectors.kafka import source_of
 from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
 
-__all__ = ["CLIENTS_HEADER_BYTES", "MANY_TOPICS", "Plan", "Router", "RunCheck", "check_run",
-           "many_topics_warning", "plan_bytes", "slots", "split_routes"]
+__all__ = ["CLIENTS_HEADER_BYTES", "FUTURE_STAMP_MS", "MANY_TOPICS", "Plan", "Router",
+           "RunCheck", "check_run", "many_topics_warning", "plan_bytes", "slots",
+           "split_routes"]
 
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes,
 #: the plan's slot in the delivery tally as two ints ``lo, hi``, the candidates the exact
@@ -46,6 +49,10 @@ log = logging.getLogger("dlsroute.node")
 #: Bytes of client names one shared-topic delivery message may name (plus one name): the
 #: names of an event's partition past it go in further messages of the event.
 CLIENTS_HEADER_BYTES = 256 * 1024
+
+#: How far ahead of the node's clock an event's time may be and still stamp its copies
+#: (ms): a broker refuses a record an hour ahead of its own clock by default.
+FUTURE_STAMP_MS = 10 * 60 * 1000
 
 #: Counts of per-client delivery topics at which the node says what they cost (once each).
 MANY_TOPICS = (1_000, 10_000)
@@ -125,6 +132,8 @@ class Router:
         plans = self.plans(run.keys)
         values = list(map(Message.value, good))
         stamps = list(map(publication_ms, good, carried_of))  # kept on every copy
+        if max(stamps) > (ahead := int(time.time() * 1000) + FUTURE_STAMP_MS):
+            stamps = self._stamped_now(stamps, good, ahead)
         n_parts = self.settings.shared_delivery_partitions
         extra = self._edge(plans, values) if self.edge is not None else None
         if n_parts:
@@ -162,6 +171,22 @@ class Router:
                     produce(links[j], value, carried, -1, ts)
                 forwarded += len(to)
             self.metrics.events_forwarded += forwarded
+
+    def _stamped_now(self, stamps: list[int], good: list[Message], ahead: int) -> list[int]:
+        """``stamps`` with those past ``ahead`` replaced by 0 (a copy is stamped when sent).
+
+        A broker refuses a record stamped more than ``message.timestamp.after.max.ms``
+        (one hour by default since Kafka 4.0) ahead of its clock, and fails the rest of its
+        batch with it: the copies of such an event would stop the node, again at each
+        restart. Its own headers still carry what it said.
+        """
+        late = [i for i, t in enumerate(stamps) if t > ahead]
+        self.metrics.future_stamps += len(late)
+        log.warning("node %s: %d events stamped more than %d s ahead of this node's clock "
+                    "(the first: %s, %d ms ahead): their copies are stamped when sent",
+                    self.settings.node, len(late), FUTURE_STAMP_MS // 1000,
+                    source_of(good[late[0]]), stamps[late[0]] - ahead + FUTURE_STAMP_MS)
+        return [0 if t > ahead else t for t in stamps]
 
     def _delivery_topics(self) -> list[str]:
         """The delivery topic of each client, by index (names made once per client)."""

@@ -304,6 +304,32 @@ def test_deliveries_and_forwards_keep_the_publication_time(tmp_path: Path, parti
     assert by_topic[deliver] == published
 
 
+def test_an_event_stamped_far_ahead_is_copied_stamped_when_sent(tmp_path: Path) -> None:
+    """A broker refuses records an hour ahead: a copy of one past FUTURE_STAMP_MS gets 0."""
+    import time
+
+    from broker_node.router import FUTURE_STAMP_MS
+
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPEC))
+    label = event_label(ContentSpace.from_json(space_file), {"x": 50})
+    svc = _node(space_file, cache=1.0, partitions=1, delivery="exactly_once")
+    svc.state.subscribe("ann", "s1", [label])
+    now = int(time.time() * 1000)
+    times = [now - 86_400_000, now + FUTURE_STAMP_MS // 2, now + 3 * 3_600_000, 0]
+    svc.process([Message(topic="dls.node.A.publish", partition=0, offset=i, value=b"v",
+                         timestamp=(1, now),
+                         headers=[(HEADER_LABEL, label.to_bytes(8, "big")),
+                                  (HEADER_ORIGIN, b"A/pub"), (HEADER_EVENT_ID, b"e%d" % i),
+                                  (HEADER_PUBLISHED, ts.to_bytes(8, "big"))])
+                 for i, ts in enumerate(times)])
+    producer = svc.committer.producer  # type: ignore[union-attr]
+    assert producer.stamps == [times[0], times[1], 0, 0]  # a day ago, 5 min ahead kept
+    assert svc.metrics.future_stamps == 1
+    published = [dict(h)[HEADER_PUBLISHED] for _, _, h, _ in producer.sent]
+    assert published == [t.to_bytes(8, "big") for t in times]  # what each said, kept
+
+
 def test_the_node_says_once_what_many_delivery_topics_cost(tmp_path: Path,
                                                           caplog: pytest.LogCaptureFixture
                                                           ) -> None:

@@ -1,4 +1,4 @@
-"""Messages near Kafka's size limit, on a real Kafka: none of them may stop a node.
+"""Messages near Kafka's limits, on a real Kafka: none of them may stop a node.
 
 * One shared-topic delivery names every client of its partition in a header. Thousands of
   long client names make that header larger than a message may be: the node spreads the
@@ -7,6 +7,8 @@
   although the node adds a header to it.
 * A bad message that large still goes to the dead letters (its raw bytes cut), and routing
   goes on.
+* An event stamped hours ahead (Kafka refuses a record an hour ahead of its clock) is
+  delivered, its copies stamped when sent.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from connectors.topics import (
     HEADER_EVENT_ID,
     HEADER_LABEL,
     HEADER_ORIGIN,
+    HEADER_PUBLISHED,
     Topics,
     decode_clients,
     encode_label,
@@ -227,3 +230,27 @@ def test_an_event_for_more_client_names_than_a_message_holds_reaches_each_once(
     assert sorted(reached) == names  # every client, each once
     assert messages >= 3  # 1.09 MB of names in messages of at most ~256 KiB each
 
+
+
+def test_an_event_stamped_hours_ahead_is_delivered_stamped_now(node: Node) -> None:
+    """Kafka refuses a record stamped more than an hour ahead (and the whole batch with it):
+    the node's copies of such an event are stamped when sent, and routing goes on."""
+    alice, feed = node.client("alice"), node.client("feed")
+    try:
+        alice.subscribe("price < 45", wait=30)
+        label = encode_label(event_label(node.space, {"price": 10.0}))
+        ahead = int(time.time() * 1000) + 3 * 3600 * 1000
+        producer = Producer({"bootstrap.servers": node.bootstrap})
+        producer.produce(  # as the Spark job writes one: the publication time in a header
+            node.topics.node_publish("A"),
+            encode_raw_event("A", "feed", "ahead", {"price": 10.0}, b""),
+            headers=[(HEADER_LABEL, label), (HEADER_ORIGIN, b"A/feed"),
+                     (HEADER_EVENT_ID, b"ahead"), (HEADER_PUBLISHED, ahead.to_bytes(8, "big"))])
+        assert producer.flush(30) == 0
+        last = feed.publish({"price": 11.0})
+        feed.flush()
+        assert _until(alice, last) == {"ahead": 0, last: 0}
+    finally:
+        alice.close()
+        feed.close()
+    assert node.service.metrics.future_stamps == 1
