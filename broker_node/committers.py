@@ -211,12 +211,11 @@ class Committer:
 
         Any other error than its size is raised, and so is the refusal of a link message
         (:data:`~broker_node.controls.LINK_LABELS` keeps them small) or of a dead letter
-        (cut to fit). A shared-topic
-        delivery goes as two, each
-        naming half of its clients (:func:`~broker_node.oversize.halves`; the second
-        carries ``on_delivery``: it is acknowledged last); what cannot be split goes to the
-        dead letters, cut, and ``on_delivery`` is called once every message produced
-        before it is acknowledged (:mod:`broker_node.oversize`).
+        (cut to fit). A shared-topic delivery goes as two, each naming half of its clients
+        (:func:`~broker_node.oversize.halves`; the second carries ``on_delivery``: it is
+        acknowledged last). What cannot be split goes to the dead letters, cut, and
+        ``on_delivery`` is called once every message produced before it is acknowledged
+        (:mod:`broker_node.oversize`).
         """
         if (not is_too_large(exc) or topic == self.dead_letter_topic
                 or any(k == HEADER_LINK_SEQ for k, _ in headers or ())):
