@@ -23,7 +23,7 @@ from broker_node.metrics import Metrics
 from broker_node.oversize import DEAD_LETTER_HEADER_BYTES, DEAD_LETTER_RAW_BYTES
 from broker_node.state import BrokerState
 from connectors.kafka import source_of
-from connectors.recent import RecentKeys, routed_key
+from connectors.recent import ROUTED_KEY_BYTES, RecentKeys, bounded_key
 from connectors.serde import SERDE, encode_dead_letter
 from connectors.topics import (
     HEADER_CLIENTS,
@@ -376,7 +376,7 @@ class Inbox:
         first, last = space = self.space
         batch_routed = self.routed.batch
         routed_new, routed_old = self.routed.recent.new, self.routed.recent.old  # fixed now
-        from_bytes = int.from_bytes
+        from_bytes, key_max = int.from_bytes, ROUTED_KEY_BYTES
         out = EventRun([], [], [], [])
         good, carried_of, keys = out.msgs, out.carried, out.keys
         # Origin header value -> (origin, bank index of a local publisher or -1, id prefix),
@@ -416,6 +416,8 @@ class Inbox:
             came_from = link_source.get(msg.topic()) if link_source else None  # type: ignore[arg-type]
             if eid is not None:
                 key = id_prefix + eid  # routed_key(origin, event id), from the raw bytes
+                if len(key) > key_max:
+                    key = bounded_key(key)
                 if key in routed_new or key in routed_old or key in batch_routed:
                     self.metrics.duplicates += 1
                     log.debug("node %s: %s repeats event %r of %s: skipped", node,
@@ -478,7 +480,7 @@ class Inbox:
         origin = (raw_origin or b"").decode("utf-8", "replace")
         o_node, _, o_client = origin.partition("/")
         local = self.state.client_index(o_client, create=False) if o_node == self.node else -1
-        return origin, local, routed_key(raw_origin or b"", b"")
+        return origin, local, (raw_origin or b"") + b"\x00"  # routed_key's, unbounded
 
     def control(self, msg: Message) -> ControlRecord:
         """The record of a control message, or the reason it is unusable."""

@@ -55,6 +55,7 @@ from broker_node.exceptions import BrokerError
 from broker_node.inbox import message_headers, offset_of, topic_of
 from broker_node.registry import take_rows
 from broker_node.state import ADVERTISE, BrokerState
+from connectors.recent import bounded_key
 
 if TYPE_CHECKING:
     from broker_node.controls import Controls
@@ -170,8 +171,9 @@ def restore(data: SnapshotData, state: BrokerState, controls: Controls) -> None:
     finally:
         state.resizer.suspended = False
     state.resizer.check_all(state)
-    controls.cancelled.old = dict.fromkeys(data.cancelled_old)
-    controls.cancelled.new = dict.fromkeys(data.cancelled_new)
+    # bounded_key: a snapshot taken before keys were bounded may hold longer ones
+    controls.cancelled.old = dict.fromkeys(map(bounded_key, data.cancelled_old))
+    controls.cancelled.new = dict.fromkeys(map(bounded_key, data.cancelled_new))
     for sid, (client, cancelled_ms) in data.retiring.items():
         controls.retire(client, sid, cancelled_ms)
     for n, seq in data.applied_seq.items():

@@ -7,22 +7,39 @@ writer upstream may send, and all three use :class:`RecentKeys`.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from connectors.exceptions import ConnectorSettingError
 
-__all__ = ["RecentKeys", "routed_key"]
+__all__ = ["ROUTED_KEY_BYTES", "RecentKeys", "bounded_key", "routed_key"]
+
+#: A routed key longer than this is kept as a digest (:func:`bounded_key`): origins and
+#: event ids come from headers, and a memory of 100,000 keys of a 500 KB id each would hold
+#: 50 GB. Keys of names and ids a client makes (node and client names of at most 249
+#: characters) stay as they are.
+ROUTED_KEY_BYTES = 512
+
+
+def bounded_key(key: bytes) -> bytes:
+    """``key`` itself, or past :data:`ROUTED_KEY_BYTES` a 0xFF byte and its 20-byte BLAKE2b.
+
+    0xFF opens no UTF-8 text, so a digest equals no key of a UTF-8 origin.
+    """
+    if len(key) <= ROUTED_KEY_BYTES:
+        return key
+    return b"\xff" + hashlib.blake2b(key, digest_size=20).digest()
 
 
 def routed_key(origin: str | bytes, event_id: str | bytes) -> bytes:
-    """The key of an event in a routed-id memory: origin, a NUL, the event id.
+    """The key of an event in a routed-id memory: origin, a NUL, the event id (bounded).
 
     One bytes object rather than a tuple: a dict holding only bytes (and None) is never
     tracked by the garbage collector, so a large memory costs collections nothing.
     """
     o = origin.encode() if isinstance(origin, str) else origin
     e = event_id.encode() if isinstance(event_id, str) else event_id
-    return o + b"\x00" + e
+    return bounded_key(o + b"\x00" + e)
 
 
 class RecentKeys:

@@ -155,6 +155,24 @@ def test_a_repeated_event_is_dropped_and_counted(inbox: Inbox, space: ContentSpa
     assert again.msgs == [] and inbox.metrics.duplicates == 2
 
 
+def test_a_repeat_of_an_event_with_a_huge_id_is_dropped_and_kept_small(
+        inbox: Inbox, space: ContentSpace) -> None:
+    """Ids and origins come from headers: the memory keeps a digest of a long key."""
+    from connectors.recent import ROUTED_KEY_BYTES
+
+    label = event_label(space, {"x": 10})
+    huge, other = b"i" * 500_000, b"i" * 499_999 + b"j"
+    run = inbox.events([_event(PUBLISH, 0, _usual(label, b"C/pub", huge)),
+                        _event(PUBLISH, 1, _usual(label, b"C/pub", huge)),
+                        _event(PUBLISH, 2, _usual(label, b"C/pub", other))])
+    assert [m.offset() for m in run.msgs] == [0, 2] and inbox.metrics.duplicates == 1
+    inbox.routed.settle()
+    assert max(map(len, inbox.routed.recent.new)) <= ROUTED_KEY_BYTES
+    assert ("C/pub", huge) in inbox.routed.recent  # the SDK's routed_key: the same key
+    again = inbox.events([_event(PUBLISH, 3, _usual(label, b"C/pub", huge))])
+    assert again.msgs == [] and inbox.metrics.duplicates == 2
+
+
 def test_a_failed_batch_forgets_its_ids() -> None:
     routed = RoutedIds(10)
     routed.batch[b"o\x00e"] = None

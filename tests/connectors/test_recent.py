@@ -53,3 +53,15 @@ def test_routed_ids_are_bytes_keys_that_the_collector_never_scans() -> None:
     assert ("A/pub", "e3") in recent and routed_key("A/pub", "e3") in recent
     assert ("A/pub", "e9") not in recent
     assert not gc.is_tracked(recent.new)  # only bytes and None inside
+
+
+def test_a_long_key_is_kept_as_a_digest_that_no_short_key_equals() -> None:
+    from connectors.recent import ROUTED_KEY_BYTES, bounded_key, routed_key
+
+    short = routed_key("A/pub", "e" * (ROUTED_KEY_BYTES - 6))  # exactly the limit: as is
+    assert short == b"A/pub\x00" + b"e" * (ROUTED_KEY_BYTES - 6)
+    long_a, long_b = routed_key("A/pub", "e" * 10_000), routed_key("A/pub", "e" * 10_001)
+    assert len(routed_key("A/" + "c" * 249, "s" * 200)) == 452  # names a client makes: as is
+    assert len(long_a) == len(long_b) == 21 and long_a != long_b
+    assert long_a[0] == 0xFF and routed_key(b"A/pub", b"e" * 10_000) == long_a
+    assert bounded_key(b"A/pub\x00" + b"e" * 10_000) == long_a
