@@ -23,7 +23,7 @@ from broker_node.metrics import Metrics
 from broker_node.oversize import DEAD_LETTER_HEADER_BYTES, DEAD_LETTER_RAW_BYTES
 from broker_node.state import BrokerState
 from connectors.kafka import source_of
-from connectors.recent import ROUTED_KEY_BYTES, RecentKeys, bounded_key
+from connectors.recent import ROUTED_KEY_BYTES, RecentKeys, bounded_key, routed_prefix
 from connectors.serde import SERDE, encode_dead_letter
 from connectors.topics import (
     HEADER_CLIENTS,
@@ -480,7 +480,7 @@ class Inbox:
         origin = (raw_origin or b"").decode("utf-8", "replace")
         o_node, _, o_client = origin.partition("/")
         local = self.state.client_index(o_client, create=False) if o_node == self.node else -1
-        return origin, local, (raw_origin or b"") + b"\x00"  # routed_key's, unbounded
+        return origin, local, routed_prefix(raw_origin or b"")
 
     def control(self, msg: Message) -> ControlRecord:
         """The record of a control message, or the reason it is unusable."""

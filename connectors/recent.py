@@ -12,7 +12,7 @@ from typing import Any
 
 from connectors.exceptions import ConnectorSettingError
 
-__all__ = ["ROUTED_KEY_BYTES", "RecentKeys", "bounded_key", "routed_key"]
+__all__ = ["ROUTED_KEY_BYTES", "RecentKeys", "bounded_key", "routed_key", "routed_prefix"]
 
 #: A routed key longer than this is kept as a digest (:func:`bounded_key`): origins and
 #: event ids come from headers, and a memory of 100,000 keys of a 500 KB id each would hold
@@ -31,15 +31,19 @@ def bounded_key(key: bytes) -> bytes:
     return b"\xff" + hashlib.blake2b(key, digest_size=20).digest()
 
 
+def routed_prefix(origin: str | bytes) -> bytes:
+    """What every routed key of ``origin`` starts with (unbounded): the origin and a NUL."""
+    return (origin.encode() if isinstance(origin, str) else origin) + b"\x00"
+
+
 def routed_key(origin: str | bytes, event_id: str | bytes) -> bytes:
     """The key of an event in a routed-id memory: origin, a NUL, the event id (bounded).
 
     One bytes object rather than a tuple: a dict holding only bytes (and None) is never
     tracked by the garbage collector, so a large memory costs collections nothing.
     """
-    o = origin.encode() if isinstance(origin, str) else origin
     e = event_id.encode() if isinstance(event_id, str) else event_id
-    return bounded_key(o + b"\x00" + e)
+    return bounded_key(routed_prefix(origin) + e)
 
 
 class RecentKeys:

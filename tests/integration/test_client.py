@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -23,7 +23,7 @@ from broker_node.service import NodeService
 from connectors.client import Client
 from connectors.exceptions import ConnectorError
 from connectors.kafka import consume_batch, consumer_config
-from connectors.topics import HEADER_ACK, HEADER_CLIENTS, decode_clients
+from connectors.topics import HEADER_ACK, HEADER_CLIENTS, Topics, decode_clients
 from dls.space import ContentSpace
 
 pytestmark = pytest.mark.integration
@@ -41,14 +41,17 @@ class OneNode:
     network's false positives to reach it (test_exact_delivery.py has the node's check).
     """
 
-    def __init__(self, bootstrap: str, prefix: str, space: Path, shared: int = 0) -> None:
+    def __init__(self, bootstrap: str, prefix: str, space: Path, shared: int = 0,
+                 **settings: Any) -> None:
+        """``settings``: further NodeSettings, over these (test_large_messages.py's)."""
         self.bootstrap, self.prefix, self.space_path, self.shared = (
             bootstrap, prefix, space, shared)
         self.space = ContentSpace.from_json(space)
-        self.service = NodeService(NodeSettings(
-            node="A", neighbours=(), space=space, bootstrap=bootstrap, topic_prefix=prefix,
-            shared_delivery_partitions=shared, unsubscribe_grace_s=1.0,
-            exact_delivery=False), self.space)
+        self.topics = Topics(prefix)
+        self.service = NodeService(NodeSettings(**{
+            "node": "A", "neighbours": (), "space": space, "bootstrap": bootstrap,
+            "topic_prefix": prefix, "shared_delivery_partitions": shared,
+            "unsubscribe_grace_s": 1.0, "exact_delivery": False, **settings}), self.space)
         self.errors: list[BaseException] = []
         self.service.start()
         self.thread = threading.Thread(target=self._run, name="node-A", daemon=True)

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,10 +23,8 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from broker_node.config import NodeSettings
 from broker_node.oversize import DEAD_LETTER_RAW_BYTES
 from broker_node.router import CLIENTS_HEADER_BYTES
-from broker_node.service import NodeService
 from connectors.client import Client
 from connectors.kafka import consume_batch, consumer_config
 from connectors.serde import (
@@ -41,12 +38,11 @@ from connectors.topics import (
     HEADER_LABEL,
     HEADER_ORIGIN,
     HEADER_PUBLISHED,
-    Topics,
     decode_clients,
     encode_label,
 )
 from dls.mapping import event_label
-from dls.space import ContentSpace
+from tests.integration.test_client import OneNode
 
 pytestmark = pytest.mark.integration
 
@@ -56,50 +52,19 @@ N_CLIENTS = 6_000
 NAME_CHARS = 180  # 6,000 names of 181 bytes with their commas: 1.09 MB in one header
 
 
-class Node:
-    """Node A (no neighbours) on a thread; its error, if it stopped on one, in ``errors``."""
-
-    def __init__(self, bootstrap: str, prefix: str, tmp_path: Path, **settings: object
-                 ) -> None:
-        self.bootstrap, self.prefix = bootstrap, prefix
-        self.space_path = tmp_path / "space.json"
-        self.space_path.write_text(json.dumps(SPEC))
-        self.space = ContentSpace.from_json(self.space_path)
-        self.topics = Topics(prefix)
-        self.service = NodeService(NodeSettings(**{  # type: ignore[arg-type]
-            "node": "A", "neighbours": (), "space": self.space_path, "bootstrap": bootstrap,
-            "topic_prefix": prefix, **settings}), self.space)
-        self.errors: list[BaseException] = []
-        self.service.start()
-        self.thread = threading.Thread(target=self._run, name="node-A", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.service.run()
-        except BaseException as exc:  # asserted by stop()
-            self.errors.append(exc)
-        finally:
-            self.service.close()
-
-    def client(self, name: str) -> Client:
-        return Client(self.bootstrap, "A", name, self.space, topic_prefix=self.prefix,
-                      shared_delivery_partitions=self.service.settings.shared_delivery_partitions)
-
-    def stop(self) -> None:
-        self.service.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-        assert not self.errors, self.errors
+def _node(bootstrap: str, prefix: str, tmp_path: Path, **settings: object) -> OneNode:
+    """Node A with this file's settings: the exact check on (the default), as in production."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(SPEC))
+    return OneNode(bootstrap, prefix, space, **{"exact_delivery": True, **settings})
 
 
 @pytest.fixture(params=[(1, "exactly_once"), (1, "at_least_once"), (0, "exactly_once")],
                 ids=["shared-eos", "shared-alo", "own-topic-eos"])
 def node(request: pytest.FixtureRequest, kafka_bootstrap: str, topic_prefix: str,
-         tmp_path: Path) -> Iterator[Node]:
+         tmp_path: Path) -> Iterator[OneNode]:
     parts, delivery = request.param
-    n = Node(kafka_bootstrap, topic_prefix, tmp_path, shared_delivery_partitions=parts,
-             delivery=delivery)
+    n = _node(kafka_bootstrap, topic_prefix, tmp_path, shared=parts, delivery=delivery)
     yield n
     n.stop()
 
@@ -138,7 +103,7 @@ def _until(client: Client, last: str) -> dict[str, int]:
     return got
 
 
-def test_an_event_as_large_as_a_publisher_may_send_reaches_its_client(node: Node) -> None:
+def test_an_event_as_large_as_a_publisher_may_send_reaches_its_client(node: OneNode) -> None:
     alice, feed = node.client("alice"), node.client("feed")
     try:
         alice.subscribe("price < 45", wait=30)
@@ -154,7 +119,7 @@ def test_an_event_as_large_as_a_publisher_may_send_reaches_its_client(node: Node
     assert node.service.metrics.dead_letters == 0
 
 
-def test_a_bad_message_as_large_as_a_message_may_be_is_a_dead_letter(node: Node) -> None:
+def test_a_bad_message_as_large_as_a_message_may_be_is_a_dead_letter(node: OneNode) -> None:
     producer = Producer({"bootstrap.servers": node.bootstrap})
     raw = b"\xff" * 999_900  # no Avro record: undecodable; a dead letter holds more
     producer.produce(node.topics.node_subscribe("A"), raw)
@@ -189,7 +154,7 @@ def test_an_event_for_more_client_names_than_a_message_holds_reaches_each_once(
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, exact: bool) -> None:
     names = _names()
     assert sum(len(n) + 1 for n in names) > 1_000_000 > 3 * CLIENTS_HEADER_BYTES
-    node = Node(kafka_bootstrap, topic_prefix, tmp_path, shared_delivery_partitions=1,
+    node = _node(kafka_bootstrap, topic_prefix, tmp_path, shared=1,
                 exact_delivery=exact)
     label = event_label(node.space, {"price": 10.0})
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
@@ -232,7 +197,7 @@ def test_an_event_for_more_client_names_than_a_message_holds_reaches_each_once(
 
 
 
-def test_an_event_stamped_hours_ahead_is_delivered_stamped_now(node: Node) -> None:
+def test_an_event_stamped_hours_ahead_is_delivered_stamped_now(node: OneNode) -> None:
     """Kafka refuses a record stamped more than an hour ahead (and the whole batch with it):
     the node's copies of such an event are stamped when sent, and routing goes on."""
     alice, feed = node.client("alice"), node.client("feed")
