@@ -18,9 +18,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import ConfigResource
 
 from connectors.kafka import admin, ensure_topics, producer_config
@@ -77,6 +78,17 @@ def _in_sync(a: object, topics: list[str]) -> bool:
                and len(md.topics[t].partitions[0].isrs) == BROKERS for t in topics)
 
 
+def _described(a: Any, res: ConfigResource, out: list[dict[str, Any]]) -> bool:
+    """Put ``res``'s configs in ``out``; False while a broker does not know the topic."""
+    try:
+        out.append(a.describe_configs([res])[res].result(timeout=10))
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise
+        return False
+    return True
+
+
 def test_three_brokers_replicate_and_survive_one_kill(cluster: tuple[str, int]) -> None:
     t0 = time.monotonic()
     bootstrap, port = cluster
@@ -93,7 +105,10 @@ def test_three_brokers_replicate_and_survive_one_kill(cluster: tuple[str, int]) 
         part = md.topics[topic].partitions[0]
         assert sorted(part.replicas) == [1, 2, 3] and sorted(part.isrs) == [1, 2, 3]
         res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        conf = a.describe_configs([res])[res].result(timeout=10)
+        confs: list[dict[str, Any]] = []
+        # The broker asked may not know the topic yet either (UNKNOWN_TOPIC_OR_PART seen).
+        wait_for(lambda r=res, c=confs: _described(a, r, c), 30, f"the configs of {topic}")
+        conf = confs[0]
         assert conf["min.insync.replicas"].value == "2"
     _produce(bootstrap, "rf3.given", 100)
 
