@@ -34,7 +34,7 @@ from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError
 from broker_node.inbox import DeadLetter
 from broker_node.metrics import Metrics
-from broker_node.oversize import NODE_MESSAGE_MAX_BYTES, halves, is_too_large
+from broker_node.oversize import MessageLimit, halves, is_too_large, refusal_hint
 from broker_node.watchdog import Watchdog
 from connectors.closing import close_producer
 from connectors.kafka import next_offsets, offsets_to_commit, producer_config
@@ -75,7 +75,8 @@ class DeliveryErrors:
     def on_delivery(self, err: Any, msg: Message) -> None:
         """A delivery report: remember the first failure (a success returns at once)."""
         if err is not None and self.first is None:
-            self.first = f"delivery to {msg.topic()}[{msg.partition()}] failed: {err}"
+            self.first = (f"delivery to {msg.topic()}[{msg.partition()}] failed: {err}"
+                          f"{refusal_hint(err)}")
 
 
 def log_failed_commit(node: str, err: Any, partitions: list[TopicPartition]) -> None:
@@ -84,12 +85,15 @@ def log_failed_commit(node: str, err: Any, partitions: list[TopicPartition]) -> 
         log.warning("node %s: offset commit failed (%s); the next commit covers it", node, err)
 
 
-def open_producer(s: NodeSettings, errors: DeliveryErrors,
-                  watchdog: Watchdog | None = None) -> Producer:
-    """The Kafka producer the node's delivery mode needs (transactions initialised)."""
+def open_producer(s: NodeSettings, errors: DeliveryErrors, watchdog: Watchdog | None = None,
+                  limit: MessageLimit | None = None) -> Producer:
+    """The Kafka producer the node's delivery mode needs (transactions initialised).
+
+    Its messages and batches stay within ``limit`` (the node's default when None).
+    """
     sec = s.kafka_security()
     queue: dict[str, Any] = {"queue.buffering.max.messages": s.producer_queue_messages,
-                             "message.max.bytes": NODE_MESSAGE_MAX_BYTES}
+                             **(limit or MessageLimit()).producer_config()}
     if s.delivery == "exactly_once":
         producer = Producer(producer_config(
             s.bootstrap, transactional_id=f"{s.consumer_group}-tx",
@@ -125,9 +129,13 @@ class Committer:
     def __init__(self, producer: Producer, consumer: Consumer | None, settings: NodeSettings,
                  metrics: Metrics, *, on_commit: Callable[[], None] = lambda: None,
                  on_abort: Callable[[], None] = lambda: None,
-                 watchdog: Watchdog | None = None) -> None:
-        """Wrap the node's producer and consumer (the consumer may be None without Kafka)."""
+                 watchdog: Watchdog | None = None, limit: MessageLimit | None = None) -> None:
+        """Wrap the node's producer and consumer (the consumer may be None without Kafka).
+
+        ``limit``: what the producer was opened with (:func:`open_producer`).
+        """
         self.producer, self.consumer = producer, consumer
+        self.limit = limit or MessageLimit()
         self.settings, self.metrics = settings, metrics
         self.on_commit, self.on_abort = on_commit, on_abort
         self.watchdog = watchdog
@@ -229,12 +237,12 @@ class Committer:
         eid = dict(headers or ()).get(HEADER_EVENT_ID, b"").decode("utf-8", "replace")
         where = f"{topic}[{partition}]" if partition >= 0 else topic
         reason = (f"an output of event {eid!r} to {where} is {size:,} bytes with "
-                  f"its headers, more than the node's producer sends (message.max.bytes "
-                  f"{NODE_MESSAGE_MAX_BYTES:,}): not sent")
+                  f"its headers, more than the node's producer sends ({self.limit}): "
+                  f"not sent")
         log.error("node %s: %s", self.settings.node, reason)
         letter = DeadLetter(where, reason, value or b"",
                             [(k, v or b"") for k, v in headers or ()])
-        record, letter_headers = letter.message()
+        record, letter_headers = letter.message(self.limit)
         self.send(self.dead_letter_topic, record, letter_headers)
         self.metrics.dead_letters += 1
         self.metrics.outputs_too_large += 1
@@ -363,8 +371,8 @@ class ExactlyOnce(Committer):
         it from what was committed. An abort that fails too (a fenced or fatal producer
         fails every call) is logged, not raised: ``exc`` is the error that counts.
         """
-        log.error("node %s: batch failed (%r); aborting the transaction and stopping",
-                  self.settings.node, exc)
+        log.error("node %s: batch failed (%r%s); aborting the transaction and stopping",
+                  self.settings.node, exc, refusal_hint(exc))
         self.on_abort()
         try:
             with self.guard("abort_transaction"):
@@ -392,10 +400,10 @@ class AtLeastOnce(Committer):
                  metrics: Metrics, *, errors: DeliveryErrors | None = None,
                  on_commit: Callable[[], None] = lambda: None,
                  on_abort: Callable[[], None] = lambda: None,
-                 watchdog: Watchdog | None = None) -> None:
+                 watchdog: Watchdog | None = None, limit: MessageLimit | None = None) -> None:
         """``errors``: where the producer's default delivery callback writes failures."""
         super().__init__(producer, consumer, settings, metrics, on_commit=on_commit,
-                         on_abort=on_abort, watchdog=watchdog)
+                         on_abort=on_abort, watchdog=watchdog, limit=limit)
         self.errors = errors or DeliveryErrors()
         # The last message of the current batch for each (topic, partition); the batches
         # whose outputs are not all acknowledged yet, oldest first, as [offsets to commit,
@@ -573,10 +581,11 @@ def committer_for(settings: NodeSettings, producer: Producer, consumer: Consumer
                   metrics: Metrics, *, errors: DeliveryErrors | None = None,
                   on_commit: Callable[[], None] = lambda: None,
                   on_abort: Callable[[], None] = lambda: None,
-                  watchdog: Watchdog | None = None) -> Committer:
+                  watchdog: Watchdog | None = None,
+                  limit: MessageLimit | None = None) -> Committer:
     """The committer of ``settings.delivery`` around the node's producer and consumer."""
     if settings.delivery == "exactly_once":
         return ExactlyOnce(producer, consumer, settings, metrics, on_commit=on_commit,
-                           on_abort=on_abort, watchdog=watchdog)
+                           on_abort=on_abort, watchdog=watchdog, limit=limit)
     return AtLeastOnce(producer, consumer, settings, metrics, errors=errors,
-                       on_commit=on_commit, on_abort=on_abort, watchdog=watchdog)
+                       on_commit=on_commit, on_abort=on_abort, watchdog=watchdog, limit=limit)

@@ -60,6 +60,7 @@ from broker_node.inbox import (
     topic_of,
 )
 from broker_node.metrics import Metrics
+from broker_node.oversize import MessageLimit
 from broker_node.progress import Progress
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.kafka import source_of
@@ -72,7 +73,7 @@ from dls.space import ContentSpace
 log = logging.getLogger("dlsroute.node")
 
 __all__ = ["CANCELLED_MEMORY", "LINK_LABELS", "Controls", "Outcome", "link_chunks",
-           "probe_links"]
+           "link_labels", "probe_links"]
 
 #: How many cancelled subscriptions (at least) the node remembers.
 CANCELLED_MEMORY = 100_000
@@ -87,21 +88,28 @@ COMPILED_KEPT = 10_000
 LINK_LABELS = 50_000
 
 
-def link_chunks(m: LinkMessage) -> list[LinkMessage]:
-    """``m`` as messages of at most :data:`LINK_LABELS` labels (at least one), in order."""
-    if len(m.labels) <= LINK_LABELS:
+def link_chunks(m: LinkMessage, size: int = LINK_LABELS) -> list[LinkMessage]:
+    """``m`` as messages of at most ``size`` labels (at least one), in order."""
+    if len(m.labels) <= size:
         return [m]
-    return [LinkMessage(m.to, m.kind, m.labels[i:i + LINK_LABELS])
-            for i in range(0, len(m.labels), LINK_LABELS)]
+    return [LinkMessage(m.to, m.kind, m.labels[i:i + size])
+            for i in range(0, len(m.labels), size)]
 
 
-def probe_links(state: BrokerState, neighbour: str) -> list[LinkMessage]:
+def link_labels(limit: MessageLimit) -> int:
+    """Labels of one link message under the node's ``limit``: 8 bytes each, half of it."""
+    return limit.share(LINK_LABELS, 8)
+
+
+def probe_links(state: BrokerState, neighbour: str, size: int = LINK_LABELS
+                ) -> list[LinkMessage]:
     """A (re)started node's first link control to ``neighbour``: what the state advertises it.
 
-    At least one message (its number counts even without labels), in chunks of
-    :data:`LINK_LABELS` labels.
+    At least one message (its number counts even without labels), in chunks of ``size``
+    labels.
     """
-    return link_chunks(LinkMessage(neighbour, ADVERTISE, state.advertised_to(neighbour)))
+    return link_chunks(LinkMessage(neighbour, ADVERTISE, state.advertised_to(neighbour)),
+                       size)
 
 
 @dataclass
@@ -153,6 +161,8 @@ class Controls:
         #: (client, id) of subscriptions cancelled recently: a repeated unsubscription is a
         #: no-op, and a subscription reusing the id (a replay upstream) is not re-applied.
         self.cancelled = RecentKeys(CANCELLED_MEMORY)
+        #: labels of one link message (the node sets it from its MessageLimit at start)
+        self.link_labels = LINK_LABELS
         #: the epoch of the newest link control applied from each neighbour (0: none yet)
         self.link_epoch: dict[str, int] = {}
         #: the subscribe topic was read up to the end the broker had at this monotonic time
@@ -415,4 +425,4 @@ class Controls:
                 self.metrics.labels_advertised += len(m.labels)
             else:
                 self.metrics.labels_withdrawn += len(m.labels)
-            out.links += link_chunks(m)
+            out.links += link_chunks(m, self.link_labels)

@@ -20,7 +20,7 @@ import numpy as np
 from confluent_kafka import Message
 
 from broker_node.metrics import Metrics
-from broker_node.oversize import DEAD_LETTER_HEADER_BYTES, DEAD_LETTER_RAW_BYTES
+from broker_node.oversize import MessageLimit
 from broker_node.state import BrokerState
 from connectors.kafka import source_of
 from connectors.recent import ROUTED_KEY_BYTES, RecentKeys, bounded_key, routed_prefix
@@ -133,23 +133,27 @@ class DeadLetter:
         return cls(source_of(msg), reason, msg.value() or b"", message_headers(msg), field,
                    value)
 
-    def message(self) -> tuple[bytes, list[tuple[str, bytes]]]:
+    def message(self, limit: MessageLimit | None = None
+                ) -> tuple[bytes, list[tuple[str, bytes]]]:
         """The DeadLetter record and headers to produce to the dead-letter topic.
 
-        A dead letter must fit in a message: a value past :data:`DEAD_LETTER_RAW_BYTES` is
-        cut, and headers past :data:`DEAD_LETTER_HEADER_BYTES` are left out; the reason
+        A dead letter must fit in a message of ``limit`` (the node's
+        :class:`~broker_node.oversize.MessageLimit`): a value past its ``dead_letter_raw``
+        is cut, and headers past its ``dead_letter_headers`` are left out; the reason
         says so.
         """
+        limit = limit or MessageLimit()
+        most_raw, most_headers = limit.dead_letter_raw, limit.dead_letter_headers
         value = None if self.value is None else str(self.value)
         reason, raw, headers = self.reason, self.raw, self.headers
-        if len(raw) > DEAD_LETTER_RAW_BYTES:
-            reason += f" (raw value cut to {DEAD_LETTER_RAW_BYTES:,} of {len(raw):,} bytes)"
-            raw = raw[:DEAD_LETTER_RAW_BYTES]
+        if len(raw) > most_raw:
+            reason += f" (raw value cut to {most_raw:,} of {len(raw):,} bytes)"
+            raw = raw[:most_raw]
         kept: list[tuple[str, bytes]] = []
         size = 0
         for name, data in headers:
             size += len(name) + len(data)
-            if size > DEAD_LETTER_HEADER_BYTES:
+            if size > most_headers:
                 reason += f" ({len(headers) - len(kept)} of {len(headers)} headers left out)"
                 break
             kept.append((name, data))

@@ -47,6 +47,7 @@ from broker_node.controls import Controls
 from broker_node.exceptions import BrokerError
 from broker_node.inbox import offset_of, timestamp_of, topic_of
 from broker_node.metrics import Metrics
+from broker_node.oversize import MessageLimit
 from broker_node.snapshot import SnapshotData, capture, decode, encode, restore, unusable
 from broker_node.state import BrokerState
 from connectors.closing import close_producer
@@ -406,14 +407,22 @@ class SnapshotStore:
     the store's own (not the node's transactional one).
     """
 
-    def __init__(self, s: NodeSettings, latest: dict[str, Any] | None) -> None:
-        """A store for the node of ``s``; ``latest`` is the manifest recovery found."""
+    def __init__(self, s: NodeSettings, latest: dict[str, Any] | None,
+                 limit: MessageLimit | None = None) -> None:
+        """A store for the node of ``s``; ``latest`` is the manifest recovery found.
+
+        ``limit``: the node's :class:`~broker_node.oversize.MessageLimit`; chunks fill
+        half a message of it at most.
+        """
         self.s = s
+        self.limit = limit or MessageLimit()
+        self.chunk = self.limit.share(CHUNK_BYTES, 1)
         self.topic = s.topics().node_snapshot(s.node)
         self.latest = latest
         self.write: _Write | None = None
         self.failed = False  # the last write failed
-        extra: dict[str, Any] = {"compression.type": "lz4", "linger.ms": 5}
+        extra: dict[str, Any] = {"compression.type": "lz4", "linger.ms": 5,
+                                 **self.limit.producer_config()}
         self.producer = Producer(producer_config(s.bootstrap, **extra, **s.kafka_security()))
 
     def start(self, data: SnapshotData) -> None:
@@ -424,7 +433,8 @@ class SnapshotStore:
         slot = "B" if last.get("slot") == "A" else "A"
         written = {"A": 0, "B": 0, **last.get("written", {})}
         sid = uuid.uuid4().hex
-        parts = [buf[i:i + CHUNK_BYTES] for i in range(0, len(buf), CHUNK_BYTES)] or [b""]
+        step = self.chunk
+        parts = [buf[i:i + step] for i in range(0, len(buf), step)] or [b""]
         manifest = {"format": 1, "id": sid, "node": data.node, "group": data.group,
                     "slot": slot, "chunks": len(parts), "bytes": len(buf),
                     "crc32": zlib.crc32(buf), "covered": data.covered,
@@ -522,7 +532,7 @@ class Snapshotter:
         self.s, self.consumer, self.committer = s, consumer, committer
         self.state, self.controls, self.metrics = state, controls, metrics
         self.topics, self.ends = topics, dict(recovered.ends)
-        self.store = SnapshotStore(s, recovered.manifest)
+        self.store = SnapshotStore(s, recovered.manifest, committer.limit)
         self.tail = recovered.replayed  # control messages applied since the last snapshot
         self.seen = metrics.control_in
         self.last = time.monotonic()

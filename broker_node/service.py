@@ -34,11 +34,12 @@ from broker_node.committers import (
     open_producer,
 )
 from broker_node.config import NodeSettings
-from broker_node.controls import Controls, probe_links
+from broker_node.controls import Controls, link_labels, probe_links
 from broker_node.exceptions import BrokerError
 from broker_node.heap import freeze_heap, set_young_threshold
 from broker_node.inbox import DeadLetter, Inbox, RoutedIds
 from broker_node.metrics import Metrics, MetricsServer, node_registry
+from broker_node.oversize import MessageLimit, node_limit
 from broker_node.progress import Progress
 from broker_node.recovery import Snapshotter, recover
 from broker_node.router import Router
@@ -140,6 +141,7 @@ class NodeService(ClientInputs):
         #: any earlier incarnation's (the same clock assumption as the link numbers)
         self.epoch = time.time_ns() // 1000
         self._delivery_topics: set[str] = set()
+        self.limit = MessageLimit()  # until start reads what the topics take
         self._new_topics: set[str] = set()
         self.control_topics = [t.node_subscribe(s.node), t.node_unsubscribe(s.node)] + [
             t.link(n, s.node) for n in s.neighbours]
@@ -204,6 +206,8 @@ class NodeService(ClientInputs):
             except ConnectorError as exc:
                 raise BrokerError(f"node {s.node}: {exc}", field="shared_delivery_partitions",
                                   value=s.shared_delivery_partitions) from exc
+        self.limit = node_limit(s)  # a topic it writes may take less than a broker does
+        self.controls.link_labels = link_labels(self.limit)
         # Static membership: a restarted node takes its partitions back at once instead of
         # waiting for the dead member's session to time out.
         refresh = ({"topic.metadata.refresh.interval.ms": int(s.client_inputs_refresh_s * 1000)}
@@ -220,7 +224,7 @@ class NodeService(ClientInputs):
         self._ends = Consumer(consumer_config(s.bootstrap, f"{s.consumer_group}-ends",
                                               **s.kafka_security()))
         errors = DeliveryErrors()
-        self.connect(open_producer(s, errors, self.watchdog), consumer, errors)
+        self.connect(open_producer(s, errors, self.watchdog, self.limit), consumer, errors)
         recovered = recover(s, consumer, self.control_topics, self.state, self.controls)
         self._reacks = recovered.reacks  # acknowledged again once the probes are out
         self._probe_due = bool(s.neighbours or self._reacks)
@@ -266,7 +270,8 @@ class NodeService(ClientInputs):
         """
         self.committer = committer_for(self.settings, producer, consumer, self.metrics,
                                        errors=errors, on_commit=self._routed.settle,
-                                       on_abort=self._routed.drop, watchdog=self.watchdog)
+                                       on_abort=self._routed.drop, watchdog=self.watchdog,
+                                       limit=self.limit)
 
     def close(self) -> None:
         """Close the Kafka clients and the metrics server (at least once: commit first).
@@ -543,7 +548,7 @@ class NodeService(ClientInputs):
         if self._probe_due:
             self._probe_due = False
             self._send_links([m for n in self.settings.neighbours
-                              for m in probe_links(self.state, n)])
+                              for m in probe_links(self.state, n, self.controls.link_labels)])
             required = dict(self.progress.seq_out)  # the tail replayed is committed: batch 0
             self._acks.extend((required, c, sid, 0) for c, sid in self._reacks)
             self._reacks = []
@@ -572,7 +577,7 @@ class NodeService(ClientInputs):
             assert self.committer is not None  # noqa: S101
             log.warning("node %s: %s -> dead letter: %s", self.settings.node, letter.source,
                         letter.reason)
-            value, headers = letter.message()
+            value, headers = letter.message(self.limit)
             self.committer.produce(self.topics.deadletter, value, headers=headers)
             self.metrics.dead_letters += 1
 

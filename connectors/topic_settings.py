@@ -22,7 +22,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from connectors.exceptions import ConnectorSettingError
 from connectors.kafka import admin
 
-__all__ = ["enforce_topic_config", "topic_config_mismatches"]
+__all__ = ["enforce_topic_config", "record_batch_limits", "topic_config_mismatches"]
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +74,48 @@ def topic_config_mismatches(bootstrap: str, names: Iterable[str],
             time.sleep(0.2)
         pending = again
     return out
+
+
+#: A topic's largest record batch (its messages and their framing), and the broker's default.
+TOPIC_LIMIT, BROKER_LIMIT = "max.message.bytes", "message.max.bytes"
+
+
+def record_batch_limits(bootstrap: str, names: Iterable[str], *, prefix: str | None = None,
+                        timeout: float = 30.0, kafka: Mapping[str, Any] | None = None
+                        ) -> tuple[dict[str, int], dict[str, str]]:
+    """How large a record batch each topic of ``names``, and each broker, takes.
+
+    Topics of ``names`` that do not exist are left out (a topic created later takes what
+    its broker does), and every existing topic whose name starts with ``prefix`` is read
+    too. Returns ``(limits, unread)``: ``limits`` maps a topic to its
+    ``max.message.bytes`` and ``"broker <id>"`` to the broker's ``message.max.bytes``;
+    ``unread`` maps what could not be read (no permission to describe it) to why. Never
+    raises for one resource: what is unread is for the caller to log.
+    """
+    client = admin(bootstrap, **(kafka or {}))
+    try:
+        md = client.list_topics(timeout=min(timeout, 10.0))
+    except KafkaException as exc:
+        return {}, {"the cluster": f"cannot read its metadata: {exc}"}
+    wanted = [n for n in dict.fromkeys(names) if n in md.topics]
+    wanted += sorted(n for n in md.topics if prefix and n.startswith(prefix))
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in dict.fromkeys(wanted)]
+    resources += [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in sorted(md.brokers)]
+    unread: dict[str, str] = {}
+    limits: dict[str, int] = {}
+    for res, future in client.describe_configs(resources, request_timeout=timeout).items():
+        topic = res.restype == ConfigResource.Type.TOPIC
+        name, key = (res.name, TOPIC_LIMIT) if topic else (f"broker {res.name}", BROKER_LIMIT)
+        try:
+            entry = future.result(timeout=timeout).get(key)
+        except (KafkaException, concurrent.futures.TimeoutError) as exc:
+            unread[name] = str(exc)
+            continue
+        try:
+            limits[name] = int(entry.value)
+        except (AttributeError, TypeError, ValueError):
+            unread[name] = f"{key} is {getattr(entry, 'value', None)!r}"
+    return limits, unread
 
 
 def _several_brokers(client: Any) -> bool:

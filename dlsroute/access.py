@@ -98,7 +98,7 @@ _DC, _AC = "DESCRIBE_CONFIGS", "ALTER_CONFIGS"
 class Grant:
     """One ALLOW ACL: ``operation`` on the ``kind`` resource ``name`` (``pattern``)."""
 
-    kind: str  # TOPIC, GROUP, TRANSACTIONAL_ID
+    kind: str  # TOPIC, GROUP, TRANSACTIONAL_ID, BROKER (the cluster: "kafka-cluster")
     name: str
     pattern: str  # LITERAL or PREFIXED
     operation: str
@@ -163,8 +163,11 @@ def node_grants(topics: Topics, node: str, shards: int = 1) -> list[Grant]:
            + _topics("PREFIXED", [f"{p}.link."], _R, _D, _C, _DC, _AC)
            + _topics("PREFIXED", [f"{p}.fwd."], _R, _D, _C)
            + _topics("PREFIXED", [f"{p}.link.{node}.", f"{p}.fwd.{node}."], _W)
-           + _topics("PREFIXED", [topics.shared_deliver], _W, _C, _D)
-           + _topics("LITERAL", [topics.deadletter], _W, _C, _D)
+           + _topics("PREFIXED", [f"{p}.fwd.{node}."], _DC)
+           + _topics("PREFIXED", [topics.shared_deliver], _W, _C, _D, _DC)
+           + _topics("LITERAL", [topics.deadletter], _W, _C, _D, _DC)
+           # what the topics it writes, and the brokers, take (broker_node.oversize)
+           + _grants("BROKER", "LITERAL", ["kafka-cluster"], (_DC,))
            + _groups([group, f"{group}-ends", f"{group}-recovery", f"{group}-replicas"])
            + _grants("TRANSACTIONAL_ID", "LITERAL", [f"{group}-tx"], (_W, _D)))
     for k in range(shards if shards > 1 else 0):

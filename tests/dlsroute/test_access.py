@@ -87,6 +87,10 @@ def test_node_may_do_what_a_node_does() -> None:
     for topic in (T.link("A", "B"), T.forward("A", "B"), T.deliver("alice"), T.shared_deliver,
                   T.deadletter):
         assert allows(g, "TOPIC", topic, "WRITE") and allows(g, "TOPIC", topic, "CREATE")
+        assert allows(g, "TOPIC", topic, "DESCRIBE_CONFIGS")  # what it takes
+    assert not allows(g, "TOPIC", T.forward("B", "C"), "DESCRIBE_CONFIGS")
+    assert allows(g, "BROKER", "kafka-cluster", "DESCRIBE_CONFIGS")
+    assert not allows(g, "BROKER", "kafka-cluster", "ALTER_CONFIGS")
     for group in ("dls-node-A", "dls-node-A-ends", "dls-node-A-recovery",
                   "dls-node-A-replicas"):
         assert allows(g, "GROUP", group, "READ")

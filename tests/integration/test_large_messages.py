@@ -120,8 +120,16 @@ def test_an_event_as_large_as_a_publisher_may_send_reaches_its_client(node: OneN
 
 
 def test_a_bad_message_as_large_as_a_message_may_be_is_a_dead_letter(node: OneNode) -> None:
-    producer = Producer({"bootstrap.servers": node.bootstrap})
     raw = b"\xff" * 999_900  # no Avro record: undecodable; a dead letter holds more
+    letters = dead_letters_after(node, raw)
+    assert len(letters) == 1
+    assert letters[0]["raw"] == raw[:DEAD_LETTER_RAW_BYTES]
+    assert f"raw value cut to {DEAD_LETTER_RAW_BYTES:,} of 999,900 bytes" in letters[0]["reason"]
+
+
+def dead_letters_after(node: OneNode, raw: bytes) -> list[dict[str, object]]:
+    """Write ``raw`` as a subscription to node A; the dead letters once routing went on."""
+    producer = Producer({"bootstrap.servers": node.bootstrap})
     producer.produce(node.topics.node_subscribe("A"), raw)
     assert producer.flush(30) == 0
     alice, feed = node.client("alice"), node.client("feed")
@@ -140,9 +148,7 @@ def test_a_bad_message_as_large_as_a_message_may_be_is_a_dead_letter(node: OneNo
     while not letters and time.monotonic() < deadline:
         letters = [decode_dead_letter(m.value()) for m in consume_batch(consumer, 10, 0.5)]
     consumer.close()
-    assert len(letters) == 1
-    assert letters[0]["raw"] == raw[:DEAD_LETTER_RAW_BYTES]
-    assert f"raw value cut to {DEAD_LETTER_RAW_BYTES:,} of 999,900 bytes" in letters[0]["reason"]
+    return letters
 
 
 def _names() -> list[str]:
