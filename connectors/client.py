@@ -42,9 +42,11 @@ import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.client_state import AckWaiter, StoredSubscription, SubscriptionStore, ack_of
+from connectors.delivery_reports import DeliveryReports
 from connectors.exceptions import (
     ConnectorError,
     ConnectorSettingError,
+    DeliveryFailedError,
     SerdeError,
     SubscriptionTooLargeError,
 )
@@ -86,7 +88,8 @@ from dls.space import ContentSpace
 
 _log = logging.getLogger("dlsroute.client")
 
-__all__ = ["CANCELLED_MEMORY", "MAX_SUBSCRIPTION_BYTES", "SEEN_MEMORY", "Client", "Delivery"]
+__all__ = ["CANCELLED_MEMORY", "MAX_SUBSCRIPTION_BYTES", "SEEN_MEMORY", "Client", "Delivery",
+           "DeliveryFailedError"]
 
 CANCELLED_MEMORY = 10_000
 """How many cancelled subscriptions a client remembers, to match events published before."""
@@ -174,7 +177,10 @@ class Client:
             kafka = {**load_kafka_config(kafka_config), **kafka}
         self._kafka = kafka
         self._group = group_id or f"{topic_prefix}-sdk-{client_id}"
-        self._producer = Producer(producer_config(bootstrap, **kafka))
+        # Failures are raised by flush and close (a caller's own on_delivery still runs).
+        self._reports = DeliveryReports(client_id, also=kafka.get("on_delivery"))
+        self._producer = Producer(producer_config(
+            bootstrap, **{**kafka, "on_delivery": self._reports.on_delivery}))
         self._consumer: Consumer | None = None
         self._where: TopicPartition | None = None
         self.subscriptions: dict[str, Subscription] = {}
@@ -309,7 +315,12 @@ class Client:
 
     def publish(self, attrs: Mapping[str, Any], payload: bytes = b"",
                 event_id: str | None = None) -> str:
-        """Map and send one event (validated against the space); returns its id."""
+        """Map and send one event (validated against the space); returns its id.
+
+        Sending is asynchronous: an event Kafka does not take is logged when its report
+        comes, and :meth:`flush` (or :meth:`close`) raises :class:`DeliveryFailedError`
+        naming it.
+        """
         label = event_label(self.space, attrs)
         eid = event_id or uuid.uuid4().hex
         given = {k: v for k, v in attrs.items() if v is not None}  # None: an absent attribute
@@ -323,13 +334,21 @@ class Client:
             topic, value,
             headers=[(HEADER_LABEL, encode_label(label)),
                      (HEADER_ORIGIN, f"{self.node}/{self.client_id}".encode()),
-                     (HEADER_EVENT_ID, eid.encode())])
+                     (HEADER_EVENT_ID, eid.encode())],
+            on_delivery=self._reports.of_event(eid))
         self._producer.poll(0)
         return eid
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait until everything sent so far is acknowledged."""
+        """Wait until everything sent so far is acknowledged.
+
+        Raises:
+            DeliveryFailedError: Kafka did not take some messages (since the last flush);
+                its ``event_ids`` are the events to publish again.
+            ConnectorError: Messages still unanswered after ``timeout``.
+        """
         left = self._producer.flush(timeout)
+        self._reports.check()
         if left:
             raise ConnectorError(f"{left} messages not acknowledged within {timeout} s",
                                  field="flush", value=left)
@@ -538,12 +557,13 @@ class Client:
             subscriptions=hits)
 
     def close(self) -> None:
-        """Flush and close."""
+        """Flush and close; then raise :class:`DeliveryFailedError` as :meth:`flush` does."""
         self._producer.flush(10)
         self._store.close()
         if self._consumer is not None:
             self._consumer.close()  # assigned: no group to leave, no rebalance to serve
             self._consumer = None
+        self._reports.check()
 
     def __enter__(self) -> Client:
         return self

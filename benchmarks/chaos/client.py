@@ -45,7 +45,7 @@ from benchmarks.chaos.common import (
     read_jsonl,
     stop_requested,
 )
-from connectors.client import Client
+from connectors.client import Client, DeliveryFailedError
 from connectors.client_state import AckWaiter
 from connectors.kafka import consumer_config, ensure_partitioned_topic, ensure_topics
 from connectors.serde import decode_raw_event
@@ -161,7 +161,10 @@ class Churn:
 
     def close(self) -> None:
         if self.client is not None:
-            self.client.close()
+            try:
+                self.client.close()
+            except DeliveryFailedError as exc:  # each was logged and written when it came
+                self.out.write(k="close_fail", t=now(), err=repr(exc)[:300])
         if self.raw is not None:
             self.raw.flush(10)
 

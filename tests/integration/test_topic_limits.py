@@ -4,7 +4,7 @@ Kafka applies a topic's ``max.message.bytes`` to a whole record batch, and librd
 packs many small messages into one batch: a delivery topic of 32 KiB refused a burst of
 ordinary events, in a delivery report, and the node stopped (again at each restart). A
 node reads what the topics it writes take when it starts, and keeps its messages and
-batches below the smallest.
+batches below the smallest. A publisher is told of an event its topic refused.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_node.exceptions import BrokerError
 from broker_node.oversize import BATCH_FRAMING_BYTES, MIN_MESSAGE_BYTES
+from connectors.client import Client, DeliveryFailedError
 from connectors.topic_settings import record_batch_limits
 from connectors.topics import Topics
 from tests.integration.test_client import OneNode
@@ -123,3 +124,25 @@ def test_a_topic_too_small_for_a_node_stops_it_at_start_naming_the_topic(
         _node(kafka_bootstrap, topic_prefix, tmp_path, shared=1)
     assert (err.value.field, err.value.value) == ("max.message.bytes", t.deadletter)
     assert f"at most {tiny:,} bytes" in str(err.value)
+
+
+def test_an_event_a_publish_topic_refuses_is_reported_to_its_publisher(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """The broker refuses it after it left the client: flush says which (it said nothing)."""
+    t = Topics(topic_prefix)
+    _make(kafka_bootstrap, {t.node_publish("A"): SMALL})
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(SPEC))
+    feed = Client(kafka_bootstrap, "A", "feed", space, topic_prefix=topic_prefix)
+    try:
+        feed.publish({"price": 10.0})
+        feed.flush()  # a small one passes
+        big = feed.publish({"price": 10.0}, payload=b"b" * 50_000)
+        with pytest.raises(DeliveryFailedError) as err:
+            feed.flush()
+        assert err.value.event_ids == [big]
+        assert err.value.value == t.node_publish("A")
+        feed.publish({"price": 10.0})
+        feed.flush()  # told once; the client goes on
+    finally:
+        feed.close()
