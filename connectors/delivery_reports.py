@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from connectors.exceptions import DeliveryFailedError
+from connectors.exceptions import DeliveryFailedError, FailedMessage
 
 __all__ = ["FAILURES_KEPT", "DeliveryReports", "FailedMessage"]
 
@@ -27,20 +26,6 @@ _log = logging.getLogger(__name__)
 
 #: Failures kept in detail between two checks (all are counted).
 FAILURES_KEPT = 10_000
-
-
-@dataclass(frozen=True)
-class FailedMessage:
-    """One message Kafka did not take: where it went, its event id if any, and why."""
-
-    topic: str
-    partition: int
-    event_id: str | None
-    error: str
-
-    def __str__(self) -> str:
-        what = f"event {self.event_id!r}" if self.event_id is not None else "a message"
-        return f"{what} to {self.topic}[{self.partition}]: {self.error}"
 
 
 class DeliveryReports:

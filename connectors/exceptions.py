@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from dls.exceptions import DLSError
-
-if TYPE_CHECKING:
-    from connectors.delivery_reports import FailedMessage
 
 __all__ = [
     "ConnectorError",
     "ConnectorSettingError",
     "DeliveryFailedError",
+    "FailedMessage",
     "LocalKafkaError",
     "SerdeError",
     "TopicNameError",
@@ -37,6 +36,20 @@ class ConnectorSettingError(ConnectorError, ValueError):
 
 class SubscriptionTooLargeError(ConnectorError, ValueError):
     """A subscription whose labels (and text) do not fit in one Kafka message."""
+
+
+@dataclass(frozen=True)
+class FailedMessage:
+    """One message Kafka did not take: where it went, its event id if any, and why."""
+
+    topic: str
+    partition: int
+    event_id: str | None
+    error: str
+
+    def __str__(self) -> str:
+        what = f"event {self.event_id!r}" if self.event_id is not None else "a message"
+        return f"{what} to {self.topic}[{self.partition}]: {self.error}"
 
 
 class DeliveryFailedError(ConnectorError):
