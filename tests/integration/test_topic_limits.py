@@ -146,3 +146,29 @@ def test_an_event_a_publish_topic_refuses_is_reported_to_its_publisher(
         feed.flush()  # told once; the client goes on
     finally:
         feed.close()
+
+
+def test_a_snapshot_fits_a_snapshot_topic_that_takes_little(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """Chunks of 512 KiB did not fit a snapshot topic of 32 KiB: no snapshot was written."""
+    from tests.integration.test_recovery import Node, Writer, _same
+
+    _make(kafka_bootstrap, {Topics(topic_prefix).node_snapshot("A"): SMALL}, partitions=2)
+    node = Node(kafka_bootstrap, topic_prefix, tmp_path, snapshot_every_messages=2000)
+    w = Writer(kafka_bootstrap, topic_prefix, node.space)
+    first = node.started()
+    try:
+        w.churn(rounds=4, subs=2000, unsubs=20)  # 8,000 subscriptions: ~100 KB
+        node.run_until(first, w.written)
+        assert first.snapshots is not None
+        latest = first.snapshots.store.latest
+        assert latest is not None, "no snapshot written"
+        assert latest["chunks"] >= 2, latest["bytes"]  # each fits half a message
+    finally:
+        first.close()
+    again = node.started(snapshot_every_messages=2000)
+    try:
+        assert again.snapshots is not None and again.snapshots.store.latest is not None
+        _same(node, again, node.replayed())
+    finally:
+        again.close()
