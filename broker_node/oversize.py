@@ -163,11 +163,11 @@ def node_limit(s: NodeSettings) -> MessageLimit:
         kafka=s.kafka_security())
 
 
-def is_too_large(exc: BaseException) -> bool:
-    """True if ``exc`` is librdkafka refusing a message for its size."""
-    return (isinstance(exc, KafkaException) and bool(exc.args)
-            and isinstance(exc.args[0], KafkaError)
-            and exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE)
+def is_too_large(err: Any) -> bool:
+    """True if ``err`` (an exception, a KafkaError, None) refuses a message for its size."""
+    if isinstance(err, KafkaException) and err.args:
+        err = err.args[0]
+    return isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
 
 
 #: Said after a broker's refusal of a message's size: only a topic changed since the start
@@ -177,12 +177,8 @@ REFUSED_HINT = ("; a topic the node writes takes less than when the node started
 
 
 def refusal_hint(err: Any) -> str:
-    """:data:`REFUSED_HINT` when ``err`` (a KafkaError, an exception, None) is a size refusal."""
-    if isinstance(err, KafkaException) and err.args:
-        err = err.args[0]
-    if isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-        return REFUSED_HINT
-    return ""
+    """:data:`REFUSED_HINT` when ``err`` is a size refusal (:func:`is_too_large`), else ""."""
+    return REFUSED_HINT if is_too_large(err) else ""
 
 
 def halves(headers: Any) -> tuple[list[Any], list[Any]] | None:
