@@ -50,6 +50,7 @@ from connectors.exceptions import (
     SerdeError,
     SubscriptionTooLargeError,
 )
+from connectors.handout import HandOut, counters, release, rewind
 from connectors.kafka import (
     admin,
     consume_batch,
@@ -193,6 +194,7 @@ class Client:
         self.undecodable = 0
         self._control_ready: set[str] = set()
         self._seen = RecentKeys(SEEN_MEMORY)
+        self._handout: HandOut | None = None  # the batch a loop left early was handing out
         self._store = SubscriptionStore(bootstrap, self.topics.client_subscriptions(client_id),
                                         f"{self._group}-state", self._producer, kafka,
                                         self._replication)
@@ -424,11 +426,18 @@ class Client:
         """Yield matching deliveries; stops after ``max_idle`` s without any (None: never).
 
         With ``include_false_positives`` the network's false positives are yielded too,
-        with an empty ``subscriptions`` tuple (they are counted either way).
+        with an empty ``subscriptions`` tuple (they are counted either way). A batch's
+        offsets are committed once all of it was handed out. A loop left early (``break``,
+        an exception in the caller's handler) loses nothing: the next call starts again
+        with the delivery in hand when it was left, which may thus come twice (at least
+        once; :mod:`connectors.handout`).
         """
         consumer = self._open_consumer()
         if not self._loaded:
             self.load_subscriptions()
+        if self._handout is not None:
+            rewind(self._handout, self, self._seen, consumer)
+            self._handout = None
         idle = 0.0
         while max_idle is None or idle < max_idle:
             msgs = consume_batch(consumer, 500, timeout)
@@ -436,9 +445,12 @@ class Client:
                 idle += timeout
                 continue
             idle = 0.0
-            for d in self._take_all(msgs, self._seen):
+            batch = self._handout = self._take_all(msgs, self._seen)
+            for i, (_, d) in enumerate(batch.taken):
                 if d.subscriptions or include_false_positives:
+                    batch.hand = i
                     yield d
+            self._handout = None
             consumer.commit(asynchronous=True)
 
     def drain(self, *, quiet_s: float = 0.5, timeout: float = 30.0,
@@ -465,7 +477,7 @@ class Client:
                 msgs = consume_batch(reader, 1000, 0.1)
                 if msgs:
                     quiet_since = time.monotonic()
-                out += [d for d in self._take_all(msgs, seen)
+                out += [d for _, d in self._take_all(msgs, seen).taken
                         if d.subscriptions or include_false_positives]
                 pos = reader.position([TopicPartition(topic, partition)])[0].offset
                 if pos >= high or time.monotonic() - quiet_since >= quiet_s:
@@ -474,22 +486,29 @@ class Client:
         finally:
             reader.close()
 
-    def _take_all(self, msgs: list[Any], seen: RecentKeys) -> list[Delivery]:
+    def _take_all(self, msgs: list[Any], seen: RecentKeys) -> HandOut:
         """:meth:`_take` of each message, with a second look at what matches nothing.
 
         What matches no subscription known is checked again after reading what the
         client's subscriptions topic got since: another process of the client may have
         subscribed (its record is written before its subscription is sent).
         """
-        out = [d for msg in msgs if (d := self._take(msg, seen)) is not None]
-        misses = [i for i, d in enumerate(out) if not d.subscriptions]
+        out = HandOut(msgs)
+        for j, msg in enumerate(msgs):
+            out.marks.append(counters(self))
+            if (d := self._take(msg, seen)) is not None:
+                out.taken.append((j, d))
+        taken = out.taken
+        misses = [i for i, (_, d) in enumerate(taken) if not d.subscriptions]
         if misses and self._loaded and self._apply_stored(self._store.read_new()):
             live = list(self.subscriptions.items())
             for i in misses:
-                hits = tuple(sid for sid, s in live if s.matches(out[i].attrs))
+                j, d = taken[i]
+                hits = tuple(sid for sid, s in live if s.matches(d.attrs))
                 if hits:
-                    out[i] = replace(out[i], subscriptions=hits)
+                    taken[i] = (j, replace(d, subscriptions=hits))
                     self.false_positives -= 1
+                    out.fixed.add(i)
         return out
 
     def _take(self, msg: Any, seen: RecentKeys) -> Delivery | None:
@@ -561,8 +580,11 @@ class Client:
         self._producer.flush(10)
         self._store.close()
         if self._consumer is not None:
+            if self._handout is not None:  # the next reader starts at the delivery in hand
+                release(self._handout, self, self._seen, self._consumer)
             self._consumer.close()  # assigned: no group to leave, no rebalance to serve
             self._consumer = None
+        self._handout = None
         self._reports.check()
 
     def __enter__(self) -> Client:

@@ -86,6 +86,12 @@ class RecentKeys:
         if len(self.new) >= self.size:
             self.old, self.new = self.new, {}
 
+    def discard(self, key: Any) -> None:
+        """Forget a key (a pair as its routed_key), if it is remembered."""
+        key = self._key(key)
+        self.new.pop(key, None)
+        self.old.pop(key, None)
+
     def update(self, keys: dict[Any, None]) -> None:
         """Add ``keys`` (a dict used as an ordered set, its keys taken as they are)."""
         self.new.update(keys)

@@ -133,7 +133,9 @@ def test_a_delivery_that_matches_nothing_known_reads_the_topic_again(
     monkeypatch.setattr(alice._store, "read_new", lambda: news.pop(0))
     alice._loaded = True
     got = alice._take_all([_event(10.0, "e1"), _event(47.0, "e2")], RecentKeys(10))
-    assert [(d.event_id, d.subscriptions) for d in got] == [("e1", ("s9",)), ("e2", ())]
+    assert [(d.event_id, d.subscriptions) for _, d in got.taken] == [("e1", ("s9",)),
+                                                                     ("e2", ())]
     assert (alice.delivered, alice.false_positives) == (2, 1)
+    assert got.fixed == {0}  # counted as a false positive first, then taken off
     got = alice._take_all([_event(47.0, "e3")], RecentKeys(10))  # nothing new this time
-    assert got[0].subscriptions == () and alice.false_positives == 2 and not news
+    assert got.taken[0][1].subscriptions == () and alice.false_positives == 2 and not news

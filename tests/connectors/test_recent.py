@@ -65,3 +65,14 @@ def test_a_long_key_is_kept_as_a_digest_that_no_short_key_equals() -> None:
     assert len(long_a) == len(long_b) == 21 and long_a != long_b
     assert long_a[0] == 0xFF and routed_key(b"A/pub", b"e" * 10_000) == long_a
     assert bounded_key(b"A/pub\x00" + b"e" * 10_000) == long_a
+
+
+def test_discard_forgets_a_key_of_either_generation() -> None:
+    keys = RecentKeys(2)
+    keys.add(("A/x", "e1"))
+    keys.add(("A/x", "e2"))  # e1 and e2 are the old generation now
+    keys.add(("A/x", "e3"))
+    keys.discard(("A/x", "e1"))
+    keys.discard(("A/x", "e3"))
+    keys.discard(("A/x", "e9"))  # never there: nothing happens
+    assert [e for e in ("e1", "e2", "e3") if ("A/x", e) in keys] == ["e2"]
