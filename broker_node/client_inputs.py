@@ -15,8 +15,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from broker_node.committers import Committer
 from broker_node.config import NodeSettings
 from broker_node.inbox import Inbox
+from broker_node.metrics import Metrics
 from connectors.exceptions import ConnectorError
 from connectors.kafka import admin
+from connectors.retention import committed_gaps
 from connectors.topic_settings import enforce_topic_config
 from connectors.topics import Topics
 
@@ -34,6 +36,7 @@ class ClientInputs:
     committer: Committer | None
     control_topics: list[str]
     _ends: Consumer | None
+    metrics: Metrics
 
     @property
     def _publish_config(self) -> dict[str, str]:
@@ -87,9 +90,17 @@ class ClientInputs:
                       exc)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """The consumer was given ``partitions``: learn clients' topics before reading them."""
+        """The consumer was given ``partitions``: learn clients' topics before reading them.
+
+        And say what retention deleted before the node read it (a node away longer than
+        its publish topic's retention): logged as errors, counted in ``retention_lost``.
+        """
         for tp in partitions:
             self._learn(tp.topic)
+        s = self.settings
+        gaps = committed_gaps(consumer, admin(s.bootstrap, **s.kafka_security()), partitions,
+                              f"node {s.node}")
+        self.metrics.retention_lost += sum(g.messages for g in gaps)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """A rebalance (a client's topic appeared): commit what is done before it goes.

@@ -183,6 +183,9 @@ class Metrics:
     origins_replaced: int = _counter(
         "events on a client's own topic that named another origin (replaced by the client's)")
     duplicates: int = _counter("repeated events and unsubscriptions dropped")
+    retention_lost: int = _counter(
+        "input messages deleted by their topic's retention before the node read them (at "
+        "most: transaction markers count too); each gap is logged as an error")
     stale_links: int = _counter(
         "link control ignored: of an older epoch of its neighbour than one applied")
     unsubscriptions_done: int = _counter(

@@ -62,6 +62,7 @@ from connectors.kafka import (
 )
 from connectors.recent import RecentKeys, routed_key
 from connectors.replication import topic_replication
+from connectors.retention import GapWatch
 from connectors.serde import (
     decode_raw_event,
     encode_label_subscription,
@@ -188,10 +189,8 @@ class Client:
         #: subscriptions this object cancelled, with the time it did (ms): an event
         #: published before still matches them (the nodes deliver it, however late)
         self._cancelled: dict[str, tuple[Subscription, int]] = {}
-        self.delivered = 0
-        self.false_positives = 0
-        self.duplicates = 0
-        self.undecodable = 0
+        self.delivered = self.false_positives = self.duplicates = self.undecodable = 0
+        self._gaps = GapWatch(f"client {client_id}")  # what retention deleted unread
         self._control_ready: set[str] = set()
         self._seen = RecentKeys(SEEN_MEMORY)
         self._handout: HandOut | None = None  # the batch a loop left early was handing out
@@ -418,25 +417,30 @@ class Client:
             where = self._delivery_partition()
             self._consumer = Consumer(consumer_config(self.bootstrap, self._group,
                                                       **self._kafka))
-            self._consumer.assign([TopicPartition(where.topic, where.partition)])
+            tp = TopicPartition(where.topic, where.partition)
+            self._gaps.assigned(self._consumer, admin(self.bootstrap, **self._kafka), [tp])
+            self._consumer.assign([tp])
         return self._consumer
+
+    @property
+    def lost_to_retention(self) -> int:
+        """Delivery messages deleted (retention) before this client read them, at most."""
+        return self._gaps.lost
 
     def deliveries(self, timeout: float = 1.0, max_idle: float | None = None, *,
                    include_false_positives: bool = False) -> Iterator[Delivery]:
         """Yield matching deliveries; stops after ``max_idle`` s without any (None: never).
 
         With ``include_false_positives`` the network's false positives are yielded too,
-        with an empty ``subscriptions`` tuple (they are counted either way). A batch's
-        offsets are committed once all of it was handed out. A loop left early (``break``,
-        an exception in the caller's handler) loses nothing: the next call starts again
-        with the delivery in hand when it was left, which may thus come twice (at least
-        once; :mod:`connectors.handout`).
+        with an empty ``subscriptions`` tuple (they are counted either way). A loop left
+        early loses nothing: the next call goes on after the delivery then in hand
+        (:mod:`connectors.handout`); a gap retention left is logged (:attr:`lost_to_retention`).
         """
         consumer = self._open_consumer()
         if not self._loaded:
             self.load_subscriptions()
         if self._handout is not None:
-            rewind(self._handout, self, self._seen, consumer)
+            self._gaps.moved(rewind(self._handout, self, self._seen, consumer))
             self._handout = None
         idle = 0.0
         while max_idle is None or idle < max_idle:
@@ -445,6 +449,7 @@ class Client:
                 idle += timeout
                 continue
             idle = 0.0
+            self._gaps.batch(consumer, msgs)
             batch = self._handout = self._take_all(msgs, self._seen)
             for i, (_, d) in enumerate(batch.taken):
                 if d.subscriptions or include_false_positives:

@@ -5,10 +5,11 @@ commits a batch's offsets once every delivery of it was handed out. A loop left 
 middle of a batch (the caller's handler raised, or ``break``) leaves the consumer past the
 whole batch, and the next batch's commit would cover the deliveries never handed out:
 they would be lost without a trace. So the batch being handed out is kept
-(:class:`HandOut`): the next call first puts the consumer back at the delivery in hand
-(:func:`rewind`) and forgets having seen it and those after it, which are then read,
-checked and counted again. The delivery in hand is handed out again because the loop may
-have been left before the caller was done with it: at least once.
+(:class:`HandOut`): the next call first puts the consumer back just after the delivery in
+hand (:func:`rewind`) and forgets having seen those after it, which are then read,
+checked and counted again. The delivery in hand is the caller's: it was handed out, and a
+loop left with ``break`` is done with it (one left by an exception has it in its hands,
+and a handler that always fails on one delivery must not get it back forever).
 """
 
 from __future__ import annotations
@@ -53,14 +54,17 @@ class HandOut:
 
 
 def forget(batch: HandOut, client: Any, seen: RecentKeys) -> Any:
-    """Undo the reading of ``batch`` from its delivery in hand on; return that one's message.
+    """Undo the reading of ``batch`` after its delivery in hand; return where reading resumes.
 
-    The client's counters go back to what they were before that message, and the keys of
-    the delivery in hand and of those after it leave ``seen``. With no delivery handed out
-    yet, from the batch's first message.
+    That is the message after the delivery in hand's (the batch's first one when none was
+    handed out), or None when the batch ends there: nothing is read again. The client's
+    counters go back to what they were before that message, and the keys of the
+    deliveries after the one in hand leave ``seen``.
     """
-    first = max(batch.hand, 0)
-    at = batch.taken[batch.hand][0] if batch.hand >= 0 else 0
+    first = batch.hand + 1
+    at = batch.taken[batch.hand][0] + 1 if batch.hand >= 0 else 0
+    if at >= len(batch.msgs):
+        return None
     for name, value in zip(COUNTERS, batch.marks[at], strict=True):
         setattr(client, name, value)
     client.false_positives -= sum(1 for i in batch.fixed if i < first)
@@ -69,26 +73,32 @@ def forget(batch: HandOut, client: Any, seen: RecentKeys) -> Any:
     return batch.msgs[at]
 
 
-def rewind(batch: HandOut, client: Any, seen: RecentKeys, consumer: Any) -> None:
-    """:func:`forget`, and put ``consumer`` back at that message: it is read again next."""
+def rewind(batch: HandOut, client: Any, seen: RecentKeys, consumer: Any) -> Any:
+    """:func:`forget`, and put ``consumer`` back at that message (returned; None: no move)."""
     msg = forget(batch, client, seen)
+    if msg is None:
+        return None
     consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
     _log.info("client %s reads again from %s: its last loop over deliveries was left before "
               "the rest of that batch was handed out", getattr(client, "client_id", "?"),
               source_of(msg.topic(), msg.partition(), msg.offset()))
+    return msg
 
 
 def release(batch: HandOut, client: Any, seen: RecentKeys, consumer: Any) -> None:
-    """:func:`forget`, and commit up to that message: the next reader starts there.
+    """:func:`forget`, and commit up to where reading resumes: the next reader starts there.
 
     For a client closing its consumer. A commit that fails is logged: the next reader then
     starts before, and sees again what was handed out already (repeats, no loss).
     """
     msg = forget(batch, client, seen)
+    last = batch.msgs[-1]
+    topic, partition, offset = ((msg.topic(), msg.partition(), msg.offset()) if msg is not None
+                                else (last.topic(), last.partition(), last.offset() + 1))
     try:
-        consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset())],
+        consumer.commit(offsets=[TopicPartition(topic, partition, offset)],
                         asynchronous=False)
     except KafkaException as exc:
         _log.warning("client %s: committing up to %s at close failed (%s)",
-                     getattr(client, "client_id", "?"),
-                     source_of(msg.topic(), msg.partition(), msg.offset()), exc)
+                     getattr(client, "client_id", "?"), source_of(topic, partition, offset),
+                     exc)

@@ -49,28 +49,37 @@ def test_take_all_marks_the_counters_before_each_message(alice: Client) -> None:
     assert counters(alice) == (4, 1, 1, 1)
 
 
-@pytest.mark.parametrize(("hand", "offset", "after"), [
-    (2, 14, (2, 1, 1, 1)),  # e3 in hand: e1 and e2 stay read
-    (0, 10, (0, 0, 0, 0)),  # the first in hand: all of it read again
-    (-1, 10, (0, 0, 0, 0)),  # none handed out yet
+@pytest.mark.parametrize(("hand", "offset", "after", "kept"), [
+    (1, 12, (2, 1, 0, 0), {"e0", "e1", "e2"}),  # e2 in hand: read again from the next
+    (0, 11, (1, 0, 0, 0), {"e0", "e1"}),  # e1 in hand
+    (-1, 10, (0, 0, 0, 0), {"e0"}),  # none handed out yet: all of it
 ])
-def test_rewind_reads_again_from_the_delivery_in_hand(
-        alice: Client, hand: int, offset: int, after: tuple[int, ...]) -> None:
+def test_rewind_reads_again_after_the_delivery_in_hand(
+        alice: Client, hand: int, offset: int, after: tuple[int, ...],
+        kept: set[str]) -> None:
     seen = RecentKeys(100)
     seen.add(routed_key("B/bob", "e0"))  # from an earlier batch: stays
     batch = alice._take_all(_batch(), seen)
     batch.hand = hand
     consumer = SeekRecorder()
-    rewind(batch, alice, seen, consumer)
+    assert rewind(batch, alice, seen, consumer).offset() == offset
     assert [(tp.topic, tp.partition, tp.offset) for tp in consumer.seeks] == [
         (TOPIC, 0, offset)]
     assert counters(alice) == after
-    kept = {e for e in ("e0", "e1", "e2", "e3", "e4") if ("B/bob", e) in seen}
-    assert kept == ({"e0", "e1", "e2"} if hand == 2 else {"e0"})
+    assert {e for e in ("e0", "e1", "e2", "e3", "e4") if ("B/bob", e) in seen} == kept
     # what is read again is counted once
     again = alice._take_all(_batch()[offset - 10:], seen)
-    assert [d.event_id for _, d in again.taken] == (["e3", "e4"] if hand == 2 else
-                                                    ["e1", "e2", "e3", "e4"])
+    assert [d.event_id for _, d in again.taken] == [
+        e for e in ("e1", "e2", "e3", "e4") if e not in kept]
+    assert counters(alice) == (4, 1, 1, 1)
+
+
+def test_a_batch_handed_out_to_its_last_delivery_is_not_read_again(alice: Client) -> None:
+    seen = RecentKeys(100)
+    batch = alice._take_all(_batch(), seen)
+    batch.hand = len(batch.taken) - 1
+    consumer = SeekRecorder()
+    assert rewind(batch, alice, seen, consumer) is None and consumer.seeks == []
     assert counters(alice) == (4, 1, 1, 1)
 
 
@@ -80,7 +89,7 @@ def test_forget_takes_back_a_false_positive_the_second_look_made_a_match(
     batch = alice._take_all(_batch(), seen)
     batch.fixed.add(1)  # e2, as if another process of alice had subscribed to it
     alice.false_positives -= 1
-    batch.hand = 2
+    batch.hand = 1
     msg = forget(batch, alice, seen)
-    assert msg.offset() == 14
-    assert counters(alice) == (2, 0, 1, 1)  # e2 stays a match, not a false positive
+    assert msg.offset() == 12
+    assert counters(alice) == (2, 0, 0, 0)  # e2 stays a match, not a false positive
