@@ -141,7 +141,7 @@ class Committer:
         self.watchdog = watchdog
         self.dead_letter_topic = settings.topics().deadletter  # of outputs too large
         #: the number of batches begun: the current (or last) batch's number
-        self.batch = 0
+        self.batch, self.opened = 0, time.monotonic()
         self._durable = 0  # the last batch whose input offsets are surely committed
         self._needed = 0  # the last batch something waits to see committed (see need)
 
@@ -293,8 +293,8 @@ class Committer:
                                    None)
 
     def begin(self) -> None:
-        """Open a batch (numbered: :attr:`batch`)."""
-        self.batch += 1
+        """Open a batch (numbered: :attr:`batch`; :attr:`opened` when, monotonic)."""
+        self.batch, self.opened = self.batch + 1, time.monotonic()
 
     def commit(self, msgs: Sequence[Message]) -> None:
         """Close the batch that consumed ``msgs`` (possibly none: expired controls only)."""

@@ -43,6 +43,7 @@ from broker_node.oversize import MessageLimit, node_limit
 from broker_node.progress import Progress
 from broker_node.recovery import Snapshotter, recover
 from broker_node.router import Router
+from broker_node.runs import checkpoint, runs
 from broker_node.state import BrokerState, LinkMessage
 from broker_node.watchdog import Watchdog
 from connectors.closing import close_consumer
@@ -355,7 +356,8 @@ class NodeService(ClientInputs):
         """Apply one consumed batch, producing its outputs (inside the open batch).
 
         The batch is walked in order; runs of control messages and runs of events are each
-        handled as one batch.
+        handled as one batch, and a transaction open too long is committed between two
+        (:mod:`broker_node.runs`).
         """
         publish = self.inbox.publish
         if msgs and (list(map(Message.topic, msgs)).count(publish) == len(msgs) or (
@@ -363,23 +365,11 @@ class NodeService(ClientInputs):
                 and self.inbox.publish_topics.issuperset(map(Message.topic, msgs)))):
             self._route(list(msgs))  # no control message: no new delivery topic after it
             return
-        events: list[Message] = []
-        controls: list[Message] = []
-        for msg in msgs:
-            if self.inbox.is_event(msg):
-                if controls:
-                    self._apply_controls(controls)
-                    controls = []
-                events.append(msg)
-            else:
-                if events:
-                    self._route(events)
-                    events = []
-                controls.append(msg)
-        if controls:
-            self._apply_controls(controls)
-        if events:
-            self._route(events)
+        done = 0  # a transaction open too long is committed between runs (broker_node.runs)
+        for event, run in runs(msgs, self.inbox.is_event):
+            checkpoint(self.committer, msgs, done, self.settings.node)
+            (self._route if event else self._apply_controls)(run)
+            done += len(run)
         self._create_new_topics()
 
     def _route(self, run: list[Message]) -> None:
