@@ -219,7 +219,7 @@ class MeteredClient(Client):
             t.records += 1
             t.bytes += record_bytes(msg)
             t.latency_ms.append(now_ms - msg.timestamp()[1])
-        for d in out:
+        for _, d in out.taken:
             if d.subscriptions:
                 t.matched += 1
             else:
