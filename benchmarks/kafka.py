@@ -252,7 +252,7 @@ FULL = RunSettings(n_clients=1_000, n_subs=100_000, n_events=100_000, profile_ev
 QUICK = RunSettings(n_clients=50, n_subs=2_000, n_events=5_000, profile_events=3_000,
                     warmup_per_topic=5, warmup_rounds=2,
                     latency_s=1.0, latency_warmup_s=0.25, latency_configs=((1000, 0.01),),
-                    latency_drain_s=5.0, latency_quiet_s=0.5, latency_low_rates=(),
+                    latency_drain_s=5.0, latency_quiet_s=0.5, latency_low_rates=(20.0,),
                     paired_rounds=1,
                     load_timeout_s=120.0, phase_timeout_s=120.0)
 

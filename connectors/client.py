@@ -585,7 +585,7 @@ class Client:
         self._producer.flush(10)
         self._store.close()
         if self._consumer is not None:
-            if self._handout is not None:  # the next reader starts at the delivery in hand
+            if self._handout is not None:  # the next reader starts after the delivery in hand
                 release(self._handout, self, self._seen, self._consumer)
             self._consumer.close()  # assigned: no group to leave, no rebalance to serve
             self._consumer = None
