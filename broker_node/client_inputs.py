@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from broker_node.committers import Committer
 from broker_node.config import NodeSettings
@@ -18,7 +18,7 @@ from broker_node.inbox import Inbox
 from broker_node.metrics import Metrics
 from connectors.exceptions import ConnectorError
 from connectors.kafka import admin
-from connectors.retention import committed_gaps
+from connectors.retention import GapWatch
 from connectors.topic_settings import enforce_topic_config
 from connectors.topics import Topics
 
@@ -37,6 +37,7 @@ class ClientInputs:
     control_topics: list[str]
     _ends: Consumer | None
     metrics: Metrics
+    _gaps: GapWatch  # what retention deleted before the node read it
 
     @property
     def _publish_config(self) -> dict[str, str]:
@@ -93,14 +94,21 @@ class ClientInputs:
         """The consumer was given ``partitions``: learn clients' topics before reading them.
 
         And say what retention deleted before the node read it (a node away longer than
-        its publish topic's retention): logged as errors, counted in ``retention_lost``.
+        its publish topic's retention): logged as errors, counted in ``retention_lost``;
+        while it runs, :meth:`_read` does the same between batches (a node fallen behind).
         """
         for tp in partitions:
             self._learn(tp.topic)
         s = self.settings
-        gaps = committed_gaps(consumer, admin(s.bootstrap, **s.kafka_security()), partitions,
-                              f"node {s.node}")
-        self.metrics.retention_lost += sum(g.messages for g in gaps)
+        self._gaps.assigned(consumer, admin(s.bootstrap, **s.kafka_security()), partitions)
+        self.metrics.retention_lost = self._gaps.lost
+
+    def _read(self, consumer: Consumer, msgs: list[Message]) -> list[Message]:
+        """A batch was read: say what retention deleted since the last one (a node behind)."""
+        if msgs:
+            self._gaps.batch(consumer, msgs)
+            self.metrics.retention_lost = self._gaps.lost
+        return msgs
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """A rebalance (a client's topic appeared): commit what is done before it goes.

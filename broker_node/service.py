@@ -54,6 +54,7 @@ from connectors.kafka import (
     ensure_partitioned_topic,
     ensure_topics,
 )
+from connectors.retention import GapWatch
 from connectors.serde import encode_heartbeat, encode_link
 from connectors.topic_settings import enforce_topic_config
 from connectors.topics import (
@@ -118,6 +119,7 @@ class NodeService(ClientInputs):
                                  label_budget=self.space.filters.label_budget)
         self._next_check = 0.0  # when to look again how far the inputs are read
         self._starts: dict[str, int] = {}  # the group's committed offsets, asked once
+        self._gaps = GapWatch(f"node {s.node}")  # what retention deleted unread
         #: per input topic checked, (time asked, where it ended then), oldest first
         self._ends_seen: dict[str, deque[tuple[float, int]]] = {}
         #: per input topic checked, the latest time of a check whose end it is read past
@@ -324,9 +326,9 @@ class NodeService(ClientInputs):
                 self.snapshots.after_batch()
             self._check_inputs_read(consumer)  # before the batch: what is read is applied
             # A batch whose reports wait for its commit: look again soon (at least once).
-            msgs = consume_batch(consumer, self.settings.batch_size,
-                                 min(self.settings.poll_timeout_s, WAITING_POLL_S)
-                                 if out.waiting else self.settings.poll_timeout_s)
+            wait = (min(self.settings.poll_timeout_s, WAITING_POLL_S) if out.waiting
+                    else self.settings.poll_timeout_s)
+            msgs = self._read(consumer, consume_batch(consumer, self.settings.batch_size, wait))
             expired = self.controls.expired()
             self.progress.durable = out.durable
             beats = self.progress.beats(time.monotonic(),

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -160,3 +162,46 @@ def test_a_node_away_past_retention_says_what_it_lost(
     finally:
         alice.close()
         again.stop()
+
+
+def test_a_node_that_falls_behind_retention_says_what_it_lost(
+        kafka_bootstrap: str, topic_prefix: str, space: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    node = OneNode(kafka_bootstrap, topic_prefix, space)
+    where = TopicPartition(node.topics.node_publish("A"), 0)
+    ask, done = {"pause": threading.Event(), "resume": threading.Event()}, threading.Event()
+    read = node.service._read
+
+    def _read_between(consumer: Any, msgs: Any) -> Any:
+        """Pause or resume the publish topic from the node's own thread, between batches."""
+        for what, event in ask.items():
+            if event.is_set():
+                getattr(consumer, what)([where])
+                event.clear()
+                done.set()
+        return read(consumer, msgs)
+
+    node.service._read = _read_between  # type: ignore[method-assign]
+    alice = node.client("alice")
+    try:
+        alice.subscribe("price < 45", wait=30)
+        first = _publish(node, 3)
+        ask["pause"].set()  # stops fetching its publish topic: the node falls behind
+        assert done.wait(10)
+        feed = node.client("feed")
+        try:
+            for _ in range(4):
+                feed.publish({"price": 10.0})
+            feed.flush()
+        finally:
+            feed.close()
+        _delete_all(kafka_bootstrap, where)
+        with caplog.at_level(logging.ERROR, logger="connectors.retention"):
+            ask["resume"].set()
+            last = _publish(node, 2)
+        assert node.service.metrics.retention_lost == 4  # no transaction markers there
+        assert f"node A: {where.topic}[0] offsets 3 to 6 were deleted" in caplog.text
+        assert _read(alice, 5) == first + last
+    finally:
+        alice.close()
+        node.stop()
