@@ -23,7 +23,13 @@ from broker_node.metrics import Metrics
 from broker_node.oversize import MessageLimit
 from broker_node.state import BrokerState
 from connectors.kafka import source_of
-from connectors.recent import ROUTED_KEY_BYTES, RecentKeys, bounded_key, routed_prefix
+from connectors.recent import (
+    ROUTED_KEY_BYTES,
+    RecentKeys,
+    RepeatNotice,
+    bounded_key,
+    routed_prefix,
+)
 from connectors.serde import SERDE, encode_dead_letter
 from connectors.topics import (
     HEADER_CLIENTS,
@@ -313,6 +319,7 @@ class Inbox:
         self.space = ((b"", b"\xff" * 8) if base is None or size is None
                       else (base.to_bytes(8, "big"), (base + size - 1).to_bytes(8, "big")))
         self.routed = routed or RoutedIds()
+        self.repeats = RepeatNotice(f"node {node}", log)  # said once a minute at most
         self.topics = topics
         self.publish = topics.node_publish(node)
         self.subscribe_topic = topics.node_subscribe(node)
@@ -376,7 +383,7 @@ class Inbox:
         :data:`HEADER_PUBLISHED` fourth) are read by position, without a dict (see
         docs/architecture.md). A bad :data:`HEADER_PUBLISHED` makes a dead letter.
         """
-        node, state, link_source = self.node, self.state, self.forward_source
+        state, link_source = self.state, self.forward_source
         first, last = space = self.space
         batch_routed = self.routed.batch
         routed_new, routed_old = self.routed.recent.new, self.routed.recent.old  # fixed now
@@ -424,8 +431,7 @@ class Inbox:
                     key = bounded_key(key)
                 if key in routed_new or key in routed_old or key in batch_routed:
                     self.metrics.duplicates += 1
-                    log.debug("node %s: %s repeats event %r of %s: skipped", node,
-                              source_of(msg), eid.decode("utf-8", "replace"), origin)
+                    self.repeats.add(source_of(msg), eid.decode("utf-8", "replace"), origin)
                     continue
                 batch_routed[key] = None
             good.append(msg)

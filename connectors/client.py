@@ -6,11 +6,10 @@ What comes back on the client's delivery topic may include the network's false
 positives; :meth:`Client.deliveries` checks every event against the client's live
 subscriptions exactly, drops and counts the false positives, and yields the rest. It also
 drops repeats of an event (same origin and event id, which a node running at least once
-may send again after a crash), remembering at least the last ``SEEN_MEMORY`` events. A
-delivery that does not decode is logged (with its ``topic[partition]@offset``), counted
-and skipped: the listener goes on, and commits past it. A node's acknowledgement of a
-subscription (a message without a value, header ``HEADER_ACK``) is no delivery: skipped,
-not counted.
+may send again after a crash: so ids must be unique per publisher), remembering at least
+the last ``SEEN_MEMORY`` events, and says so once a minute at most. A delivery that does
+not decode is logged (with its ``topic[partition]@offset``), counted and skipped. A
+node's acknowledgement of a subscription (no value, header ``HEADER_ACK``) is skipped.
 
 The client's live subscriptions outlive its process: they are kept in its compacted topic
 ``Topics.client_subscriptions(client)`` (:mod:`connectors.client_state`, which states the
@@ -60,7 +59,7 @@ from connectors.kafka import (
     producer_config,
     watermark_offsets,
 )
-from connectors.recent import RecentKeys, routed_key
+from connectors.recent import RecentKeys, RepeatNotice, routed_key
 from connectors.replication import topic_replication
 from connectors.retention import GapWatch
 from connectors.serde import (
@@ -146,13 +145,11 @@ class Client:
         once every such shard has applied its part; an event goes to its label's shard.
 
         ``kafka_config``: a librdkafka properties file (``dlsroute access add-client``
-        writes one; :mod:`connectors.kafka_config`), whose settings every Kafka client of
-        this object gets (its producer, consumers and admin clients); ``**kafka``
-        settings override the file's.
+        writes one; :mod:`connectors.kafka_config`) for every Kafka client of this object
+        (producer, consumers, admin clients); ``**kafka`` settings override the file's.
 
-        ``replication_factor`` and ``min_insync_replicas``: of the topics this client
-        creates (before its node does: its inputs, its delivery and subscriptions topics),
-        as the node's settings of those names; None: the cluster's defaults.
+        ``replication_factor``, ``min_insync_replicas``: of the topics this client creates
+        (its inputs, delivery and subscriptions topics) as the node's; None: the cluster's.
         """
         if not isinstance(shared_delivery_partitions, int) or shared_delivery_partitions < 0:
             raise ConnectorSettingError(f"shared_delivery_partitions must be an integer >= 0, "
@@ -193,6 +190,7 @@ class Client:
         self._gaps = GapWatch(f"client {client_id}")  # what retention deleted unread
         self._control_ready: set[str] = set()
         self._seen = RecentKeys(SEEN_MEMORY)
+        self._repeats = RepeatNotice(f"client {client_id}", _log)  # once a minute at most
         self._handout: HandOut | None = None  # the batch a loop left early was handing out
         self._store = SubscriptionStore(bootstrap, self.topics.client_subscriptions(client_id),
                                         f"{self._group}-state", self._producer, kafka,
@@ -320,7 +318,8 @@ class Client:
 
         Sending is asynchronous: an event Kafka does not take is logged when its report
         comes, and :meth:`flush` (or :meth:`close`) raises :class:`DeliveryFailedError`
-        naming it.
+        naming it. ``event_id`` (default: a fresh uuid) must be unique per publisher:
+        nodes and listeners take a second event of an id for a repeat and drop it.
         """
         label = event_label(self.space, attrs)
         eid = event_id or uuid.uuid4().hex
@@ -538,6 +537,8 @@ class Client:
         key = routed_key(d.origin, d.event_id)
         if key in seen:
             self.duplicates += 1
+            self._repeats.add(source_of(msg.topic(), msg.partition(), msg.offset()),
+                              d.event_id, d.origin)
             return None
         seen.add(key)
         self.delivered += 1

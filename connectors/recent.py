@@ -8,11 +8,15 @@ writer upstream may send, and all three use :class:`RecentKeys`.
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from connectors.exceptions import ConnectorSettingError
 
-__all__ = ["ROUTED_KEY_BYTES", "RecentKeys", "bounded_key", "routed_key", "routed_prefix"]
+__all__ = ["ROUTED_KEY_BYTES", "RecentKeys", "RepeatNotice", "bounded_key", "routed_key",
+           "routed_prefix"]
 
 #: A routed key longer than this is kept as a digest (:func:`bounded_key`): origins and
 #: event ids come from headers, and a memory of 100,000 keys of a 500 KB id each would hold
@@ -97,3 +101,43 @@ class RecentKeys:
         self.new.update(keys)
         if len(self.new) >= self.size:
             self.old, self.new = self.new, {}
+
+
+class RepeatNotice:
+    """Repeats dropped, said as a warning at most once per ``every_s`` (with their count).
+
+    A repeat is expected after a fault: a publisher's retry, the Spark job's replay after a
+    restart. But an ``event_id`` used twice for two different events looks the same, and
+    the second one is dropped: a loss. Each repeat is logged at debug; the first, and then
+    the count of those since the last notice, reach the log as a warning that says why
+    ids must be unique.
+    """
+
+    def __init__(self, who: str, log: logging.Logger, every_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``who`` names the reader in the log ("node A", "client alice")."""
+        self.who, self.log, self.every_s, self.clock = who, log, every_s, clock
+        self.unsaid = 0  # repeats since the last notice
+        self._next = float("-inf")  # when the next notice may be given
+
+    def add(self, where: str, event_id: str, origin: str) -> None:
+        """One repeat of ``event_id`` of ``origin``, read at ``where`` (``topic[p]@offset``)."""
+        self.unsaid += 1
+        self.log.debug("%s: %s repeats event %r of %s: skipped", self.who, where,
+                       _short(event_id), _short(origin))
+        now = self.clock()
+        if now < self._next:
+            return
+        event_id, origin = _short(event_id), _short(origin)  # ids come from headers
+        self.log.warning(
+            "%s: %d repeated event(s) skipped%s, the latest %r of %s at %s: a publisher's "
+            "retry or a replay after a restart, or an event_id used for two events (the "
+            "second is taken for a repeat and dropped: ids must be unique per publisher)",
+            self.who, self.unsaid, "" if self._next == float("-inf") else
+            f" in the last {self.every_s:g} s or more", event_id, origin, where)
+        self.unsaid, self._next = 0, now + self.every_s
+
+
+def _short(text: str, most: int = 80) -> str:
+    """``text``, or its first ``most - 3`` characters and "..." (a log line stays a line)."""
+    return text if len(text) <= most else text[:most - 3] + "..."

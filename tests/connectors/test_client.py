@@ -107,14 +107,18 @@ def test_check_builds_the_delivery_and_matches_it_exactly(alice: Client) -> None
     assert alice._check(_event(5, 10.0, label=False)).label == -1
 
 
-def test_take_counts_deliveries_false_positives_and_repeats(alice: Client) -> None:
+def test_take_counts_deliveries_false_positives_and_repeats(
+        alice: Client, caplog: pytest.LogCaptureFixture) -> None:
     seen = RecentKeys(10)
     first = alice._take(_event(0, 10.0, "e1"), seen)
     assert first is not None and first.subscriptions == ("cheap",)
     fp = alice._take(_event(1, 90.0, "e2"), seen)
     assert fp is not None and fp.subscriptions == ()
-    assert alice._take(_event(2, 10.0, "e1"), seen) is None  # same origin and id again
+    with caplog.at_level(logging.WARNING, logger="dlsroute.client"):
+        assert alice._take(_event(2, 10.0, "e1"), seen) is None  # same origin and id again
     assert (alice.delivered, alice.false_positives, alice.duplicates) == (2, 1, 1)
+    assert f"client alice: 1 repeated event(s) skipped, the latest 'e1' of B/bob at " \
+        f"{TOPIC}[0]@2" in caplog.text  # an id used for two events loses the second: said
     other = alice._take(_event(3, 10.0, "e1"), RecentKeys(10))  # another memory: new
     assert other is not None and alice.delivered == 3
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.recent import RecentKeys
+from connectors.recent import RecentKeys, RepeatNotice
 
 
 @given(size=st.integers(1, 20),
@@ -76,3 +78,25 @@ def test_discard_forgets_a_key_of_either_generation() -> None:
     keys.discard(("A/x", "e3"))
     keys.discard(("A/x", "e9"))  # never there: nothing happens
     assert [e for e in ("e1", "e2", "e3") if ("A/x", e) in keys] == ["e2"]
+
+
+def test_repeats_are_said_once_a_minute_at_most_with_their_count(
+        caplog: pytest.LogCaptureFixture) -> None:
+    now = [100.0]
+    notice = RepeatNotice("node A", logging.getLogger("dlsroute.node"), every_s=60.0,
+                          clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="dlsroute.node"):
+        notice.add("t[0]@5", "e1", "A/alice")  # the first is said at once
+        for offset in range(6, 10):
+            now[0] += 10
+            notice.add(f"t[0]@{offset}", "e1", "A/alice")
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1 and said[0].startswith("node A: 1 repeated event(s) skipped, ")
+        assert "'e1' of A/alice at t[0]@5" in said[0] and "ids must be unique" in said[0]
+        now[0] += 30  # 70 s after the first notice
+        notice.add("t[0]@10", "x" * 500, "A/alice")
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and said[1].startswith(
+        "node A: 5 repeated event(s) skipped in the last 60 s or more, the latest "
+        f"'{'x' * 77}...' of A/alice at t[0]@10")
+    assert notice.unsaid == 0
