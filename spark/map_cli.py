@@ -33,11 +33,21 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
         return 2
 
     from connectors.kafka_config import load_kafka_config, spark_options
+    from spark.retention import checkpoint_gaps
     from spark.session import spark_session
     from spark.stream import input_rows, prepare_topics, start_query
 
     kafka = load_kafka_config(args.kafka_config)
     java = spark_options(kafka)  # fails before Spark starts on a setting Java lacks
+    if args.checkpoint and (gaps := checkpoint_gaps(args.checkpoint, args.bootstrap, kafka)
+                            ) and not args.accept_data_loss:
+        print(f"dlsroute spark-map: retention deleted raw records the checkpoint "
+              f"{args.checkpoint} had not read: " + "; ".join(
+                  f"{g.topic}[{g.partition}] offsets {g.start} to {g.first - 1} "
+                  f"({g.messages} records)" for g in gaps)
+              + ". They are lost; --accept-data-loss goes on from the first offsets left",
+              file=sys.stderr)
+        return 1
     prepare_topics(args.bootstrap, topics, nodes, kafka=kafka, shards=args.shards)
     spark = spark_session("dlsroute-spark-map", master=args.master)
     started = time.monotonic()
@@ -46,7 +56,8 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
                         trigger_seconds=args.trigger_seconds,
                         starting_offsets=args.starting_offsets,
                         max_offsets_per_trigger=args.max_offsets, query_name="dls-spark-map",
-                        kafka_options=java, shards=args.shards)
+                        kafka_options=java, shards=args.shards,
+                        fail_on_data_loss=not args.accept_data_loss)
 
     stopping = threading.Event()
 
@@ -72,6 +83,10 @@ def _cmd_spark_map(args: argparse.Namespace) -> int:
                       "once": args.once}))
     if error is not None:
         print(f"dlsroute spark-map: the query failed: {error}", file=sys.stderr)
+        if "failOnDataLoss" in str(error):
+            print("dlsroute spark-map: retention deleted raw records before the job read "
+                  "them; they are lost: --accept-data-loss goes on from the first offsets "
+                  "left", file=sys.stderr)
         return 1
     return 0
 
@@ -105,6 +120,10 @@ def register(sub: Any) -> None:
                    help="micro-batch interval without --once (default 1)")
     s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
                    help="where a run without a checkpoint starts (default earliest)")
+    s.add_argument("--accept-data-loss", action="store_true",
+                   help="go on when retention deleted raw records the checkpoint had not "
+                        "read (each gap is logged as an error; without this flag the "
+                        "command stops, naming them)")
     s.add_argument("--max-offsets", type=int, default=None,
                    help="at most this many raw records per micro-batch")
     s.add_argument("--kafka-config", default=None, metavar="FILE",

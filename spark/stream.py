@@ -94,7 +94,8 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
                 once: bool = False, trigger_seconds: float = 1.0,
                 starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
                 kafka_options: Mapping[str, str] | None = None,
-                query_name: str | None = None, shards: int = 1) -> StreamingQuery:
+                query_name: str | None = None, shards: int = 1,
+                fail_on_data_loss: bool = True) -> StreamingQuery:
     """Start the mapping query and return it (running; ``awaitTermination`` to wait).
 
     Args:
@@ -112,6 +113,9 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
         query_name: Name of the streaming query.
         shards: The network's label shards (``NodeSettings.shards``): above 1 the job
             writes each shard's node topics (``dls.node.N.s<k>.*``), as the SDK does.
+        fail_on_data_loss: Spark's ``failOnDataLoss``: a raw partition whose resume point
+            retention deleted fails the query (True), or it goes on from the first offset
+            left with a warning of Spark's (False; :mod:`spark.retention` says the gap).
 
     Raises:
         MappingArgumentError: ``shards`` is not an integer in ``[1, MAX_SHARDS]``.
@@ -128,6 +132,7 @@ def start_query(spark: SparkSession, space: ContentSpace, bootstrap: str, *,
                   .option("subscribe", topic)
                   .option("startingOffsets", starting_offsets)
                   .option("includeHeaders", "true")
+                  .option("failOnDataLoss", "true" if fail_on_data_loss else "false")
                   # A group of the network's prefix, so that an ACL can grant it
                   # (`dlsroute access add-mapper`).
                   .option("groupIdPrefix", f"{topics.prefix}-spark-map"))
