@@ -39,7 +39,7 @@ import numpy as np
 from confluent_kafka import Producer
 
 from benchmarks.core import write_results
-from benchmarks.kafka import _SENT, HEADER_SENT, _receiver_proc
+from benchmarks.paced import _SENT, HEADER_SENT, _receiver_proc
 from connectors.kafka import admin, ensure_topics, producer_config
 
 BENCHMARK = "kafka_partitions"
