@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from broker_node.config import NodeSettings
 
 __all__ = ["BATCH_FRAMING_BYTES", "DEAD_LETTER_HEADER_BYTES", "DEAD_LETTER_RAW_BYTES",
-           "MIN_MESSAGE_BYTES", "NODE_MESSAGE_MAX_BYTES", "REFUSED_HINT", "MessageLimit", "halves",
-           "is_too_large", "limit_of", "node_limit", "read_message_limit", "refusal_hint"]
+           "MIN_MESSAGE_BYTES", "MISSING_HINT", "NODE_MESSAGE_MAX_BYTES", "REFUSED_HINT",
+           "MessageLimit", "halves", "is_too_large", "limit_of", "node_limit",
+           "read_message_limit", "refusal_hint"]
 
 log = logging.getLogger("dlsroute.node")
 
@@ -176,8 +177,24 @@ REFUSED_HINT = ("; a topic the node writes takes less than when the node started
                 "(max.message.bytes): a restart reads what each topic takes again")
 
 
+#: Said after "unknown topic or partition": a topic the node writes was deleted under it
+#: (measured: deleting a client's delivery topic made the next transaction that wrote to it
+#: fail in AddPartitionsToTxn, and the node stop); its restart creates the topics again.
+MISSING_HINT = ("; a topic the node writes is gone (a client's delivery topic deleted by "
+                "hand or by a tool?): the restart creates every delivery topic again, "
+                "empty (what the deleted one held is lost)")
+
+
 def refusal_hint(err: Any) -> str:
-    """:data:`REFUSED_HINT` when ``err`` is a size refusal (:func:`is_too_large`), else ""."""
+    """What to do after a broker's refusal, said after the error ("" when nothing).
+
+    :data:`REFUSED_HINT` for a message's size (:func:`is_too_large`), :data:`MISSING_HINT`
+    for a missing topic.
+    """
+    if isinstance(err, KafkaException) and err.args:
+        err = err.args[0]
+    if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return MISSING_HINT
     return REFUSED_HINT if is_too_large(err) else ""
 
 

@@ -248,7 +248,7 @@ def test_a_size_refusal_from_the_broker_says_a_restart_reads_the_limits_again() 
     from confluent_kafka import Message
 
     from broker_node.committers import DeliveryErrors
-    from broker_node.oversize import REFUSED_HINT, refusal_hint
+    from broker_node.oversize import MISSING_HINT, REFUSED_HINT, refusal_hint
 
     errors = DeliveryErrors()
     errors.on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Message(topic="t", partition=2))
@@ -256,4 +256,6 @@ def test_a_size_refusal_from_the_broker_says_a_restart_reads_the_limits_again() 
     assert errors.first.endswith(REFUSED_HINT)
     assert refusal_hint(KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))) == REFUSED_HINT
     assert refusal_hint(KafkaException(KafkaError(KafkaError._TIMED_OUT))) == ""
+    gone = KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    assert refusal_hint(gone) == MISSING_HINT  # a delivery topic deleted under the node
     assert refusal_hint(None) == ""
