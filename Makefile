@@ -77,6 +77,10 @@ CHAOS_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATIO
 chaos: setup ## Fault harness on its own Kafka (~25 min with the replica scenarios; SEED, DURATION, SCENARIOS, CHAOS_PORT) -> benchmarks/results/chaos.json
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS) --out benchmarks/results/chaos.json
 
+.PHONY: fuzz
+fuzz: setup ## The node's bad-input fuzz at length, not in CI (FUZZ_EXAMPLES streams of up to 80 ops, default 2000: ~9 min)
+	DLS_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),2000) $(PY) -X faulthandler -m pytest tests/broker_node/test_fuzz.py -k long_run
+
 .PHONY: soak
 SOAK_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SOAK_PORT),--port $(SOAK_PORT))
 soak: setup ## Soak, not in CI: 10 min at half the calibrated maximum rate, memory slope (~16 min; SEED, DURATION, RATE, SOAK_PORT) -> benchmarks/results/soak.json

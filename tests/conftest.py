@@ -285,6 +285,24 @@ def kafka_bootstrap() -> Iterator[str]:
             stop_local_kafka(port)
 
 
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A local[2] SparkSession with the Kafka and Avro connectors, stopped at session end.
+
+    One for the whole session (each start costs a JVM and about 15 s): the Spark tests and
+    the Spark benchmark's quick run share it (the benchmark leaves an active session up).
+    """
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java 17+")
+    from spark.session import spark_session
+
+    session = spark_session("dlsroute-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
 @pytest.fixture(autouse=True)
 def _gc_thresholds() -> Iterator[None]:
     """Give Python's collection thresholds back after each test.

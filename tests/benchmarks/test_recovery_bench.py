@@ -12,7 +12,7 @@ from broker_node.config import NodeSettings
 
 BOUND = NodeSettings.model_fields["snapshot_every_messages"].default  # above 1 % of 600
 TINY = recovery.RunSettings(live=(300, 600), churn_live=600, churn_ops=3_000, churn_rounds=2,
-                            n_clients=7, samples=2, wait_s=120.0)
+                            n_clients=7, samples=1, wait_s=120.0)
 
 
 @pytest.fixture(scope="module")

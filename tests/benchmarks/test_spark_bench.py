@@ -10,7 +10,8 @@ KEYS = {"benchmark", "system", "params", "metric", "value", "unit"}
 
 
 @pytest.fixture(scope="module")
-def quick_run(kafka_bootstrap, tmp_path_factory):
+def quick_run(kafka_bootstrap, tmp_path_factory, spark):
+    del spark  # the session's SparkSession, active: the run uses it and leaves it up
     out = tmp_path_factory.mktemp("bench") / "spark.json"
     assert bench.main(["--quick", "--bootstrap", kafka_bootstrap, "--out", str(out)]) == 0
     return out, json.loads(out.read_text())

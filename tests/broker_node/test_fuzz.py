@@ -607,7 +607,7 @@ def test_bad_input_is_one_dead_letter_and_changes_nothing(space_file: Path,
 
 
 @pytest.mark.slow
-@settings(max_examples=int(os.environ.get("DLS_FUZZ_EXAMPLES", "250")), deadline=None,
+@settings(max_examples=int(os.environ.get("DLS_FUZZ_EXAMPLES", "120")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), profile=st.sampled_from(PROFILES))
 def test_bad_input_long_run(space_file: Path, data: st.DataObject,
