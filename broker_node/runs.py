@@ -13,8 +13,13 @@ label budget would stop the node on input it is meant to take.
 So between two runs, a transaction open for more than :data:`TIMEOUT_SHARE` of the
 timeout is committed with the offsets of what is done (:func:`checkpoint`), and the rest
 of the batch goes in a new one; and a run of control messages is cut every
-:data:`CONTROL_RUN_BYTES` of values, so that no single run takes long. What was committed
-stays committed if the rest fails: the restart resumes after it.
+:data:`CONTROL_RUN_BYTES` of values, a run of events every :data:`EVENT_RUN_EVENTS` events,
+so that no single run takes long. What was committed stays committed if the rest fails:
+the restart resumes after it.
+
+Why events too: a batch of the largest ``batch_size`` (100,000) whose events each go to a
+few hundred clients' topics produces tens of millions of messages; as one run it could
+outlast the whole timeout, and the restart, reading the same batch, would be fenced again.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from typing import Any
 
 from confluent_kafka import Message
 
-__all__ = ["CONTROL_RUN_BYTES", "TIMEOUT_SHARE", "checkpoint", "runs"]
+__all__ = ["CONTROL_RUN_BYTES", "EVENT_RUN_EVENTS", "TIMEOUT_SHARE", "checkpoint", "runs"]
 
 log = logging.getLogger("dlsroute.node")
 
 #: Values of control messages in one run at most (about 500,000 labels): cut beyond.
 CONTROL_RUN_BYTES = 4 * 2**20
+#: Events in one run at most: twice the default ``batch_size``, so that a default batch of
+#: events is routed as one (the matching works in batches), a larger one in parts.
+EVENT_RUN_EVENTS = 2_000
 #: Share of ``transaction_timeout_ms`` after which a batch's transaction is committed
 #: between two runs, the rest of the batch going in a new one.
 TIMEOUT_SHARE = 0.25
@@ -42,14 +50,16 @@ def runs(msgs: Sequence[Message], is_event: Callable[[Message], bool]
     """``(events?, messages)`` of each run of consecutive messages of one kind, in order.
 
     A run of control messages ends once its values pass :data:`CONTROL_RUN_BYTES` (a run
-    holds one message at least). ``is_event`` is asked once per message, in order.
+    holds one message at least), a run of events at :data:`EVENT_RUN_EVENTS` events.
+    ``is_event`` is asked once per message, in order.
     """
     run: list[Message] = []
     kind, size = False, 0
     for msg in msgs:
         event = is_event(msg)
         n = 0 if event else len(msg.value() or b"")
-        if run and (event != kind or (not event and size + n > CONTROL_RUN_BYTES)):
+        if run and (event != kind or (size + n > CONTROL_RUN_BYTES if not event
+                                      else len(run) >= EVENT_RUN_EVENTS)):
             yield kind, run
             run, size = [], 0
         run.append(msg)

@@ -43,7 +43,7 @@ from broker_node.oversize import MessageLimit, node_limit
 from broker_node.progress import Progress
 from broker_node.recovery import Snapshotter, recover
 from broker_node.router import Router
-from broker_node.runs import checkpoint, runs
+from broker_node.runs import EVENT_RUN_EVENTS, checkpoint, runs
 from broker_node.state import BrokerState, LinkMessage
 from broker_node.watchdog import Watchdog
 from connectors.closing import close_consumer
@@ -361,10 +361,9 @@ class NodeService(ClientInputs):
         handled as one batch, and a transaction open too long is committed between two
         (:mod:`broker_node.runs`).
         """
-        publish = self.inbox.publish
-        if msgs and (list(map(Message.topic, msgs)).count(publish) == len(msgs) or (
-                self.inbox.client_origin
-                and self.inbox.publish_topics.issuperset(map(Message.topic, msgs)))):
+        n, topics = len(msgs), list(map(Message.topic, msgs))
+        if 0 < n <= EVENT_RUN_EVENTS and (topics.count(self.inbox.publish) == n or (
+                self.inbox.client_origin and self.inbox.publish_topics.issuperset(topics))):
             self._route(list(msgs))  # no control message: no new delivery topic after it
             return
         done = 0  # a transaction open too long is committed between runs (broker_node.runs)

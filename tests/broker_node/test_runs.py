@@ -15,7 +15,13 @@ from confluent_kafka import Message
 from broker_node.committers import AtLeastOnce, ExactlyOnce
 from broker_node.config import NodeSettings
 from broker_node.metrics import Metrics
-from broker_node.runs import CONTROL_RUN_BYTES, TIMEOUT_SHARE, checkpoint, runs
+from broker_node.runs import (
+    CONTROL_RUN_BYTES,
+    EVENT_RUN_EVENTS,
+    TIMEOUT_SHARE,
+    checkpoint,
+    runs,
+)
 from broker_node.service import NodeService
 from connectors.serde import encode_label_subscription
 from tests.broker_node.test_committers import Consumer, Producer, _settings
@@ -44,6 +50,13 @@ def test_a_run_of_control_messages_is_cut_by_the_bytes_of_its_values() -> None:
     msgs += [_msg(PUB, 8, 2 * CONTROL_RUN_BYTES), _msg(PUB, 9, 2 * CONTROL_RUN_BYTES)]
     assert _kinds(msgs) == [(False, [0, 1, 2]), (False, [3, 4, 5]), (False, [6]), (False, [7]),
                             (True, [8, 9])]  # events are not cut by size
+
+
+def test_a_run_of_events_is_cut_by_its_count() -> None:
+    n = EVENT_RUN_EVENTS
+    msgs = [_msg(PUB, i) for i in range(2 * n + 3)] + [_msg(SUB, 2 * n + 3)]
+    assert [(event, len(run)) for event, run in runs(msgs, lambda m: m.topic() == PUB)] == [
+        (True, n), (True, n), (True, 3), (False, 1)]
 
 
 def test_each_message_is_asked_about_once_in_order() -> None:
@@ -117,3 +130,27 @@ def test_process_commits_between_runs_once_the_transaction_is_old(space: Path) -
     assert p.calls[-1] == "begin" and svc.committer.batch == 2  # the loop commits the rest
     delivered = [dict(h)["dls-event-id"] for t, _, h, _ in p.sent if t == "dls.deliver"]
     assert delivered == [b"e1"]  # e0 came before the subscriptions
+
+
+def test_a_batch_of_more_events_than_a_run_commits_between_its_runs(space: Path) -> None:
+    """Events alone, more than a run holds: routed run by run, and a transaction open too
+    long is committed between two (the restart of a fenced node would read them again)."""
+    svc = NodeService(NodeSettings(node="A", space=space, shared_delivery_partitions=1,
+                                   transaction_timeout_ms=4_000))
+    p, consumer = Producer(), Consumer()
+    svc.connect(p, consumer)  # type: ignore[arg-type]
+    assert svc.committer is not None
+    svc.process([Message(topic=SUB, partition=0, offset=0, value=encode_label_subscription(
+        "c0", "s0", np.arange(5, dtype=np.uint64)))])
+    n = EVENT_RUN_EVENTS + 5
+    ev: Any = [Message(topic=PUB, partition=0, offset=i, value=b"{}",
+                       headers=[("dls-label", (3).to_bytes(8, "big")),
+                                ("dls-origin", b"A/pub"), ("dls-event-id", f"e{i}".encode())])
+               for i in range(n)]
+    svc.committer.begin()
+    svc.committer.opened -= 100  # as if the batch had been open for 100 s
+    svc.process(ev)
+    commits = [c for c in p.calls if c == "commit" or isinstance(c, tuple)]
+    assert commits == [("offsets", [(PUB, 0, EVENT_RUN_EVENTS)]), "commit"]
+    delivered = [dict(h)["dls-event-id"] for t, _, h, _ in p.sent if t == "dls.deliver"]
+    assert delivered == [f"e{i}".encode() for i in range(n)]  # each once, in order
