@@ -7,6 +7,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# make test runs on this many pytest-xdist workers (0: in one process); a module's tests
+# stay on one worker, and so do the tests on the session's Spark (tests/conftest.py:
+# pytest_xdist_make_scheduler).
+TEST_WORKERS ?= 2
 
 .PHONY: help setup spark-fetch test test-fast test-reference lint bench bench-paper chaos demo demo-inproc clean kafka-fetch kafka-up kafka-down kafka-status kafka-clean
 
@@ -29,7 +33,7 @@ spark-fetch: setup ## Fetch the Spark connector jars again (force) and list them
 	$(PY) -m spark.jars --force
 
 test: setup ## Run every test
-	$(PY) -X faulthandler -m pytest --durations=20 $(PYTEST_ARGS)
+	$(PY) -X faulthandler -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 test-fast: setup ## Run the tests without the long property tests
 	$(PY) -X faulthandler -m pytest -m "not slow" $(PYTEST_ARGS)

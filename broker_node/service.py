@@ -302,6 +302,7 @@ class NodeService(ClientInputs):
         if self._metrics_server is not None:
             self._metrics_server.close()
             self._metrics_server = None
+        self.inbox.repeats.close()  # the repeats not said yet
         self.watchdog.close()
 
     def _close_consumer(self, consumer: Consumer) -> None:

@@ -585,12 +585,12 @@ class Client:
         """Flush and close; then raise :class:`DeliveryFailedError` as :meth:`flush` does."""
         self._producer.flush(10)
         self._store.close()
+        self._repeats.close()  # the repeats not said yet
         if self._consumer is not None:
             if self._handout is not None:  # the next reader starts after the delivery in hand
                 release(self._handout, self, self._seen, self._consumer)
             self._consumer.close()  # assigned: no group to leave, no rebalance to serve
-            self._consumer = None
-        self._handout = None
+        self._consumer = self._handout = None
         self._reports.check()
 
     def __enter__(self) -> Client:

@@ -137,6 +137,13 @@ class RepeatNotice:
             f" in the last {self.every_s:g} s or more", event_id, origin, where)
         self.unsaid, self._next = 0, now + self.every_s
 
+    def close(self) -> None:
+        """At the reader's close: say the repeats not said yet (a warning, if any)."""
+        if self.unsaid:
+            self.log.warning("%s: %d more repeated event(s) skipped since the last notice "
+                             "(ids must be unique per publisher)", self.who, self.unsaid)
+            self.unsaid = 0
+
 
 def _short(text: str, most: int = 80) -> str:
     """``text``, or its first ``most - 3`` characters and "..." (a log line stays a line)."""

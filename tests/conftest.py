@@ -45,6 +45,7 @@ from tests import containers
 from tests.hang_watchdog import HangWatchdog, limit_from_env
 
 DEFAULT_TEST_KAFKA_PORT = 19092
+DEFAULT_TEST_SECURE_PORT = 19392  # tests/integration/conftest.py: secure_kafka
 
 # Topic prefixes handed out in this session; their topics are deleted at session end, so
 # that a Kafka kept running across sessions does not pile up thousands of test topics.
@@ -122,9 +123,33 @@ def _session_end(bootstrap: str) -> None:
 _WATCHDOG: HangWatchdog | None = None
 
 
+def _local_ports() -> list[tuple[int, bool]]:
+    """``(port, secure)`` of the local test brokers (the plaintext one, the secure one)."""
+    return [(int(os.environ.get("DLS_TEST_KAFKA_PORT", DEFAULT_TEST_KAFKA_PORT)), False),
+            (int(os.environ.get("DLS_TEST_SECURE_KAFKA_PORT", DEFAULT_TEST_SECURE_PORT)),
+             True)]
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to pytest-xdist workers (not in a worker)."""
+    return (not hasattr(config, "workerinput")
+            and getattr(config.option, "dist", "no") != "no"
+            and bool(getattr(config.option, "numprocesses", 0)))
+
+
+_STARTED_BEFORE = pytest.StashKey[list[tuple[int, bool]]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Start the hang watchdog (see ``tests/hang_watchdog.py``), writing past capture."""
+    """Start the hang watchdog (see ``tests/hang_watchdog.py``), writing past capture.
+
+    Under pytest-xdist every worker is a session of its own, and none may stop a local
+    broker the others still use; the controller notes which local test brokers answer
+    before the workers start, and stops at the end those that came up during the run.
+    """
     global _WATCHDOG
+    if _xdist_controller(config):
+        config.stash[_STARTED_BEFORE] = [p for p in _local_ports() if port_answers(p[0])]
     limit = limit_from_env()
     if limit > 0 and _WATCHDOG is None:
         fd = config.stash.get(fault_handler_stderr_fd_key, None)
@@ -134,8 +159,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop the hang watchdog's process."""
+    """Stop the hang watchdog's process, and the local brokers the workers started."""
     global _WATCHDOG
+    before = config.stash.get(_STARTED_BEFORE, None)
+    if before is not None:
+        for port, secure in _local_ports():
+            if (port, secure) not in before and port_answers(port):
+                stop_local_kafka(port, secure=secure)
     if _WATCHDOG is not None:
         _WATCHDOG.close()
         _WATCHDOG = None
@@ -154,10 +184,48 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that needs a Kafka broker as ``integration``."""
+    """Mark every test that needs a Kafka broker as ``integration``.
+
+    A test on the session's Spark must live where the xdist scheduler groups them
+    (:func:`_spark_module`), or every worker would start a Spark of its own.
+    """
     for item in items:
-        if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "kafka_bootstrap" in names:
             item.add_marker(pytest.mark.integration)
+        if "spark" in names and not _spark_module(item.nodeid):
+            raise pytest.UsageError(f"{item.nodeid} uses the session's Spark: put it under "
+                                    f"tests/spark/ (or name it in SPARK_MODULES)")
+
+
+#: Modules outside tests/spark/ whose tests use the ``spark`` fixture.
+SPARK_MODULES = frozenset({"tests/benchmarks/test_spark_bench.py"})
+
+
+def _spark_module(nodeid: str) -> bool:
+    """True for a test of a module that the xdist scheduler keeps with the Spark tests."""
+    path = nodeid.split("::", 1)[0]
+    return path.startswith("tests/spark/") or path in SPARK_MODULES
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` (``make test``), but every Spark module is one unit of work.
+
+    A module's tests stay on one worker (its module fixtures are set up once; tests of one
+    module may share a port, as the chaos tests' cluster does), and the Spark modules all
+    go to one worker: one Spark JVM for the run, not one per worker. Other ``--dist``
+    modes are pytest-xdist's own.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "spark" if _spark_module(nodeid) else nodeid.split("::", 1)[0]
+
+    return ModuleScheduling(config, log)
 
 
 def _java_available() -> bool:
@@ -174,6 +242,25 @@ def _java_available() -> bool:
 def _say(kind: str, line: str) -> None:
     """Record the session's Kafka (``containers.SESSION_KAFKA``), said in the summary."""
     containers.SESSION_KAFKA.update(kind=kind, line=line)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: hand what it said of its Kafka to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and containers.SESSION_KAFKA:
+        output["session_kafka"] = dict(containers.SESSION_KAFKA)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """In the controller: keep a worker's Kafka line for the summary, add up left clients."""
+    said = getattr(node, "workeroutput", {}).get("session_kafka")
+    if not said:
+        return
+    left = int(containers.SESSION_KAFKA.get("left_open", 0)) + int(said.get("left_open", 0))
+    containers.SESSION_KAFKA.update(kind=said["kind"], line=said["line"])
+    if left:
+        containers.SESSION_KAFKA["left_open"] = str(left)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -296,7 +383,9 @@ def spark() -> Iterator[object]:
         pytest.skip("Spark needs Java 17+")
     from spark.session import spark_session
 
-    session = spark_session("dlsroute-tests")
+    # 2 GiB of heap, not Spark's default 1: with the tests spread over two xdist workers,
+    # one Spark test once ran out of the default (java.lang.OutOfMemoryError).
+    session = spark_session("dlsroute-tests", conf={"spark.driver.memory": "2g"})
     try:
         yield session
     finally:

@@ -100,3 +100,20 @@ def test_repeats_are_said_once_a_minute_at_most_with_their_count(
         "node A: 5 repeated event(s) skipped in the last 60 s or more, the latest "
         f"'{'x' * 77}...' of A/alice at t[0]@10")
     assert notice.unsaid == 0
+
+
+def test_repeats_not_said_yet_are_said_at_close(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    notice = RepeatNotice("client alice", logging.getLogger("dlsroute.client"), every_s=60.0,
+                          clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="dlsroute.client"):
+        notice.close()  # nothing to say
+        assert not caplog.records
+        for offset in range(3):
+            now[0] += 1
+            notice.add(f"t[0]@{offset}", "e1", "A/bob")
+        notice.close()
+        notice.close()  # said once
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and said[1] == ("client alice: 2 more repeated event(s) skipped since "
+                                          "the last notice (ids must be unique per publisher)")
