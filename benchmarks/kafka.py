@@ -155,7 +155,7 @@ from benchmarks.core import (
     map_boxes,
     write_results,
 )
-from benchmarks.paced import NODE, PUBLISHER, _publisher_proc, _receiver_proc
+from benchmarks.paced import NODE, PUBLISHER, publisher_proc, receiver_proc
 from benchmarks.workload import (
     Workload,
     WorkloadParams,
@@ -627,9 +627,9 @@ def measure_latency(bootstrap: str, publish: str, watched: list[tuple[str, int]]
     ctx = mp.get_context("spawn")
     ready, stop, go = ctx.Event(), ctx.Event(), ctx.Event()
     q_recv, q_pub = ctx.Queue(), ctx.Queue()
-    receiver = ctx.Process(target=_receiver_proc, args=(bootstrap, watched, group, ready, stop,
+    receiver = ctx.Process(target=receiver_proc, args=(bootstrap, watched, group, ready, stop,
                                                         q_recv, s.latency_quiet_s), daemon=True)
-    publisher = ctx.Process(target=_publisher_proc, args=(
+    publisher = ctx.Process(target=publisher_proc, args=(
         bootstrap, publish, drawn, labels, rate, total, s.payload_bytes, tag, q_pub, go),
         daemon=True)
     receiver.start()

@@ -39,7 +39,7 @@ import numpy as np
 from confluent_kafka import Producer
 
 from benchmarks.core import write_results
-from benchmarks.paced import _SENT, HEADER_SENT, _receiver_proc
+from benchmarks.paced import HEADER_SENT, SENT_STAMP, receiver_proc
 from connectors.kafka import admin, ensure_topics, producer_config
 
 BENCHMARK = "kafka_partitions"
@@ -61,7 +61,7 @@ def one_run(bootstrap: str, n_topics: int, rate: float, seconds: float, warmup_s
         producer.flush(60)
         ctx = mp.get_context("spawn")
         ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-        recv = ctx.Process(target=_receiver_proc, args=(
+        recv = ctx.Process(target=receiver_proc, args=(
             bootstrap, [(t, 0) for t in topics[:watched]], f"kp-{uuid.uuid4().hex}", ready,
             stop, out), daemon=True)
         recv.start()
@@ -81,7 +81,7 @@ def one_run(bootstrap: str, n_topics: int, rate: float, seconds: float, warmup_s
             due = int(elapsed * rate)
             while n < due:
                 produce(topics[pick(n_topics)], b"",
-                        headers=[(HEADER_SENT, _SENT.pack(time.time_ns()))])
+                        headers=[(HEADER_SENT, SENT_STAMP.pack(time.time_ns()))])
                 n += 1
             producer.poll(0)
             time.sleep(0.001)

@@ -21,15 +21,15 @@ from connectors.kafka import consume_batch, consumer_config, producer_config
 from connectors.serde import encode_raw_event
 from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN, encode_label
 
-__all__ = ["HEADER_SENT", "NODE", "PUBLISHER"]
+__all__ = ["HEADER_SENT", "NODE", "PUBLISHER", "SENT_STAMP", "publisher_proc", "receiver_proc"]
 
 NODE = "A"
 PUBLISHER = "pub"
 HEADER_SENT = "bench-sent-ns"
-_SENT = struct.Struct(">q")
+SENT_STAMP = struct.Struct(">q")  # the HEADER_SENT value: ns since the epoch, big-endian
 
 
-def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.ndarray,
+def publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.ndarray,
                     rate: float, seconds: float, payload_bytes: int, tag: str,
                     result: Any, go: Any) -> None:
     """Send events at ``rate``/s for ``seconds``, each with its send time in a header.
@@ -54,7 +54,7 @@ def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.n
                                        dict(zip(names, rows[i], strict=True)), payload))
         fixed.append(((HEADER_LABEL, encode_label(labs[i])), (HEADER_ORIGIN, origin),
                       (HEADER_EVENT_ID, eid.encode())))
-    produce, poll, pack, now_ns = producer.produce, producer.poll, _SENT.pack, time.time_ns
+    produce, poll, pack, now_ns = producer.produce, producer.poll, SENT_STAMP.pack, time.time_ns
     # Out of the collector's sight: otherwise each full collection walks the encoded
     # events (over a million objects at 45,000 events/s), stalling the publisher, which
     # then sends the overdue events in one burst.
@@ -79,7 +79,7 @@ def _publisher_proc(bootstrap: str, topic: str, events: np.ndarray, labels: np.n
     result.put({"sent": sent, "seconds": time.perf_counter() - t0, "t0_ns": t0_ns})
 
 
-def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, ready: Any,
+def receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, ready: Any,
                    stop: Any, result: Any, quiet_s: float = 1.5) -> None:
     """Read ``(topic, partition)`` pairs from their end offsets; put the latencies.
 
@@ -111,7 +111,7 @@ def _receiver_proc(bootstrap: str, topics: list[tuple[str, int]], group: str, re
         for msg in msgs:
             for k, v in msg.headers() or ():
                 if k == HEADER_SENT:
-                    t = _SENT.unpack(v)[0]
+                    t = SENT_STAMP.unpack(v)[0]
                     sent.append(t)
                     lat.append(now - t)
                     fwd.append(msg.timestamp()[1] * 1_000_000 - t)

@@ -164,11 +164,16 @@ def node_limit(s: NodeSettings) -> MessageLimit:
         kafka=s.kafka_security())
 
 
-def is_too_large(err: Any) -> bool:
-    """True if ``err`` (an exception, a KafkaError, None) refuses a message for its size."""
+def _code(err: Any) -> int | None:
+    """The KafkaError code of ``err`` (an exception, a KafkaError, None); None if it has none."""
     if isinstance(err, KafkaException) and err.args:
         err = err.args[0]
-    return isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    return err.code() if isinstance(err, KafkaError) else None
+
+
+def is_too_large(err: Any) -> bool:
+    """True if ``err`` (an exception, a KafkaError, None) refuses a message for its size."""
+    return _code(err) == KafkaError.MSG_SIZE_TOO_LARGE
 
 
 #: Said after a broker's refusal of a message's size: only a topic changed since the start
@@ -191,11 +196,10 @@ def refusal_hint(err: Any) -> str:
     :data:`REFUSED_HINT` for a message's size (:func:`is_too_large`), :data:`MISSING_HINT`
     for a missing topic.
     """
-    if isinstance(err, KafkaException) and err.args:
-        err = err.args[0]
-    if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+    code = _code(err)
+    if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
         return MISSING_HINT
-    return REFUSED_HINT if is_too_large(err) else ""
+    return REFUSED_HINT if code == KafkaError.MSG_SIZE_TOO_LARGE else ""
 
 
 def halves(headers: Any) -> tuple[list[Any], list[Any]] | None:
