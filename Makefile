@@ -36,7 +36,7 @@ test: setup ## Run every test
 	$(PY) -X faulthandler -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 test-fast: setup ## Run the tests without the long property tests
-	$(PY) -X faulthandler -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -X faulthandler -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 test-reference: setup ## The core's tests on the numpy reference path (DLS_NO_JIT=1: no compiled kernels)
 	DLS_NO_JIT=1 $(PY) -X faulthandler -m pytest tests/dls tests/broker_node $(PYTEST_ARGS)
