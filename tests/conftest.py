@@ -44,9 +44,6 @@ from connectors.local_kafka import (
 from tests import containers
 from tests.hang_watchdog import HangWatchdog, limit_from_env
 
-DEFAULT_TEST_KAFKA_PORT = 19092
-DEFAULT_TEST_SECURE_PORT = 19392  # tests/integration/conftest.py: secure_kafka
-
 # Topic prefixes handed out in this session; their topics are deleted at session end, so
 # that a Kafka kept running across sessions does not pile up thousands of test topics.
 _PREFIXES: list[str] = []
@@ -125,9 +122,7 @@ _WATCHDOG: HangWatchdog | None = None
 
 def _local_ports() -> list[tuple[int, bool]]:
     """``(port, secure)`` of the local test brokers (the plaintext one, the secure one)."""
-    return [(int(os.environ.get("DLS_TEST_KAFKA_PORT", DEFAULT_TEST_KAFKA_PORT)), False),
-            (int(os.environ.get("DLS_TEST_SECURE_KAFKA_PORT", DEFAULT_TEST_SECURE_PORT)),
-             True)]
+    return [(containers.local_kafka_port(secure), secure) for secure in (False, True)]
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
@@ -354,7 +349,7 @@ def kafka_bootstrap() -> Iterator[str]:
             pytest.fail(f"DLS_TEST_KAFKA=testcontainers, but {why}")
     if not _java_available():
         pytest.skip("no Kafka: neither a Docker engine nor Java 17+ is available")
-    port = int(os.environ.get("DLS_TEST_KAFKA_PORT", DEFAULT_TEST_KAFKA_PORT))
+    port = containers.local_kafka_port()
     _say("local",
          f"the local Kafka (docker/kafka/kafka.sh) on 127.0.0.1:{port}: {why}")
     started_here = not port_answers(port)

@@ -24,6 +24,14 @@ SESSION_KAFKA: dict[str, str] = {}
 ``given``) and ``line``, what the session said about it."""
 
 
+def local_kafka_port(secure: bool = False) -> int:
+    """The local test broker's client port: ``DLS_TEST_KAFKA_PORT`` (default 19092), or the
+    secure one's, ``DLS_TEST_SECURE_KAFKA_PORT`` (default 19392)."""
+    if secure:
+        return int(os.environ.get("DLS_TEST_SECURE_KAFKA_PORT", "19392"))
+    return int(os.environ.get("DLS_TEST_KAFKA_PORT", "19092"))
+
+
 def kafka_choice() -> str:
     """``DLS_TEST_KAFKA``: ``auto`` (default), ``testcontainers`` (required) or ``local``."""
     value = os.environ.get("DLS_TEST_KAFKA", "auto").strip().lower() or "auto"

@@ -23,8 +23,7 @@ from connectors.local_kafka import (
     secure_admin_properties,
     stop_local_kafka,
 )
-
-DEFAULT_TEST_SECURE_KAFKA_PORT = 19392
+from tests.containers import local_kafka_port
 
 
 def _warm_group_coordinator(bootstrap: str, admin_file: Path, timeout: float = 90.0) -> None:
@@ -60,7 +59,7 @@ def _warm_group_coordinator(bootstrap: str, admin_file: Path, timeout: float = 9
 @pytest.fixture(scope="session")
 def secure_kafka() -> Iterator[tuple[str, Path]]:
     """``(bootstrap, admin.properties)`` of the secure local Kafka, for the whole session."""
-    port = int(os.environ.get("DLS_TEST_SECURE_KAFKA_PORT", DEFAULT_TEST_SECURE_KAFKA_PORT))
+    port = local_kafka_port(secure=True)
     started_here = not port_answers(port)
     bootstrap = ensure_local_kafka(port, secure=True)
     _warm_group_coordinator(bootstrap, secure_admin_properties())
