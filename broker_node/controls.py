@@ -221,26 +221,33 @@ class Controls:
         self._links(links, False, out)
         return out
 
-    def _edge_add(self, client: str, sid: str, where: str | None) -> None:
-        """Give the exact check a subscription just applied (compiled once, if it can be)."""
+    def _edge_add(self, clients: list[str], ids: list[str], wheres: list[str | None],
+                  labels: list[np.ndarray]) -> None:
+        """Give the exact check subscriptions just applied (each compiled once, if it can be).
+
+        ``labels``: those the state routes each by (the index lists it under them).
+        """
         edge = self.edge
         if edge is None:
             return
-        sub = self._compiled.get(where) if where else None
-        if sub is None and where:
-            try:
-                sub = Subscription(edge.space, where)
-            except DLSError as exc:
-                log.info("node %s: subscription %r of client %r: its where %r does not "
-                         "compile (%s): delivered by label", self.settings.node, sid, client,
-                         where, exc)
-            else:
-                if len(self._compiled) >= COMPILED_KEPT:
-                    self._compiled.clear()
-                self._compiled[where] = sub
-        if sub is None:
-            self.metrics.edge_unchecked += 1
-        edge.add(client, sid, sub)
+        subs: list[Subscription | None] = []
+        for client, sid, where in zip(clients, ids, wheres, strict=True):
+            sub = self._compiled.get(where) if where else None
+            if sub is None and where:
+                try:
+                    sub = Subscription(edge.space, where)
+                except DLSError as exc:
+                    log.info("node %s: subscription %r of client %r: its where %r does not "
+                             "compile (%s): delivered by label", self.settings.node, sid,
+                             client, where, exc)
+                else:
+                    if len(self._compiled) >= COMPILED_KEPT:
+                        self._compiled.clear()
+                    self._compiled[where] = sub
+            if sub is None:
+                self.metrics.edge_unchecked += 1
+            subs.append(sub)
+        edge.add_many(clients, ids, subs, labels)
 
     def subscribe_caught_up(self, at: float) -> None:
         """The subscribe topic was read up to the end the broker had at ``at`` (monotonic)."""
@@ -296,8 +303,8 @@ class Controls:
             links = self.state.subscribe_many(clients, ids, offsets, np.concatenate(parts))
         except DLSError:
             return False
-        for rec in run:
-            self._edge_add(rec.client, rec.sub_id, rec.where)  # type: ignore[union-attr]
+        self._edge_add(clients, ids, [rec.where for rec in run],  # type: ignore[union-attr]
+                       parts)
         out.acks += zip(clients, ids, strict=True)  # on replay too: see recovery
         if not replay:
             self.metrics.control_in += len(run)
@@ -352,7 +359,7 @@ class Controls:
         pending = self.pending.get((client, sid))
         labels = decode_labels(rec.labels)
         links = self.state.subscribe(client, sid, labels)
-        self._edge_add(client, sid, rec.where)
+        self._edge_add([client], [sid], [rec.where], [labels])
         out.acks.append((client, sid))  # on replay too: see recovery
         if not replay:
             out.clients.append(client)

@@ -28,6 +28,7 @@ from dls import _edgekernels as _ek
 from dls import _jit
 from dls.edge import interior_labels
 from dls.exceptions import DLSError
+from dls.label_index import CUTS, HOLDS, MAX_LABELS, IndexMatch, LabelIndex
 from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
 from dls.space import ContentSpace
 
@@ -162,6 +163,8 @@ class EdgeTable:
         self._general: dict[int, tuple[Subscription, np.ndarray, np.ndarray]] = {}
         self._rows: dict[tuple[str, str], int] = {}  # (client, id) -> row
         self._cid: dict[str, int] = {}  # client -> its number in the table (kept forever)
+        #: by number, the name of each client the table was given
+        self.client_names: list[str] = []
         self._client_rows: list[list[int]] = []  # by client number
         self._unchecked_n: list[int] = []  # by client number: subscriptions without a where
         self._unchecked_ids: set[tuple[str, str]] = set()
@@ -172,6 +175,11 @@ class EdgeTable:
         self._gkeys: tuple[int, np.ndarray, np.ndarray] | None = None
         #: moves at every change of the rows; a plan naming rows is valid at its version only
         self.version = 0
+        #: label -> the subscriptions touching its cell (None: a label space too large to
+        #: address; plans then name candidates' rows, :meth:`classify`)
+        self.index = (LabelIndex(space.app_prefix, space.label_space_size)
+                      if space.label_space_size <= MAX_LABELS else None)
+        self._slots: dict[tuple[str, str], int] = {}  # (client, id) -> its slot in the index
 
     def __len__(self) -> int:
         """How many subscriptions the table holds (checked or not)."""
@@ -194,30 +202,112 @@ class EdgeTable:
                    + sum(a.nbytes + b.nbytes for _, a, b in self._general.values()))
 
     # -- changes ------------------------------------------------------------------------------
-    def add(self, client: str, sub_id: str, sub: Subscription | None) -> None:
+    def add(self, client: str, sub_id: str, sub: Subscription | None,
+            labels: np.ndarray | None = None) -> None:
         """Hold subscription ``sub_id`` of ``client``; None: its ``where`` is unknown.
 
-        A repeat (the same client and id again) changes nothing, as in the state.
+        ``labels``: the labels the node routes it by (default: ``sub.labels()``); the
+        index lists it under those of them its ``where`` holds. Neither known: the table
+        drops its index (the node then checks candidates as without one). A repeat (the
+        same client and id again) changes nothing, as in the state.
         """
-        key = (client, sub_id)
-        if key in self._rows or key in self._unchecked_ids:
-            return
-        cid = self._client(client)
-        self.version += 1
-        if sub is None:
-            self._unchecked_ids.add(key)
-            self._unchecked_n[cid] += 1
-            return
-        parts = simple_parts(sub, self._numeric, self._discrete)
-        row = self._take(key, cid)
-        if parts is None:
-            self._set_general(row, sub)
+        self.add_many([client], [sub_id], [sub], [labels])
+
+    def add_many(self, clients: Sequence[str], ids: Sequence[str],
+                 subs: Sequence[Subscription | None], labels: Sequence[np.ndarray | None]
+                 ) -> None:
+        """:meth:`add` of each; the rows' cells and the index's entries made at once."""
+        spans: list[int] = []  # simple rows whose cells are still to compute
+        listed: list[tuple[tuple[str, str], int, int, np.ndarray]] = []  # for the index
+        for client, sub_id, sub, own in zip(clients, ids, subs, labels, strict=True):
+            key = (client, sub_id)
+            if key in self._rows or key in self._unchecked_ids:
+                continue
+            if own is None and self.index is not None:
+                if sub is None:  # it cannot be listed: the index would miss it
+                    self.index = None
+                    self._slots.clear()
+                else:
+                    own = sub.labels()
+            cid = self._client(client)
+            self.version += 1
+            if sub is None:
+                self._unchecked_ids.add(key)
+                self._unchecked_n[cid] += 1
+                row = -1
+            else:
+                parts = simple_parts(sub, self._numeric, self._discrete)
+                row = self._take(key, cid)
+                if parts is None:
+                    self._set_general(row, sub)
+                else:
+                    self._set_simple(row, parts, cells=False)
+                    spans.append(row)
+            if own is not None:
+                listed.append((key, cid, row, np.asarray(own, dtype=np.uint64)))
+        if spans:
+            self._span[spans] = self._ranges(self._bounds[spans])
+        if self.index is not None and listed:
+            self._index_add(listed)
+
+    def _index_add(self, listed: list[tuple[tuple[str, str], int, int, np.ndarray]]
+                   ) -> None:
+        """List subscriptions just held under their labels (row -1: unchecked, all held).
+
+        Each entry is ``(key, client number, row, labels)``; the kinds of every simple
+        row's labels come from one pass over all of them.
+        """
+        assert self.index is not None  # noqa: S101 - called with an index only
+        sizes = np.fromiter((len(x[3]) for x in listed), np.int64, len(listed))
+        flat = (np.concatenate([x[3] for x in listed]) if len(listed) > 1
+                else listed[0][3])
+        rows = np.fromiter((x[2] for x in listed), np.int64, len(listed))
+        at = np.repeat(rows, sizes)
+        holds = np.ones(len(flat), dtype=bool)
+        wholly = np.ones(len(flat), dtype=bool)
+        general = np.zeros(len(listed), dtype=bool)
+        checked = rows >= 0
+        general[checked] = self._general_flag[rows[checked]]
+        simple = np.repeat(checked & ~general, sizes)
+        if simple.any():
+            cells, valid = self._cells(flat[simple])
+            h, w = self._classify(at[simple], cells, flat[simple])
+            holds[simple], wholly[simple] = h | ~valid, w | ~valid
+        if general.any():
+            first = np.cumsum(sizes) - sizes
+            for i in np.flatnonzero(general).tolist():
+                part = slice(int(first[i]), int(first[i] + sizes[i]))
+                holds[part], wholly[part] = self.entry_kinds(int(rows[i]), flat[part])
+        offsets = np.zeros(len(listed) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(np.repeat(np.arange(len(listed)), sizes)[holds],
+                              minlength=len(listed)), out=offsets[1:])
+        slots = self.index.add(
+            np.fromiter((x[1] for x in listed), np.int64, len(listed)), np.maximum(rows, 0),
+            offsets, flat[holds], np.where(wholly[holds], HOLDS, CUTS))
+        for (key, *_), slot in zip(listed, slots.tolist(), strict=True):
+            self._slots[key] = slot
+
+    def entry_kinds(self, row: int, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether ``row`` holds each label's cell, and wholly.
+
+        A label of another space, or a cell past an attribute's last, is held wholly (as
+        :meth:`classify` leaves its candidates sure).
+        """
+        cells, valid = self._cells(labels)
+        if self._general_flag[row]:
+            _, own, inside = self._general[row]
+            holds, wholly = np.isin(labels, own), np.isin(labels, inside)
         else:
-            self._set_simple(row, parts)
+            holds, wholly = self._classify(np.full(len(labels), row, dtype=np.int64), cells,
+                                           labels)
+        return holds | ~valid, wholly | ~valid
 
     def remove(self, client: str, sub_id: str) -> None:
         """Forget a subscription (none held: nothing changes)."""
         key = (client, sub_id)
+        slot = self._slots.pop(key, None)
+        if slot is not None and self.index is not None:
+            self.index.retire(np.array([slot]))
         row = self._rows.pop(key, None)
         if row is None:
             if key in self._unchecked_ids:
@@ -246,19 +336,26 @@ class EdgeTable:
         return EdgeRows(index, self._bounds[held],
                         [masks[:, a:b] for a, b in zip(off, off[1:], strict=False)], sets)
 
-    def restore(self, clients: Sequence[str], ids: Sequence[str], rows: EdgeRows | None
+    def restore(self, clients: Sequence[str], ids: Sequence[str], rows: EdgeRows | None,
+                offsets: np.ndarray | None = None, labels: np.ndarray | None = None
                 ) -> None:
-        """Hold the subscriptions of a snapshot (those without rows go by label)."""
+        """Hold the subscriptions of a snapshot (those without rows go by label).
+
+        Subscription ``i``'s labels are ``labels[offsets[i]:offsets[i + 1]]`` (needed by
+        the index; without them, a general row's own labels and none for the others).
+        """
         fits = rows is not None and rows.bounds.shape[1:] == (len(self._numeric), 2) and [
             m.shape[1] for m in rows.masks] == self._words
         at = {} if rows is None or not fits else dict(
             zip(rows.index.tolist(), range(len(rows.index)), strict=True))
         self.version += 1
         for i, (client, sid) in enumerate(zip(clients, ids, strict=True)):
+            own = (None if labels is None or offsets is None
+                   else labels[int(offsets[i]):int(offsets[i + 1])])
             j = at.get(i)
             key = (client, sid)
             if j is None or rows is None:
-                self.add(client, sid, None)
+                self.add(client, sid, None, own)
                 continue
             if key in self._rows or key in self._unchecked_ids:
                 continue
@@ -267,14 +364,23 @@ class EdgeTable:
                 try:
                     sub = Subscription(self.space, json.loads(rows.sets[i]))
                 except (DLSError, ValueError):  # not of this space: by label
-                    self.add(client, sid, None)
+                    self.add(client, sid, None, own)
                     continue
-            row = self._take(key, self._client(client))
+            cid = self._client(client)
+            row = self._take(key, cid)
             if sub is not None:
                 self._set_general(row, sub)
+                if self.index is not None:
+                    self._index_add([(key, cid, row, sub.labels() if own is None else own)])
                 continue
             masks = [m[j] for m in rows.masks]
             self._set_simple(row, (rows.bounds[j], masks))
+            if self.index is not None:
+                if own is None:  # it cannot be listed: the index would miss it
+                    self.index = None
+                    self._slots.clear()
+                else:
+                    self._index_add([(key, cid, row, own)])
 
     # -- verdicts -----------------------------------------------------------------------------
     def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:
@@ -379,6 +485,50 @@ class EdgeTable:
         self._gcsr = (self.version, out)
         return out
 
+    # -- the index ------------------------------------------------------------------------
+    def match_run(self, labels: np.ndarray, origins: np.ndarray,
+                  values: Sequence[bytes | None]) -> IndexMatch:
+        """Who each event of a run goes to, from the index (:meth:`LabelIndex.match`).
+
+        ``origins[e]``: the table's number of the client that published event ``e`` (-1:
+        none), never delivered to; ``values[e]``: the event's value, read for cut cells
+        (an unreadable one goes by label). General rows' cut cells are decided here with
+        ``sub.matches``. Owners are the table's client numbers.
+        """
+        assert self.index is not None  # noqa: S101 - called on a table with an index
+        read = [self.read(v) for v in values]
+        numbers = np.zeros((len(values), len(self._numeric)), dtype=np.float64)
+        ok = np.zeros(len(values), dtype=np.bool_)
+        for e, r in enumerate(read):
+            if r is not None:
+                numbers[e], ok[e] = r[1], True
+        m = self.index.match(labels, origins, ok, numbers, self._bounds, self._general_flag)
+        if not len(m.pending[0]):
+            return m
+        return self._decide_general(m, read)
+
+    def _decide_general(self, m: IndexMatch, read: list[tuple[dict[str, Any], np.ndarray]
+                                                         | None]) -> IndexMatch:
+        """``m`` with its general rows' cut cells decided by their subscriptions."""
+        assert self.index is not None  # noqa: S101 - called on a table with an index
+        n = len(m.offsets) - 1
+        per = [m.owners[m.offsets[e]:m.offsets[e + 1]].tolist() for e in range(n)]
+        removed = m.removed.tolist()
+        owner_of, row_of = self.index.owner_of, self.index.row_of
+        for e, s in zip(*(a.tolist() for a in m.pending), strict=True):
+            o = owner_of(s)
+            r = read[e]
+            if o in per[e] or r is None or not self._general[row_of(s)][0].matches(r[0]):
+                continue
+            per[e].append(o)
+            removed.remove(o)
+        sizes = [len(p) for p in per]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        owners = np.fromiter((o for p in per for o in sorted(p)), np.int64, int(offsets[-1]))
+        return IndexMatch(offsets, owners, np.asarray(removed, dtype=np.int64),
+                          (m.pending[0][:0], m.pending[1][:0]), m.checked, m.unread)
+
     # -- value checks -------------------------------------------------------------------------
     def read(self, value: bytes | None) -> tuple[dict[str, Any], np.ndarray] | None:
         """An event's attributes and its numeric values (:meth:`values_of`).
@@ -446,6 +596,7 @@ class EdgeTable:
         cid = self._cid.get(client)
         if cid is None:
             cid = self._cid[client] = len(self._client_rows)
+            self.client_names.append(client)
             self._client_rows.append([])
             self._unchecked_n.append(0)
         return cid
@@ -456,10 +607,12 @@ class EdgeTable:
         self._client_rows[cid].append(row)
         return row
 
-    def _set_simple(self, row: int, parts: SimpleParts) -> None:
+    def _set_simple(self, row: int, parts: SimpleParts, cells: bool = True) -> None:
+        """Set a simple row (``cells`` False: its cells, ``_span``, are the caller's)."""
         bounds, masks = parts
         self._bounds[row] = bounds
-        self._span[row] = self._ranges(np.asarray(bounds, dtype=np.float64)[None])[0]
+        if cells:
+            self._span[row] = self._ranges(np.asarray(bounds, dtype=np.float64)[None])[0]
         for k, m in enumerate(masks):
             self._masks[row, self._word_off[k]:self._word_off[k + 1]] = m
 

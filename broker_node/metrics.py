@@ -93,6 +93,14 @@ class DeliveryTally:
             if removed:
                 self._removed = _added(self._removed, np.bincount(removed))
 
+    def add_counts(self, clients: np.ndarray, removed: np.ndarray) -> None:
+        """Count one delivery per entry of ``clients``, one removed per entry of ``removed``."""
+        with self._lock:
+            if len(clients):
+                self._totals = _added(self._totals, np.bincount(clients))
+            if len(removed):
+                self._removed = _added(self._removed, np.bincount(removed))
+
     def count(self, slots: np.ndarray) -> None:
         """Count one use of the plan of each slot (an event routed by it)."""
         with self._lock:

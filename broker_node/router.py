@@ -134,31 +134,13 @@ class Router:
         stamps = list(map(publication_ms, good, carried_of))  # kept on every copy
         if max(stamps) > (ahead := int(time.time() * 1000) + FUTURE_STAMP_MS):
             stamps = self._stamped_now(stamps, good, ahead)
-        n_parts = self.settings.shared_delivery_partitions
-        extra = self._edge(plans, values) if self.edge is not None else None
-        if n_parts:
-            spreads = list(map(itemgetter(0), plans))
-            deliveries = sum(map(itemgetter(1), plans))
-            if extra:
-                deliveries += self._spread_extra(spreads, extra)
-            messages = sum(map(len, spreads))
-            out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
-                               n_parts, stamps)
+        if self.indexed:
+            offsets, clients = self._local(run.keys, values)
+            deliveries, messages = self._deliver_local(out, offsets, clients, values,
+                                                       carried_of, stamps)
         else:
-            deliver = self._delivery_topics()
-            produce = out.produce
-            deliveries = 0
-            for (clients, count, *_), value, carried, ts in zip(plans, values, carried_of,
-                                                                stamps, strict=True):
-                deliveries += count
-                for c in clients:
-                    produce(deliver[c], value, carried, -1, ts)
-            if extra:
-                for e, passed in extra.items():
-                    deliveries += len(passed)
-                    for c in passed:
-                        produce(deliver[c], values[e], carried_of[e], -1, stamps[e])
-            messages = deliveries
+            deliveries, messages = self._deliver_planned(out, plans, values, carried_of,
+                                                         stamps)
         self.metrics.deliveries += deliveries
         self.metrics.delivery_messages += messages
         if self.state.neighbours:
@@ -171,6 +153,123 @@ class Router:
                     produce(links[j], value, carried, -1, ts)
                 forwarded += len(to)
             self.metrics.events_forwarded += forwarded
+
+    def _deliver_planned(self, out: Committer, plans: list[Plan], values: list[bytes | None],
+                         carried_of: list[Any], stamps: list[int]) -> tuple[int, int]:
+        """Produce the local deliveries the plans name (and the edge's checks of them).
+
+        Returns how many deliveries and how many delivery messages.
+        """
+        n_parts = self.settings.shared_delivery_partitions
+        extra = self._edge(plans, values) if self.edge is not None else None
+        if n_parts:
+            spreads = list(map(itemgetter(0), plans))
+            deliveries = sum(map(itemgetter(1), plans))
+            if extra:
+                deliveries += self._spread_extra(spreads, extra)
+            out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
+                               n_parts, stamps)
+            return deliveries, sum(map(len, spreads))
+        deliver = self._delivery_topics()
+        produce = out.produce
+        deliveries = 0
+        for (clients, count, *_), value, carried, ts in zip(plans, values, carried_of,
+                                                            stamps, strict=True):
+            deliveries += count
+            for c in clients:
+                produce(deliver[c], value, carried, -1, ts)
+        if extra:
+            for e, passed in extra.items():
+                deliveries += len(passed)
+                for c in passed:
+                    produce(deliver[c], values[e], carried_of[e], -1, stamps[e])
+        return deliveries, deliveries
+
+    def _deliver_local(self, out: Committer, offsets: np.ndarray, clients: np.ndarray,
+                       values: list[bytes | None], carried_of: list[Any], stamps: list[int]
+                       ) -> tuple[int, int]:
+        """Produce deliveries to ``clients[offsets[e]:offsets[e + 1]]`` of each event ``e``.
+
+        Returns how many deliveries and how many delivery messages.
+        """
+        n_parts = self.settings.shared_delivery_partitions
+        if n_parts:
+            spreads: list[tuple[Any, ...]] = [()] * len(values)
+            for e, part, header in zip(*self.shared_deliveries(offsets, clients),
+                                       strict=True):
+                spreads[e] += ((part, (HEADER_CLIENTS, header)),)
+            out.produce_spread(self.topics.shared_deliver, values, carried_of, spreads,
+                               n_parts, stamps)
+            return len(clients), sum(map(len, spreads))
+        deliver = self._delivery_topics()
+        produce = out.produce
+        at = offsets.tolist()
+        named = clients.tolist()
+        for e in np.flatnonzero(np.diff(offsets)).tolist():
+            value, carried, ts = values[e], carried_of[e], stamps[e]
+            for c in named[at[e]:at[e + 1]]:
+                produce(deliver[c], value, carried, -1, ts)
+        return len(named), len(named)
+
+    @property
+    def indexed(self) -> bool:
+        """Whether local deliveries come from the edge's label index (not from plans).
+
+        Only while the edge holds as many subscriptions as the state (a node's controls
+        give every one to both): a subscription the edge was never given goes by label,
+        through plans, rather than be missed.
+        """
+        edge = self.edge
+        return edge is not None and edge.index is not None and len(edge) == len(self.state)
+
+    def _local(self, keys: list[Key], values: list[bytes | None]
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The local deliveries of a run from the edge's index: offsets, client indexes.
+
+        Each event's clients ascending; what the check removed and read is counted.
+        """
+        edge, metrics = self.edge, self.metrics
+        assert edge is not None  # noqa: S101 - called with an indexed edge only
+        n = len(keys)
+        labels = np.empty(n, dtype=np.uint64)
+        origin = np.full(n, -1, dtype=np.int64)
+        for e, k in enumerate(keys):
+            if type(k) is bytes:
+                labels[e] = int.from_bytes(k, "big")
+            else:
+                labels[e] = k[0]
+                origin[e] = k[1]
+        ids = self._client_ids()
+        cids = np.where(origin >= 0, ids[np.maximum(origin, 0)] if len(ids) else -1, -1)
+        m = edge.match_run(labels, cids, values)
+        to_state = self._state_ids(ids)
+        clients = to_state[m.owners]
+        metrics.edge_checked += m.checked
+        metrics.edge_unreadable += m.unread
+        metrics.edge_removed += len(m.removed)
+        if len(clients) or len(m.removed):
+            metrics.per_client.add_counts(clients, to_state[m.removed])
+        return m.offsets, clients
+
+    def _state_ids(self, ids: np.ndarray) -> np.ndarray:
+        """The state's index of each of the edge's clients (the inverse of ``ids``).
+
+        A client the edge holds and the state does not know (never so in a node, whose
+        controls give the state a subscription before the edge) becomes the state's.
+        """
+        assert self.edge is not None  # noqa: S101 - called with an edge only
+        names = self.edge.client_names
+        held = ids >= 0
+        if int(held.sum()) < len(names):
+            known = set(self.state.clients)
+            for name in names:
+                if name not in known:
+                    self.state.client_index(name)
+            ids = self._client_ids()
+            held = ids >= 0
+        inv = np.full(len(names), -1, dtype=np.int64)
+        inv[ids[held]] = np.flatnonzero(held)
+        return inv
 
     def _stamped_now(self, stamps: list[int], good: list[Message], ahead: int) -> list[int]:
         """``stamps`` with those past ``ahead`` replaced by 0 (a copy is stamped when sent).
@@ -259,12 +358,13 @@ class Router:
         full = [(int.from_bytes(k, "big"), -1, -1) if type(k) is bytes else k for k in keys]
         routes = self.state.route(np.array([k[0] for k in full], dtype=np.uint64),
                                   np.array([k[1] for k in full], dtype=np.int64),
-                                  np.array([k[2] for k in full], dtype=np.int64))
+                                  np.array([k[2] for k in full], dtype=np.int64),
+                                  clients=not self.indexed)
         n = len(keys)
         r_offsets, r_clients = routes.offsets, routes.clients
         checks: list[np.ndarray | None] = [None] * n
         removed, gone = [0] * n, None
-        if self.edge is not None:
+        if self.edge is not None and not self.indexed:
             r_offsets, r_clients, checks, out = split_routes(
                 self.edge, self._client_ids(), [k[0] for k in full], r_offsets, r_clients)
             per = np.bincount(out[0], minlength=n)

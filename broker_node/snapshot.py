@@ -196,7 +196,8 @@ def _restore_state(data: SnapshotData, state: BrokerState, controls: Controls) -
         state.subscribe_many([names[i] for i in owners[a:b].tolist()], data.sub_ids[a:b],
                              data.offsets[a:b + 1] - lo, data.labels[lo:hi])
     if controls.edge is not None:
-        controls.edge.restore([names[i] for i in owners.tolist()], data.sub_ids, data.edge)
+        controls.edge.restore([names[i] for i in owners.tolist()], data.sub_ids, data.edge,
+                              data.offsets, data.labels)
     for n, ls in data.received.items():
         if ls.size and n in state.neighbours:
             state.on_link(n, ADVERTISE, ls)

@@ -393,12 +393,13 @@ class BrokerState:
         return self._aggregation.remove(ls, source)
 
     # -- events ---------------------------------------------------------------------------
-    def route(self, labels: Any, origin_clients: Any = None, origin_nodes: Any = None
-              ) -> Routes:
+    def route(self, labels: Any, origin_clients: Any = None, origin_nodes: Any = None,
+              *, clients: bool = True) -> Routes:
         """Route a batch of event labels (paper Algorithm 4).
 
         ``origin_clients[e]`` is the bank index of the publishing client (-1: not a local
         subscriber); ``origin_nodes[e]`` the index of the neighbour it came from (-1: local).
+        ``clients`` False: the neighbours only (the caller finds the clients otherwise).
         """
         ls = np.asarray(labels, dtype=np.uint64)
         e = len(ls)
@@ -408,7 +409,7 @@ class BrokerState:
               else np.asarray(origin_nodes, dtype=np.int64))
         inside = self._in_space(ls)
         if not inside.all():  # a label of another space matches nothing here
-            sub = self.route(ls[inside], oc[inside], on[inside])
+            sub = self.route(ls[inside], oc[inside], on[inside], clients=clients)
             counts = np.zeros(e, dtype=np.int64)
             counts[inside] = np.diff(sub.offsets)
             offsets = np.zeros(e + 1, dtype=np.int64)
@@ -416,11 +417,11 @@ class BrokerState:
             hits = np.zeros((e, len(self.neighbours)), dtype=bool)
             hits[inside] = sub.neighbours
             return Routes(offsets, sub.clients, hits, self.neighbours)
-        if self._client_names:
-            offsets, clients = self._bank.match(
+        if self._client_names and clients:
+            offsets, matched = self._bank.match(
                 ls, exclude=None if origin_clients is None else oc)
         else:
-            offsets, clients = np.zeros(e + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            offsets, matched = np.zeros(e + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
         hits = np.zeros((e, len(self.neighbours)), dtype=bool)
         direct = self.config.routing_filter == "direct"
         # ERTs of the same (m, k, seed) hash a label to the same counters: hash once.
@@ -442,7 +443,7 @@ class BrokerState:
                     pos[key] = ert.positions(ls)
                 col = counters[pos[key]].min(axis=1) > 0
             hits[:, j] = col & (on != j)
-        return Routes(offsets, clients, hits, self.neighbours)
+        return Routes(offsets, matched, hits, self.neighbours)
 
     def _in_space(self, ls: np.ndarray) -> np.ndarray:
         if self.label_base is None or self.label_space_size is None:

@@ -1,0 +1,128 @@
+"""The exact label index against a brute-force model, compiled and numpy, through churn."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dls import _jit
+from dls.exceptions import DLSError
+from dls.label_index import CUTS, HOLDS, LabelIndex
+
+BASE, N_LABELS, N_COLS = 1 << 16, 24, 2
+USED = 5  # labels the programs use (few: events meet entries often)
+
+
+def _expected(model, bounds, general, label, origin, ok, values, decide):
+    """Owners an event goes to, and the owners whose entries gave nothing, by brute force."""
+    got, seen = set(), set()
+    for slot, (owner, row, entries) in model.items():
+        if owner == origin or label not in entries:
+            continue
+        seen.add(owner)
+        kind = entries[label]
+        if kind == HOLDS or not ok:
+            got.add(owner)
+        elif all(bounds[row, j, 0] <= values[j] <= bounds[row, j, 1] for j in range(N_COLS)):
+            if not general[row] or decide(slot):
+                got.add(owner)
+    return got, seen - got
+
+
+def _resolved(m, decide, n, owner_of):
+    """Per event the owners delivered to, with pending pairs decided by ``decide``."""
+    out = [set(m.owners[m.offsets[e]:m.offsets[e + 1]].tolist()) for e in range(n)]
+    removed = list(m.removed.tolist())
+    for e, s in zip(*(a.tolist() for a in m.pending), strict=True):
+        if decide(s) and owner_of(s) not in out[e]:
+            out[e].add(owner_of(s))
+            removed.remove(owner_of(s))
+    return out, sorted(removed)
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.tuples(
+        st.integers(0, 5),  # owner
+        st.integers(0, 7),  # row
+        st.dictionaries(st.integers(0, USED - 1), st.sampled_from([HOLDS, CUTS, CUTS]),
+                        max_size=USED)), min_size=1, max_size=6)),
+    st.tuples(st.just("retire"), st.integers(0, 1000)),
+    st.tuples(st.just("match"), st.lists(st.tuples(
+        st.sampled_from([-1, N_LABELS, *range(USED)]), st.integers(-1, 5),
+        st.sampled_from([True, True, True, False]),
+        st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0]), min_size=N_COLS,
+                 max_size=N_COLS)), min_size=1, max_size=12)),
+    st.tuples(st.just("compact"), st.just(0)),
+), max_size=30)
+
+
+@pytest.mark.parametrize("compiled", [False, True] if _jit.ENABLED else [False])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=ops, seed=st.integers(0, 2**16))
+def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(compiled, program,
+                                                                           seed):
+    rng = np.random.default_rng(seed)
+    lo = rng.choice([-1.0, 0.0, 0.5], size=(8, N_COLS))
+    bounds = np.stack([lo, lo + rng.choice([0.0, 0.5, 1.0], size=(8, N_COLS))], axis=2)
+    general = rng.random(8) < 0.3
+    ix = LabelIndex(BASE, N_LABELS, compiled=compiled)
+    model: dict[int, tuple[int, int, dict[int, int]]] = {}
+
+    def decide(slot):  # a general row's own verdict, stable per slot
+        return (slot * 7919 + seed) % 3 != 0
+
+    for kind, arg in program:
+        if kind == "add":
+            owners = [o for o, _, _ in arg]
+            rows = [r for _, r, _ in arg]
+            sizes = [len(d) for _, _, d in arg]
+            labels = [BASE + lab for _, _, d in arg for lab in d]
+            kinds = [k for _, _, d in arg for k in d.values()]
+            slots = ix.add(np.array(owners), np.array(rows), np.r_[0, np.cumsum(sizes)],
+                           np.array(labels, dtype=np.uint64), np.array(kinds))
+            assert not set(slots.tolist()) & set(model)  # a live slot is never given twice
+            for s, (o, r, d) in zip(slots.tolist(), arg, strict=True):
+                model[s] = (o, r, dict(d))
+        elif kind == "retire" and model:
+            s = sorted(model)[arg % len(model)]
+            ix.retire(np.array([s]))
+            del model[s]
+        elif kind == "compact":
+            ix.compact()
+        elif kind == "match":
+            labels = np.array([BASE + lab if lab >= 0 else 5 for lab, *_ in arg],
+                              dtype=np.uint64)
+            origins = np.array([o for _, o, _, _ in arg])
+            ok = np.array([k for _, _, k, _ in arg])
+            values = np.array([v for *_, v in arg], dtype=np.float64)
+            m = ix.match(labels, origins, ok, values, bounds, general)
+            got, removed = _resolved(m, decide, len(arg), lambda s: model[s][0])
+            want_removed = []
+            for e, (lab, o, k, v) in enumerate(arg):
+                want, gone = _expected(model, bounds, general, lab, o, k, v, decide)
+                assert got[e] == want, (e, lab)
+                want_removed += gone
+                owners = m.owners[m.offsets[e]:m.offsets[e + 1]].tolist()
+                assert owners == sorted(owners)
+            assert removed == sorted(want_removed)
+        assert len(ix) == len(model)
+        assert ix.entries == sum(len(d) for _, _, d in model.values())
+
+
+def test_labels_outside_the_index_are_refused_and_change_nothing():
+    ix = LabelIndex(BASE, N_LABELS)
+    with pytest.raises(DLSError, match=r"label 0x10018 lies outside"):
+        ix.add(np.array([0, 1]), np.array([0, 0]), np.array([0, 1, 2]),
+               np.array([BASE, BASE + N_LABELS], dtype=np.uint64), np.array([0, 0]))
+    assert len(ix) == 0 and ix.entries == 0
+    with pytest.raises(DLSError, match="addresses 1 to"):
+        LabelIndex(0, 1 << 30)
+
+
+def test_retiring_a_slot_twice_is_refused():
+    ix = LabelIndex(BASE, N_LABELS)
+    s = ix.add(np.array([0]), np.array([0]), np.array([0, 1]),
+               np.array([BASE], dtype=np.uint64), np.array([HOLDS]))
+    ix.retire(s)
+    with pytest.raises(DLSError, match="is not a live subscription"):
+        ix.retire(s)
