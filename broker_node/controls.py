@@ -46,7 +46,7 @@ import numpy as np
 from confluent_kafka import Message
 
 from broker_node.config import NodeSettings
-from broker_node.edge import EdgeTable
+from broker_node.edge import EdgeTable, SimpleParts
 from broker_node.exceptions import SubscriptionOwnerError, UnknownSubscriptionError
 from broker_node.inbox import (
     Beat,
@@ -62,6 +62,7 @@ from broker_node.inbox import (
 from broker_node.metrics import Metrics
 from broker_node.oversize import MessageLimit
 from broker_node.progress import Progress
+from broker_node.simple_rows import simple_row
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.kafka import source_of
 from connectors.recent import RecentKeys
@@ -230,8 +231,12 @@ class Controls:
         edge = self.edge
         if edge is None:
             return
-        subs: list[Subscription | None] = []
+        subs: list[Subscription | SimpleParts | None] = []
         for client, sid, where in zip(clients, ids, wheres, strict=True):
+            row = simple_row(edge.space, where)
+            if row is not None:
+                subs.append(row)
+                continue
             sub = self._compiled.get(where) if where else None
             if sub is None and where:
                 try:

@@ -214,9 +214,13 @@ class EdgeTable:
         self.add_many([client], [sub_id], [sub], [labels])
 
     def add_many(self, clients: Sequence[str], ids: Sequence[str],
-                 subs: Sequence[Subscription | None], labels: Sequence[np.ndarray | None]
-                 ) -> None:
-        """:meth:`add` of each; the rows' cells and the index's entries made at once."""
+                 subs: Sequence[Subscription | SimpleParts | None],
+                 labels: Sequence[np.ndarray | None]) -> None:
+        """:meth:`add` of each; the rows' cells and the index's entries made at once.
+
+        A subscription may come as its simple row already (:mod:`broker_node.simple_rows`);
+        it then needs its labels.
+        """
         spans: list[int] = []  # simple rows whose cells are still to compute
         listed: list[tuple[tuple[str, str], int, int, np.ndarray]] = []  # for the index
         for client, sub_id, sub, own in zip(clients, ids, subs, labels, strict=True):
@@ -224,7 +228,7 @@ class EdgeTable:
             if key in self._rows or key in self._unchecked_ids:
                 continue
             if own is None and self.index is not None:
-                if sub is None:  # it cannot be listed: the index would miss it
+                if not isinstance(sub, Subscription):  # cannot be listed: would be missed
                     self.index = None
                     self._slots.clear()
                 else:
@@ -236,10 +240,11 @@ class EdgeTable:
                 self._unchecked_n[cid] += 1
                 row = -1
             else:
-                parts = simple_parts(sub, self._numeric, self._discrete)
+                parts = (sub if isinstance(sub, tuple)
+                         else simple_parts(sub, self._numeric, self._discrete))
                 row = self._take(key, cid)
                 if parts is None:
-                    self._set_general(row, sub)
+                    self._set_general(row, sub)  # type: ignore[arg-type]
                 else:
                     self._set_simple(row, parts, cells=False)
                     spans.append(row)
