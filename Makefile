@@ -149,3 +149,8 @@ images: setup ## Build dlsroute-base/-kafka/-node from Debian packages and this 
 
 test-containers: setup ## The container tests (engine and `make images` first): CONTAINER_TESTS on testcontainers' Kafka, then the compose deployment
 	DLS_TEST_KAFKA=testcontainers $(PY) -X faulthandler -m pytest -rA --durations=10 $(CONTAINER_TESTS) tests/test_compose.py $(PYTEST_ARGS)
+
+.PHONY: bench-node
+bench-node: setup ## dlsroute node vs a quixstreams router vs a passthrough on the quotes workload, 10K-1M subscriptions, not in CI (long; KAFKA_PORT; SIZES=10000,100000@380) -> benchmarks/results/node.json
+	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
+	$(PY) -m benchmarks.node --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/node.json $(if $(SIZES),--sizes $(SIZES))

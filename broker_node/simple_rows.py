@@ -105,8 +105,9 @@ def simple_row(space: ContentSpace, where: str | None
             if lo is not None:
                 return None
             vals = [value] if op is not None else listed.split(", ")
+            index = a.index
             if op not in ("=", "!=", None) or not all(
-                    _IS_WORD.fullmatch(v) and v in a.index for v in vals):
+                    v in index and _IS_WORD.fullmatch(v) for v in vals):
                 return None
             if op == "!=" or set_op == "not in":
                 excluded[name] = excluded.get(name, frozenset()) | frozenset(vals)
