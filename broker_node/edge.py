@@ -177,7 +177,7 @@ class EdgeTable:
         self.version = 0
         #: label -> the subscriptions touching its cell (None: a label space too large to
         #: address; plans then name candidates' rows, :meth:`classify`)
-        self.index = (LabelIndex(space.app_prefix, space.label_space_size)
+        self.index = (LabelIndex(space.app_prefix, space.label_space_size, n_num)
                       if space.label_space_size <= MAX_LABELS else None)
         self._slots: dict[tuple[str, str], int] = {}  # (client, id) -> its slot in the index
 
@@ -274,10 +274,15 @@ class EdgeTable:
         checked = rows >= 0
         general[checked] = self._general_flag[rows[checked]]
         simple = np.repeat(checked & ~general, sizes)
+        cols = np.full(len(flat), -1, dtype=np.int64)
         if simple.any():
             cells, valid = self._cells(flat[simple])
             h, w = self._classify(at[simple], cells, flat[simple])
             holds[simple], wholly[simple] = h | ~valid, w | ~valid
+            if self._numeric:  # the first numeric attribute each cut cell is cut in
+                cn, span = cells[:, self._numeric], self._span[at[simple]]
+                inside = (span[:, :, 2] <= cn) & (cn <= span[:, :, 3])
+                cols[simple] = np.where(inside.all(axis=1), -1, np.argmax(~inside, axis=1))
         if general.any():
             first = np.cumsum(sizes) - sizes
             for i in np.flatnonzero(general).tolist():
@@ -286,9 +291,13 @@ class EdgeTable:
         offsets = np.zeros(len(listed) + 1, dtype=np.int64)
         np.cumsum(np.bincount(np.repeat(np.arange(len(listed)), sizes)[holds],
                               minlength=len(listed)), out=offsets[1:])
+        bounds = np.empty((len(listed), len(self._numeric), 2), dtype=np.float64)
+        bounds[...] = (-np.inf, np.inf)  # an unchecked subscription: all its cells held
+        bounds[checked] = self._bounds[rows[checked]]
         slots = self.index.add(
             np.fromiter((x[1] for x in listed), np.int64, len(listed)), np.maximum(rows, 0),
-            offsets, flat[holds], np.where(wholly[holds], HOLDS, CUTS))
+            bounds, general, offsets, flat[holds], np.where(wholly[holds], HOLDS, CUTS),
+            cols[holds])
         for (key, *_), slot in zip(listed, slots.tolist(), strict=True):
             self._slots[key] = slot
 
@@ -507,7 +516,7 @@ class EdgeTable:
         for e, r in enumerate(read):
             if r is not None:
                 numbers[e], ok[e] = r[1], True
-        m = self.index.match(labels, origins, ok, numbers, self._bounds, self._general_flag)
+        m = self.index.match(labels, origins, ok, numbers)
         if not len(m.pending[0]):
             return m
         return self._decide_general(m, read)

@@ -1,10 +1,17 @@
 """Compiled kernels of the exact label index (:class:`dls.label_index.LabelIndex`).
 
 The index keeps, per label of a small label space, a list of *entries* in one pool: an
-entry is ``2 * slot + kind`` (kind 0: the slot's subscription holds the label's cell
-wholly, 1: it cuts the cell and the event's values decide). Label ``l``'s list is
+entry is ``owner << 39 | (column + 1) << 33 | slot << 1 | kind`` (kind 0: the slot's
+subscription holds the label's cell wholly, 1: it cuts the cell and the event's values
+decide; column: one value column the subscription cuts the cell in, -1 none), beside it in
+``cut`` that column's bounds as float32 rounded outwards. Label ``l``'s list is
 ``pool[start[l]:start[l] + size[l]]`` with room for ``cap[l]``; a full list moves to the
 pool's end with twice the room. Retired slots keep their entries until a compaction.
+
+An entry alone decides most events: a cell held wholly delivers, and a value outside the
+float32 bounds of the cut column rejects (they hold the exact bounds, so nothing is
+rejected that matches); only the rest read the slot's record (exact bounds of every
+column), which lies elsewhere in memory.
 
 Like every kernel here these compile only when :data:`dls._jit.ENABLED`; the numpy
 reference lives with the caller and ``tests/dls/test_label_index.py`` holds them equal.
@@ -16,35 +23,46 @@ from typing import Any
 
 from dls._jit import njit
 
-__all__ = ["compact", "insert", "match"]
+__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "insert", "match"]
+
+SLOT_MASK = (1 << 32) - 1
+COL_SHIFT, OWNER_SHIFT = 33, 39
 
 
 @njit
-def insert(pool: Any, start: Any, size: Any, cap: Any, end: int, labels: Any,
-           entries: Any) -> int:
-    """Append ``entries[i]`` to label ``labels[i]``'s list; returns the pool's new end.
+def insert(pool: Any, cut: Any, start: Any, size: Any, cap: Any, end: int, labels: Any,
+           entries: Any, cuts: Any) -> int:
+    """Append ``entries[i]`` (``cuts[i]``) to label ``labels[i]``'s list; returns the end.
 
-    The caller leaves room enough past ``end`` (:meth:`LabelIndex._room`).
+    The caller leaves room enough past ``end`` (:meth:`LabelIndex._room`); should a list
+    have to move past the pool's end, the kernel stops there and returns -1.
     """
     for i in range(labels.shape[0]):
         lab = labels[i]
         n = size[lab]
         if n == cap[lab]:
             room = 4 if n < 2 else 2 * n
+            if end + room > pool.shape[0]:
+                return -1
             at = start[lab]
             for t in range(n):
                 pool[end + t] = pool[at + t]
+                cut[end + t, 0] = cut[at + t, 0]
+                cut[end + t, 1] = cut[at + t, 1]
             start[lab] = end
             cap[lab] = room
             end += room
-        pool[start[lab] + n] = entries[i]
+        t = start[lab] + n
+        pool[t] = entries[i]
+        cut[t, 0] = cuts[i, 0]
+        cut[t, 1] = cuts[i, 1]
         size[lab] = n + 1
     return end
 
 
 @njit
-def compact(pool: Any, start: Any, size: Any, cap: Any, alive: Any, slot_n: Any,
-            out: Any) -> int:
+def compact(pool: Any, cut: Any, start: Any, size: Any, cap: Any, alive: Any, slot_n: Any,
+            out: Any, out_cut: Any) -> int:
     """Copy every live entry into ``out`` (each list with a quarter more room).
 
     Entries of retired slots are dropped; ``slot_n`` is recounted. Returns the end.
@@ -61,9 +79,11 @@ def compact(pool: Any, start: Any, size: Any, cap: Any, alive: Any, slot_n: Any,
         k = 0
         for t in range(n):
             e = pool[at + t]
-            s = e >> 1
+            s = (e >> 1) & SLOT_MASK
             if alive[s]:
                 out[end + k] = e
+                out_cut[end + k, 0] = cut[at + t, 0]
+                out_cut[end + k, 1] = cut[at + t, 1]
                 slot_n[s] += 1
                 k += 1
         start[lab] = end
@@ -75,17 +95,19 @@ def compact(pool: Any, start: Any, size: Any, cap: Any, alive: Any, slot_n: Any,
 
 
 @njit
-def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, start: Any,
-          size: Any, alive: Any, owner: Any, row: Any, bounds: Any, general: Any,
-          stamp: Any, seen: Any, tag0: int, out_start: Any, out_owner: Any,
-          removed: Any, pend_event: Any, pend_slot: Any, counts: Any) -> None:
+def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
+          start: Any, size: Any, alive: Any, rec: Any, stamp: Any, seen: Any, tag0: int,
+          out_start: Any, out_owner: Any, removed: Any, pend_event: Any, pend_slot: Any,
+          counts: Any) -> None:
     """Who each event goes to: its label's entries, deduplicated by owner.
 
     ``labels[e]``: the list of event ``e`` (-1: none); ``origin[e]``: an owner it never
     goes to (-1: none); ``ok[e]``: its values ``values[e]`` could be read (else a cut
-    cell delivers, as by label). A cutting entry of a simple row delivers when every value
-    lies in the row's bounds; of a general row (``general[row]``), when the values lie in
-    its hull the pair is left to the caller (``pend_*``). Owners delivered to per event go
+    cell delivers, as by label). ``alive[s]``: slot ``s`` is live; ``rec[s]``: its owner,
+    flags (1 alive, 2 general) and bounds (lo, hi per value). A cutting entry delivers when
+    every value lies in the slot's bounds (its cut column first, from the entry's own
+    float32 bounds); of a general slot, when the values lie in its hull the pair is left
+    to the caller (``pend_*``). Owners delivered to per event go
     to ``out_owner[out_start[e]:out_start[e + 1]]``, ascending; owners with entries that
     got nothing go to ``removed``. ``stamp``/``seen``: scratch by owner, never reset (tags
     from ``tag0``). ``counts``: delivered, removed, pending, events whose values were
@@ -96,7 +118,7 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, start: Any,
     r_n = 0
     checked = 0
     unread = 0
-    n_num = bounds.shape[1]
+    n_num = values.shape[1]
     for e in range(labels.shape[0]):
         out_start[e] = k
         lab = labels[e]
@@ -110,10 +132,10 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, start: Any,
         blind = False
         for t in range(at, at + size[lab]):
             ent = pool[t]
-            s = ent >> 1
+            s = (ent >> 1) & SLOT_MASK
             if not alive[s]:
                 continue
-            o = owner[s]
+            o = ent >> OWNER_SHIFT
             if o == origin[e] or stamp[o] == tag:
                 continue
             if seen[o] != tag:
@@ -124,14 +146,18 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, start: Any,
             if ent & 1 and not ok[e]:
                 blind = True
             elif ent & 1:
-                r = row[s]
                 read = True
+                col = ((ent >> COL_SHIFT) & 63) - 1
+                if col >= 0:
+                    v = values[e, col]
+                    if v < cut[t, 0] or v > cut[t, 1]:
+                        continue  # outside the cut column's bounds: a candidate, no match
                 for j in range(n_num):
                     v = values[e, j]
-                    if v < bounds[r, j, 0] or v > bounds[r, j, 1]:
+                    if v < rec[s, 2 + 2 * j] or v > rec[s, 3 + 2 * j]:
                         deliver = False
                         break
-                if deliver and general[r]:
+                if deliver and rec[s, 1] >= 2.0:
                     pend_event[g] = e
                     pend_slot[g] = s
                     g += 1

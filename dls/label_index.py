@@ -7,8 +7,11 @@ a list per label of the subscriptions that touch its cell is cheaper: an event r
 list of its label and nothing else, so its cost follows the subscriptions that touch its
 cell, not the number of clients or of subscriptions.
 
-Each subscription has a *slot*: its owner (a client number), its row of bounds (the
-caller's, see :meth:`LabelIndex.match`) and whether it is alive. Each of its labels gets an
+Each subscription has a *slot*: its owner (a client number), its bounds (``[lo, hi]`` per
+value column; for a *general* subscription a hull, the caller deciding inside it), the
+caller's row number and whether it is alive. What matching reads of a slot (owner, flags,
+bounds) lies in one record of ``2 + 2 * columns`` float64, a cache line for three columns:
+an entry costs one memory access beside its list, the pool. Each of its labels gets an
 *entry* in that label's list saying whether the subscription holds the cell wholly (every
 event of the cell matches it) or cuts it (the event's values decide). Retiring a slot is
 O(1): its entries stay, skipped, until a compaction drops them once they are as many as the
@@ -30,11 +33,13 @@ from dls import _indexkernels as _ik
 from dls import _jit
 from dls.exceptions import DLSError
 
-__all__ = ["HOLDS", "MAX_LABELS", "CUTS", "IndexMatch", "LabelIndex"]
+__all__ = ["CUTS", "HOLDS", "MAX_LABELS", "MAX_OWNERS", "IndexMatch", "LabelIndex"]
 
 HOLDS, CUTS = 0, 1
 #: The largest label space the index addresses directly (4 arrays of this many ints).
 MAX_LABELS = 1 << 22
+#: Owners are numbered below this (an entry holds its owner in 24 bits).
+MAX_OWNERS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -60,10 +65,12 @@ class IndexMatch:
 class LabelIndex:
     """Label -> entries of live subscriptions (slots), for labels ``base .. base + size``."""
 
-    def __init__(self, base: int, n_labels: int, compiled: bool | None = None) -> None:
+    def __init__(self, base: int, n_labels: int, columns: int,
+                 compiled: bool | None = None) -> None:
         """An empty index of ``n_labels`` labels from ``base`` (at most :data:`MAX_LABELS`).
 
-        ``compiled``: the kernels (None: when :data:`dls._jit.ENABLED`) or numpy.
+        ``columns``: the values an event brings for cut cells; ``compiled``: the kernels
+        (None: when :data:`dls._jit.ENABLED`) or numpy.
         """
         if not 0 < n_labels <= MAX_LABELS:
             raise DLSError(f"a label index addresses 1 to {MAX_LABELS} labels, got "
@@ -74,12 +81,16 @@ class LabelIndex:
         self._size = np.zeros(n_labels, dtype=np.int64)
         self._cap = np.zeros(n_labels, dtype=np.int64)
         self._pool = np.zeros(1024, dtype=np.int64)
+        self._cut = np.zeros((1024, 2), dtype=np.float32)  # per entry: its cut column's
         self._end = 0
         self._live = 0  # entries of alive slots
         self._dead = 0  # entries of retired slots not yet compacted
         self._alive = np.zeros(0, dtype=np.bool_)
         self._owner = np.zeros(0, dtype=np.int64)
         self._row = np.zeros(0, dtype=np.int64)
+        self.columns = int(columns)
+        #: per slot: owner, flags (1 alive, 2 general), then lo, hi of each column
+        self._rec = np.zeros((0, 2 + 2 * self.columns), dtype=np.float64)
         self._slot_n = np.zeros(0, dtype=np.int64)  # entries per slot
         self._free: list[int] = []  # slots with no entry left
         self._swept: list[int] = []  # retired slots whose entries a compaction will drop
@@ -100,8 +111,9 @@ class LabelIndex:
     def memory_bytes(self) -> int:
         """Bytes of the index's arrays."""
         return int(sum(a.nbytes for a in (self._start, self._size, self._cap, self._pool,
+                                          self._cut,
                                           self._alive, self._owner, self._row, self._slot_n,
-                                          self._stamp, self._seen)))
+                                          self._stamp, self._seen, self._rec)))
 
     def owner_of(self, slot: int) -> int:
         """The owner of a slot."""
@@ -112,16 +124,24 @@ class LabelIndex:
         return int(self._row[slot])
 
     # -- changes ----------------------------------------------------------------------------
-    def add(self, owners: np.ndarray, rows: np.ndarray, offsets: np.ndarray,
-            labels: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    def add(self, owners: np.ndarray, rows: np.ndarray, bounds: np.ndarray,
+            general: np.ndarray, offsets: np.ndarray, labels: np.ndarray, kinds: np.ndarray,
+            cols: np.ndarray | None = None) -> np.ndarray:
         """Add subscriptions; returns their slots.
 
-        Subscription ``i`` belongs to owner ``owners[i]`` with bounds row ``rows[i]`` and
-        has the entries ``labels[offsets[i]:offsets[i + 1]]`` of kinds :data:`HOLDS` /
+        Subscription ``i`` belongs to owner ``owners[i]``, is the caller's row ``rows[i]``
+        with ``bounds[i]`` (``(columns, 2)``; ``general[i]``: a hull, see :meth:`match`),
+        and has the entries ``labels[offsets[i]:offsets[i + 1]]`` of kinds :data:`HOLDS` /
         :data:`CUTS` (labels outside the index's range are refused: nothing changes).
+        ``cols``: per entry, a column its subscription cuts the cell in (-1: none known),
+        whose bounds the entry keeps to decide most events alone.
         """
         owners = np.asarray(owners, dtype=np.int64)
         n = len(owners)
+        if n and (owners.min() < 0 or owners.max() >= MAX_OWNERS):
+            wrong = int(owners[(owners < 0) | (owners >= MAX_OWNERS)][0])
+            raise DLSError(f"owner {wrong} outside 0..{MAX_OWNERS - 1}", field="owners",
+                           value=wrong)
         labels = np.asarray(labels, dtype=np.uint64)
         idx = labels.astype(np.int64) - self.base  # uint64 -> int64: large ones go negative
         bad = (labels < np.uint64(self.base)) | (idx >= self.n_labels) | (idx < 0)
@@ -130,20 +150,40 @@ class LabelIndex:
             raise DLSError(f"label {v:#x} lies outside the index's labels "
                            f"[{self.base:#x}, {self.base + self.n_labels:#x})",
                            field="labels", value=v)
+        if self.compiled:  # first: a compaction here recounts the entries of every slot
+            self._room(idx)
         slots = self._take_slots(n)
         self._owner[slots] = owners
         self._row[slots] = np.asarray(rows, dtype=np.int64)
         self._alive[slots] = True
+        general = np.asarray(general, dtype=bool)
+        self._rec[slots, 0] = owners
+        self._rec[slots, 1] = 1.0 + 2.0 * general
+        self._rec[slots, 2:] = np.asarray(bounds, dtype=np.float64).reshape(n, -1)
         sizes: np.ndarray = np.diff(np.asarray(offsets, dtype=np.int64)).astype(np.int64)
         self._slot_n[slots] = sizes
         self._grow_owners(int(owners.max()) + 1 if n else 0)
-        entries = 2 * np.repeat(slots, sizes) + np.asarray(kinds, dtype=np.int64)
+        kinds = np.asarray(kinds, dtype=np.int64)
+        col = (np.full(len(idx), -1, dtype=np.int64) if cols is None
+               else np.where(kinds == CUTS, np.asarray(cols, dtype=np.int64), -1))
+        sub = np.repeat(np.arange(n), sizes)
+        cuts = np.empty((len(idx), 2), dtype=np.float32)
+        cuts[:, 0], cuts[:, 1] = -np.inf, np.inf
+        if self.columns and (col >= 0).any():
+            at = np.flatnonzero(col >= 0)
+            b = np.asarray(bounds, dtype=np.float64)[sub[at], col[at]]
+            cuts[at, 0], cuts[at, 1] = _outwards(b[:, 0], -np.inf), _outwards(b[:, 1], np.inf)
+        entries = (np.repeat(owners, sizes) << _ik.OWNER_SHIFT | (col + 1) << _ik.COL_SHIFT
+                   | np.repeat(slots, sizes) << 1 | kinds)
         if self.compiled:
-            self._room(idx)
-            self._end = _ik.insert(self._pool, self._start, self._size, self._cap, self._end,
-                                   idx, entries)
+            end = _ik.insert(self._pool, self._cut, self._start, self._size, self._cap,
+                             self._end, idx, entries, cuts)
+            if end < 0:  # never: _room leaves enough (the kernel stops rather than overrun)
+                raise DLSError("label index: its pool was too small for an insert",
+                               field="pool", value=len(self._pool))
+            self._end = end
         else:
-            self._insert_reference(idx, entries)
+            self._insert_reference(idx, entries, cuts)
         self._live += len(entries)
         return slots
 
@@ -157,6 +197,7 @@ class LabelIndex:
             raise DLSError(f"slot {bad} is not a live subscription of the index",
                            field="slot", value=bad)
         self._alive[slots] = False
+        self._rec[slots, 1] = 0.0
         n = int(self._slot_n[slots].sum())
         self._live -= n
         self._dead += n
@@ -166,39 +207,39 @@ class LabelIndex:
 
     def compact(self) -> None:
         """Drop the entries of retired slots (their slots are given out again)."""
-        out = np.zeros(max(1024, self._live + self._live // 4 + 2 * self.n_labels),
-                       dtype=np.int64)
+        size = max(1024, self._live + self._live // 4 + 2 * self.n_labels)
+        out = np.zeros(size, dtype=np.int64)
+        out_cut = np.zeros((size, 2), dtype=np.float32)
         if self.compiled:
-            self._end = _ik.compact(self._pool, self._start, self._size, self._cap,
-                                    self._alive, self._slot_n, out)
+            self._end = _ik.compact(self._pool, self._cut, self._start, self._size, self._cap,
+                                    self._alive, self._slot_n, out, out_cut)
         else:
-            self._end = self._compact_reference(out)
-        self._pool = out
+            self._end = self._compact_reference(out, out_cut)
+        self._pool, self._cut = out, out_cut
         self._dead = 0
         self._free += self._swept
         self._swept = []
 
     # -- matching ---------------------------------------------------------------------------
     def match(self, labels: np.ndarray, origins: np.ndarray, ok: np.ndarray,
-              values: np.ndarray, bounds: np.ndarray, general: np.ndarray) -> IndexMatch:
+              values: np.ndarray) -> IndexMatch:
         """Who events of ``labels`` go to (see :class:`IndexMatch`).
 
         ``origins[e]``: an owner event ``e`` never goes to (-1: none); ``values[e]`` its
-        values, one column per column of ``bounds`` (rows ``(n, columns, 2)``: ``[lo, hi]``
-        per column), read when ``ok[e]``; ``general[row]``: that row's bounds are a hull
-        only. A label outside the index's range goes to nobody.
+        values (``columns`` of them), read when ``ok[e]``: a cut cell delivers when every
+        value lies in the slot's bounds, or, for a general slot, is left to the caller. A
+        label outside the index's range goes to nobody.
         """
         ls = np.asarray(labels, dtype=np.uint64)
         idx = ls.astype(np.int64) - self.base
         idx[(ls < np.uint64(self.base)) | (idx >= self.n_labels) | (idx < 0)] = -1
         origins = np.asarray(origins, dtype=np.int64)
         if self.compiled:
-            return self._match_compiled(idx, origins, ok, values, bounds, general)
-        return self._match_reference(idx, origins, ok, values, bounds, general)
+            return self._match_compiled(idx, origins, ok, values)
+        return self._match_reference(idx, origins, ok, values)
 
     def _match_compiled(self, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
-                        values: np.ndarray, bounds: np.ndarray, general: np.ndarray
-                        ) -> IndexMatch:
+                        values: np.ndarray) -> IndexMatch:
         n = len(idx)
         valid = idx >= 0
         room = int(self._size[idx[valid]].sum())
@@ -208,17 +249,16 @@ class LabelIndex:
         pend_e = np.empty(room, dtype=np.int64)
         pend_s = np.empty(room, dtype=np.int64)
         counts = np.zeros(5, dtype=np.int64)
-        _ik.match(idx, origins, ok, values, self._pool, self._start, self._size, self._alive,
-                  self._owner, self._row, bounds, general, self._stamp, self._seen,
-                  self._tag, out_start, owners, removed, pend_e, pend_s, counts)
+        _ik.match(idx, origins, ok, values, self._pool, self._cut, self._start, self._size,
+                  self._alive, self._rec, self._stamp, self._seen, self._tag, out_start,
+                  owners, removed, pend_e, pend_s, counts)
         self._tag += n
         k, r, g, checked, unread = counts.tolist()
         return IndexMatch(out_start, owners[:k], removed[:r], (pend_e[:g], pend_s[:g]),
                           checked, unread)
 
     def _match_reference(self, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
-                         values: np.ndarray, bounds: np.ndarray, general: np.ndarray
-                         ) -> IndexMatch:
+                         values: np.ndarray) -> IndexMatch:
         """Numpy: every entry of every event gathered, checked and deduplicated at once."""
         n = len(idx)
         valid = idx >= 0
@@ -228,17 +268,17 @@ class LabelIndex:
         at = np.repeat(self._start[np.where(valid, idx, 0)] - first, sizes) + np.arange(
             int(sizes.sum()))
         ent = self._pool[at]
-        slot, cut = ent >> 1, (ent & 1).astype(bool)
-        o = self._owner[slot]
+        slot, cut = (ent >> 1) & _ik.SLOT_MASK, (ent & 1).astype(bool)
+        o = ent >> _ik.OWNER_SHIFT
         keep = self._alive[slot] & (o != origins[ev])
         ev, slot, cut, o = ev[keep], slot[keep], cut[keep], o[keep]
-        r = self._row[slot]
+        rec = self._rec[slot]
         test = cut & ok[ev]
         inside = np.ones(len(ev), dtype=bool)
-        if len(ev) and bounds.shape[1]:
-            b, v = bounds[r], values[ev]
+        if len(ev) and self.columns:
+            b, v = rec[:, 2:].reshape(len(ev), self.columns, 2), values[ev]
             inside = ((b[:, :, 0] <= v) & (v <= b[:, :, 1])).all(axis=1)
-        pend = test & inside & general[r] if len(ev) else np.zeros(0, dtype=bool)
+        pend = test & inside & (rec[:, 1] >= 2)
         deliver = ~test | (inside & ~pend)
         width = int(o.max()) + 1 if len(o) else 1
         every = np.unique(ev * width + o)
@@ -254,6 +294,9 @@ class LabelIndex:
         reuse = min(n, len(self._free))
         got = self._free[len(self._free) - reuse:]
         del self._free[len(self._free) - reuse:]
+        if self._slots_used + n - reuse > _ik.SLOT_MASK:
+            raise DLSError(f"a label index holds at most {_ik.SLOT_MASK} subscriptions",
+                           field="slots", value=self._slots_used + n - reuse)
         fresh = np.arange(self._slots_used, self._slots_used + n - reuse, dtype=np.int64)
         self._slots_used += n - reuse
         if self._slots_used > len(self._alive):
@@ -261,6 +304,9 @@ class LabelIndex:
             self._alive = _grown(self._alive, size)
             self._owner = _grown(self._owner, size)
             self._row = _grown(self._row, size)
+            rec = np.zeros((size, self._rec.shape[1]), dtype=np.float64)
+            rec[:len(self._rec)] = self._rec
+            self._rec = rec
             self._slot_n = _grown(self._slot_n, size)
         return np.concatenate([np.asarray(got, dtype=np.int64), fresh])
 
@@ -275,44 +321,59 @@ class LabelIndex:
     def _room(self, idx: np.ndarray) -> None:
         """Grow the pool so that appending to the lists of ``idx`` cannot pass its end."""
         touched, added = np.unique(idx, return_counts=True)
-        need = int((2 * (self._size[touched] + added) + 4).sum())
+        # a list that fills while it takes its entries moves at sizes c, 2c, 4c ...: its
+        # rooms add up to at most twice its last, which is at most twice its final size
+        need = int((4 * (self._size[touched] + added) + 8).sum())
         if self._end + need > len(self._pool):
             if self._dead + (self._end - self._live - self._dead) > self._live:
                 self.compact()  # much of the pool is garbage: shed it before growing
             if self._end + need > len(self._pool):
-                self._pool = _grown(self._pool, max(2 * len(self._pool), self._end + need))
+                size = max(2 * len(self._pool), self._end + need)
+                self._pool, self._cut = _grown(self._pool, size), _grown(self._cut, size)
 
-    def _insert_reference(self, idx: np.ndarray, entries: np.ndarray) -> None:
+    def _insert_reference(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray
+                          ) -> None:
         """Numpy: the pool laid out again with the new entries (lists exactly full)."""
         old_lab = np.repeat(np.arange(self.n_labels, dtype=np.int64), self._size)
         old_at = np.repeat(self._start - (np.cumsum(self._size) - self._size),
                            self._size) + np.arange(int(self._size.sum()))
         lab = np.concatenate([old_lab, idx])
         ent = np.concatenate([self._pool[old_at], entries])
+        cut = np.concatenate([self._cut[old_at], cuts])
         order = np.argsort(lab, kind="stable")
         self._size = np.bincount(lab, minlength=self.n_labels).astype(np.int64)
         self._cap = self._size.copy()
         self._start = np.cumsum(self._size) - self._size
         self._pool = np.concatenate([ent[order], np.zeros(1, dtype=np.int64)])
+        self._cut = np.concatenate([cut[order], np.zeros((1, 2), dtype=np.float32)])
         self._end = len(ent)
 
-    def _compact_reference(self, out: np.ndarray) -> int:
+    def _compact_reference(self, out: np.ndarray, out_cut: np.ndarray) -> int:
         at = np.repeat(self._start - (np.cumsum(self._size) - self._size),
                        self._size) + np.arange(int(self._size.sum()))
         lab = np.repeat(np.arange(self.n_labels, dtype=np.int64), self._size)
-        ent = self._pool[at]
-        keep = self._alive[ent >> 1]
-        ent, lab = ent[keep], lab[keep]
+        ent, cut = self._pool[at], self._cut[at]
+        keep = self._alive[(ent >> 1) & _ik.SLOT_MASK]
+        ent, lab, cut = ent[keep], lab[keep], cut[keep]
         self._size = np.bincount(lab, minlength=self.n_labels).astype(np.int64)
         self._cap = self._size.copy()
         self._start = np.cumsum(self._size) - self._size
-        self._slot_n[:] = np.bincount(ent >> 1, minlength=len(self._slot_n))[
-            :len(self._slot_n)]
+        self._slot_n[:] = np.bincount((ent >> 1) & _ik.SLOT_MASK,
+                                      minlength=len(self._slot_n))[:len(self._slot_n)]
         out[:len(ent)] = ent
+        out_cut[:len(ent)] = cut
         return len(ent)
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:
-    out = np.zeros(size, dtype=a.dtype)
+    out = np.zeros((size, *a.shape[1:]), dtype=a.dtype)
     out[:len(a)] = a
     return out
+
+
+def _outwards(x: np.ndarray, towards: float) -> np.ndarray:
+    """``x`` as float32, moved one step ``towards`` where rounding went the other way."""
+    f = x.astype(np.float32)
+    wrong = f > x if towards < 0 else f < x
+    f[wrong] = np.nextafter(f[wrong], np.float32(towards))
+    return f

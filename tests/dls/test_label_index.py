@@ -65,7 +65,7 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(compi
     lo = rng.choice([-1.0, 0.0, 0.5], size=(8, N_COLS))
     bounds = np.stack([lo, lo + rng.choice([0.0, 0.5, 1.0], size=(8, N_COLS))], axis=2)
     general = rng.random(8) < 0.3
-    ix = LabelIndex(BASE, N_LABELS, compiled=compiled)
+    ix = LabelIndex(BASE, N_LABELS, N_COLS, compiled=compiled)
     model: dict[int, tuple[int, int, dict[int, int]]] = {}
 
     def decide(slot):  # a general row's own verdict, stable per slot
@@ -78,8 +78,9 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(compi
             sizes = [len(d) for _, _, d in arg]
             labels = [BASE + lab for _, _, d in arg for lab in d]
             kinds = [k for _, _, d in arg for k in d.values()]
-            slots = ix.add(np.array(owners), np.array(rows), np.r_[0, np.cumsum(sizes)],
-                           np.array(labels, dtype=np.uint64), np.array(kinds))
+            slots = ix.add(np.array(owners), np.array(rows), bounds[rows], general[rows],
+                           np.r_[0, np.cumsum(sizes)], np.array(labels, dtype=np.uint64),
+                           np.array(kinds))
             assert not set(slots.tolist()) & set(model)  # a live slot is never given twice
             for s, (o, r, d) in zip(slots.tolist(), arg, strict=True):
                 model[s] = (o, r, dict(d))
@@ -95,7 +96,7 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(compi
             origins = np.array([o for _, o, _, _ in arg])
             ok = np.array([k for _, _, k, _ in arg])
             values = np.array([v for *_, v in arg], dtype=np.float64)
-            m = ix.match(labels, origins, ok, values, bounds, general)
+            m = ix.match(labels, origins, ok, values)
             got, removed = _resolved(m, decide, len(arg), lambda s: model[s][0])
             want_removed = []
             for e, (lab, o, k, v) in enumerate(arg):
@@ -110,19 +111,50 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(compi
 
 
 def test_labels_outside_the_index_are_refused_and_change_nothing():
-    ix = LabelIndex(BASE, N_LABELS)
+    ix = LabelIndex(BASE, N_LABELS, N_COLS)
+    free = np.zeros((2, N_COLS, 2))
     with pytest.raises(DLSError, match=r"label 0x10018 lies outside"):
-        ix.add(np.array([0, 1]), np.array([0, 0]), np.array([0, 1, 2]),
+        ix.add(np.array([0, 1]), np.array([0, 0]), free, np.zeros(2, bool), np.array([0, 1, 2]),
                np.array([BASE, BASE + N_LABELS], dtype=np.uint64), np.array([0, 0]))
     assert len(ix) == 0 and ix.entries == 0
     with pytest.raises(DLSError, match="addresses 1 to"):
-        LabelIndex(0, 1 << 30)
+        LabelIndex(0, 1 << 30, N_COLS)
 
 
 def test_retiring_a_slot_twice_is_refused():
-    ix = LabelIndex(BASE, N_LABELS)
-    s = ix.add(np.array([0]), np.array([0]), np.array([0, 1]),
-               np.array([BASE], dtype=np.uint64), np.array([HOLDS]))
+    ix = LabelIndex(BASE, N_LABELS, N_COLS)
+    s = ix.add(np.array([0]), np.array([0]), np.zeros((1, N_COLS, 2)), np.zeros(1, bool),
+               np.array([0, 1]), np.array([BASE], dtype=np.uint64), np.array([HOLDS]))
     ix.retire(s)
     with pytest.raises(DLSError, match="is not a live subscription"):
         ix.retire(s)
+
+
+@pytest.mark.parametrize("compiled", [False, True] if _jit.ENABLED else [False])
+def test_lists_that_fill_many_times_in_one_insert_keep_every_entry(compiled):
+    """Batches piling onto few labels (lists moving several times in one call) and
+    compactions in between: every live entry is found, none twice."""
+    rng = np.random.default_rng(7)
+    ix = LabelIndex(BASE, N_LABELS, N_COLS, compiled=compiled)
+    free = np.zeros((1, N_COLS, 2))
+    owner_of = {}
+    for batch in range(12):
+        n = int(rng.integers(1, 400))
+        labels = BASE + rng.integers(0, 3, size=n)  # three lists take everything
+        owners = rng.integers(0, 50, size=n)
+        slots = ix.add(owners, np.zeros(n, int), np.repeat(free, n, axis=0),
+                       np.zeros(n, bool), np.arange(n + 1), labels.astype(np.uint64),
+                       np.zeros(n, int))
+        owner_of.update(dict(zip(slots.tolist(), zip(owners.tolist(), (labels - BASE).tolist(),
+                                                     strict=True), strict=True)))
+        if batch % 3 == 2:  # retire a third: a compaction comes when dead passes live
+            gone = rng.choice(sorted(owner_of), size=len(owner_of) // 3, replace=False)
+            ix.retire(gone)
+            for s in gone.tolist():
+                del owner_of[s]
+        for lab in range(3):
+            m = ix.match(np.array([BASE + lab], dtype=np.uint64), np.array([-1]),
+                         np.array([True]), np.zeros((1, N_COLS)))
+            want = sorted({o for o, lb in owner_of.values() if lb == lab})
+            assert m.owners.tolist() == want
+        assert ix.entries == len(owner_of)
