@@ -362,39 +362,50 @@ class EdgeTable:
             m.shape[1] for m in rows.masks] == self._words
         at = {} if rows is None or not fits else dict(
             zip(rows.index.tolist(), range(len(rows.index)), strict=True))
-        self.version += 1
+        by_clients: list[str] = []
+        by_ids: list[str] = []
+        by_labels: list[np.ndarray | None] = []
+        listed: list[tuple[tuple[str, str], int, int, np.ndarray]] = []
+        spans: list[int] = []
         for i, (client, sid) in enumerate(zip(clients, ids, strict=True)):
             own = (None if labels is None or offsets is None
                    else labels[int(offsets[i]):int(offsets[i + 1])])
             j = at.get(i)
             key = (client, sid)
-            if j is None or rows is None:
-                self.add(client, sid, None, own)
-                continue
-            if key in self._rows or key in self._unchecked_ids:
-                continue
             sub = None
-            if i in rows.sets:
+            if j is not None and rows is not None and i in rows.sets:
                 try:
                     sub = Subscription(self.space, json.loads(rows.sets[i]))
                 except (DLSError, ValueError):  # not of this space: by label
-                    self.add(client, sid, None, own)
-                    continue
+                    j = None
+            if j is None or rows is None:
+                by_clients.append(client)
+                by_ids.append(sid)
+                by_labels.append(own)
+                continue
+            if key in self._rows or key in self._unchecked_ids:
+                continue
             cid = self._client(client)
             row = self._take(key, cid)
             if sub is not None:
                 self._set_general(row, sub)
-                if self.index is not None:
-                    self._index_add([(key, cid, row, sub.labels() if own is None else own)])
-                continue
-            masks = [m[j] for m in rows.masks]
-            self._set_simple(row, (rows.bounds[j], masks))
-            if self.index is not None:
-                if own is None:  # it cannot be listed: the index would miss it
-                    self.index = None
-                    self._slots.clear()
-                else:
-                    self._index_add([(key, cid, row, own)])
+                own = sub.labels() if own is None else own
+            else:
+                self._set_simple(row, (rows.bounds[j], [m[j] for m in rows.masks]),
+                                 cells=False)
+                spans.append(row)
+            if own is None and self.index is not None:  # cannot be listed: would be missed
+                self.index = None
+                self._slots.clear()
+            if own is not None:
+                listed.append((key, cid, row, np.asarray(own, dtype=np.uint64)))
+        if spans:
+            self._span[spans] = self._ranges(self._bounds[spans])
+        self.version += 1  # every row is set: what is computed from here on sees them all
+        if self.index is not None and listed:
+            self._index_add(listed)
+        if by_clients:
+            self.add_many(by_clients, by_ids, [None] * len(by_clients), by_labels)
 
     # -- verdicts -----------------------------------------------------------------------------
     def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:
@@ -510,27 +521,31 @@ class EdgeTable:
         ``sub.matches``. Owners are the table's client numbers.
         """
         assert self.index is not None  # noqa: S101 - called on a table with an index
-        read = [self.read(v) for v in values]
         numbers = np.zeros((len(values), len(self._numeric)), dtype=np.float64)
         ok = np.zeros(len(values), dtype=np.bool_)
-        for e, r in enumerate(read):
+        for e, r in enumerate(map(self.read, values)):
             if r is not None:
                 numbers[e], ok[e] = r[1], True
         m = self.index.match(labels, origins, ok, numbers)
         if not len(m.pending[0]):
             return m
-        return self._decide_general(m, read)
+        return self._decide_general(m, values)
 
-    def _decide_general(self, m: IndexMatch, read: list[tuple[dict[str, Any], np.ndarray]
-                                                         | None]) -> IndexMatch:
-        """``m`` with its general rows' cut cells decided by their subscriptions."""
+    def _decide_general(self, m: IndexMatch, values: Sequence[bytes | None]) -> IndexMatch:
+        """``m`` with its general rows' cut cells decided by their subscriptions.
+
+        Only the events named are decoded whole (their attributes).
+        """
         assert self.index is not None  # noqa: S101 - called on a table with an index
         n = len(m.offsets) - 1
         per = [m.owners[m.offsets[e]:m.offsets[e + 1]].tolist() for e in range(n)]
         removed = m.removed.tolist()
         owner_of, row_of = self.index.owner_of, self.index.row_of
+        read: dict[int, tuple[dict[str, Any], np.ndarray] | None] = {}
         for e, s in zip(*(a.tolist() for a in m.pending), strict=True):
             o = owner_of(s)
+            if e not in read:
+                read[e] = self.read(values[e])
             r = read[e]
             if o in per[e] or r is None or not self._general[row_of(s)][0].matches(r[0]):
                 continue
@@ -712,7 +727,8 @@ class EdgeTable:
             holds &= (self._masks[rows, word] >> bit.astype(np.uint64)) & one == one
         if self._general:
             g = np.flatnonzero(self._general_flag[rows])
-            holds[g], wholly[g] = self._general_lookup(rows[g], labels[g])
+            if len(g):
+                holds[g], wholly[g] = self._general_lookup(rows[g], labels[g])
         return holds, wholly
 
     def _general_lookup(self, rows: np.ndarray, labels: np.ndarray

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from confluent_kafka import Message
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from broker_node.config import NodeSettings
@@ -149,6 +149,9 @@ def _round_trip(node: Node, path: Path) -> Node:
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(before=OPS, after=OPS)
+@example(before=[("subw", "ann", "s1", "x < 30"), ("subw", "ann", "s4", "x in (5, 50, 77)"),
+                 ("subw", "ann", "s3", "x < 30"), ("subw", "ann", "s2", "x in (5, 50, 77)")],
+         after=[])  # general rows restored after a cache of them was made: none is lost
 def test_a_restored_state_is_the_state_and_stays_so(space_path: Path, before: list[tuple],
                                                      after: list[tuple]) -> None:
     node = Node(space_path)
