@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from connectors.serde import decode_raw_event
+from connectors.serde.raw_numbers import NumericReader
 from dls import _edgekernels as _ek
 from dls import _jit
 from dls.edge import interior_labels
@@ -175,6 +176,8 @@ class EdgeTable:
         self._gkeys: tuple[int, np.ndarray, np.ndarray] | None = None
         #: moves at every change of the rows; a plan naming rows is valid at its version only
         self.version = 0
+        #: reads a run's numeric values at once (what :meth:`read` reads of each)
+        self._reader = NumericReader(self.numeric_names, self._optional)
         #: label -> the subscriptions touching its cell (None: a label space too large to
         #: address; plans then name candidates' rows, :meth:`classify`)
         self.index = (LabelIndex(space.app_prefix, space.label_space_size, n_num)
@@ -521,11 +524,7 @@ class EdgeTable:
         ``sub.matches``. Owners are the table's client numbers.
         """
         assert self.index is not None  # noqa: S101 - called on a table with an index
-        numbers = np.zeros((len(values), len(self._numeric)), dtype=np.float64)
-        ok = np.zeros(len(values), dtype=np.bool_)
-        for e, r in enumerate(map(self.read, values)):
-            if r is not None:
-                numbers[e], ok[e] = r[1], True
+        numbers, ok = self._reader.read(values)
         m = self.index.match(labels, origins, ok, numbers)
         if not len(m.pending[0]):
             return m
