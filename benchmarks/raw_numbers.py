@@ -8,7 +8,8 @@ SDK encodes them (``encode_raw_event``), read in batches of 1,000 by
 * ``NumericReader(mode="python")``: the same Python path behind the batch interface;
 * ``NumericReader``: the batch kernel (numba, compiled and warmed up before timing).
 
-Prints the best of ``--repeats`` passes in ns per event. With ``DLS_NO_JIT=1`` the reader
+Prints the best of ``--repeats`` passes in ns per event (the three take turns, so that a
+busy machine slows each alike). With ``DLS_NO_JIT=1`` the reader
 takes the Python path too. Run: ``python -m benchmarks.raw_numbers``.
 """
 
@@ -33,14 +34,16 @@ def _encoded(n: int, seed: int) -> list[bytes]:
             for i in range(n)]
 
 
-def _best_ns(fn: Callable[[Sequence[bytes]], object], batches: list[list[bytes]], n: int,
-             repeats: int) -> float:
-    best = float("inf")
+def _best_ns(fns: dict[str, Callable[[Sequence[bytes]], object]], batches: list[list[bytes]],
+             n: int, repeats: int) -> dict[str, float]:
+    """Each function's best pass over the batches, in ns per event (passes interleaved)."""
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        for b in batches:
-            fn(b)
-        best = min(best, (time.perf_counter_ns() - t0) / n)
+        for name, fn in fns.items():
+            t0 = time.perf_counter_ns()
+            for b in batches:
+                fn(b)
+            best[name] = min(best[name], (time.perf_counter_ns() - t0) / n)
     return best
 
 
@@ -48,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=10_000)
     p.add_argument("--batch", type=int, default=1_000)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
 
@@ -70,12 +73,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for v in batch:
             read(v)
 
-    timings = {
-        "EdgeTable.read (per event)": _best_ns(per_event, batches, len(values), args.repeats),
-        "NumericReader, python path": _best_ns(python_reader.read, batches, len(values),
-                                               args.repeats),
-        "NumericReader": _best_ns(reader.read, batches, len(values), args.repeats),
-    }
+    timings = _best_ns({"EdgeTable.read (per event)": per_event,
+                        "NumericReader, python path": python_reader.read,
+                        "NumericReader": reader.read}, batches, len(values), args.repeats)
     print(f"{len(values):,} quote events ({len(table.numeric_names)} numeric attributes "
           f"of {len(table.space.attributes)}), batches of {args.batch:,}, best of "
           f"{args.repeats}; kernel {'compiled' if _jit.ENABLED else 'off: ' + _jit.REASON}")

@@ -47,7 +47,7 @@ from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN
 
 BATCH = 1000
 PARTS = {"inbox": ("inbox.py", "events"), "plans": ("router.py", "plans"),
-         "match": ("edge.py", "match_run"), "produce": ("router.py", "_deliver_local"),
+         "match": ("edge_index.py", "match_run"), "produce": ("router.py", "_deliver_local"),
          "produce (plans)": ("router.py", "_deliver_planned")}
 
 

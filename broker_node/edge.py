@@ -11,132 +11,51 @@ Plans name rows (valid at :attr:`EdgeTable.version`, which every change moves), 
 copies. A client never given to the table, or with a ``where`` the node could not
 compile, is *sure* for every label: the table only removes what no subscription matches.
 See docs/architecture.md, "Exact delivery at the edge".
+
+When the label space is small enough to address, the table also lists each subscription
+under its labels (:mod:`broker_node.edge_index`), and a node's local deliveries come from
+that list rather than from plans. What a row is lives in :mod:`broker_node.edge_rows`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from connectors.serde import decode_raw_event
-from connectors.serde.raw_numbers import NumericReader
+from broker_node.edge_index import EdgeIndex
+from broker_node.edge_rows import (
+    CHECK,
+    NONE,
+    SURE,
+    EdgeRows,
+    SimpleParts,
+    Verdict,
+    general_row,
+    has_label,
+    hull,
+    label_cells,
+    read_event,
+    row_cells,
+    simple_parts,
+    values_match,
+    values_of,
+)
 from dls import _edgekernels as _ek
 from dls import _jit
-from dls.edge import interior_labels
 from dls.exceptions import DLSError
-from dls.label_index import CUTS, HOLDS, MAX_LABELS, IndexMatch, LabelIndex
-from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
+from dls.label_index import CUTS, HOLDS, MAX_LABELS
+from dls.predicates import Subscription
 from dls.space import ContentSpace
 
-__all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "EdgeTable", "Verdict", "values_match"]
+#: EdgeRows, SimpleParts, Verdict, simple_parts and values_match live in
+#: :mod:`broker_node.edge_rows` and are re-exported here.
+__all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "EdgeTable", "SimpleParts", "Verdict",
+           "simple_parts", "values_match"]
 
-SURE, CHECK, NONE = 0, 1, 2
 _EMPTY32 = np.zeros(0, dtype=np.int32)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the edge does with one candidate client for one label."""
-
-    kind: int  # SURE, CHECK or NONE
-    rows: np.ndarray = field(default_factory=lambda: _EMPTY32)  # CHECK: rows cutting the cell
-    table: EdgeTable | None = field(default=None, compare=False, repr=False)  # CHECK: whose
-
-
-def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, Any]) -> bool:
-    """Whether an event passes ``verdict`` (one of :meth:`EdgeTable.verdicts`).
-
-    ``values``: its numeric values in the table's order; ``event``: its attributes.
-    """
-    if verdict.kind != CHECK:
-        return verdict.kind == SURE
-    assert verdict.table is not None  # noqa: S101 - a CHECK verdict names its table
-    return verdict.table.matches(verdict, event, values)
-
-
-@dataclass(frozen=True)
-class EdgeRows:
-    """The checked subscriptions of a snapshot (a general row: its hull, its ``where``)."""
-
-    index: np.ndarray  # int64: which of the snapshot's subscriptions these rows are
-    bounds: np.ndarray  # (rows, numeric attributes, 2) float64
-    masks: list[np.ndarray]  # per discrete attribute, (rows, words) uint64
-    sets: dict[int, str]  # subscription index -> its JSON where (a general row: compiled)
-
-
-#: A simple row: its bounds ``(numeric attributes, 2)`` and its mask per discrete attribute.
-SimpleParts = tuple[np.ndarray, list[np.ndarray]]
-
-
-def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
-                 ) -> SimpleParts | None:
-    """The row of a simple subscription; None when it needs a general row.
-
-    Simple: one alternative whose constrained attributes are all required, each a numeric
-    range (no set of values, no exclusion) or a discrete set. An attribute left out (of
-    any kind, optional or not) allows every cell, absent included: its bounds are
-    ``[-inf, inf]``, its mask full.
-    """
-    if len(sub.alternatives) != 1:
-        return None
-    alt = sub.alternatives[0]
-    cons = alt.constraints
-    attrs = sub.space.attributes
-    if any(a.optional or a.kind not in ("numeric", "discrete") for a in attrs
-           if a.name in cons):
-        return None
-    bounds = np.empty((len(numeric), 2), dtype=np.float64)
-    for j, i in enumerate(numeric):
-        c = cons.get(attrs[i].name)
-        if c is None:
-            bounds[j] = (-math.inf, math.inf)
-        elif isinstance(c, NumericConstraint) and c.values is None and not c.excluded:
-            bounds[j] = c.effective_bounds()
-        else:
-            return None
-    masks = []
-    for i in discrete:
-        a = attrs[i]
-        c = cons.get(a.name)
-        if c is not None and not isinstance(c, DiscreteConstraint):
-            return None
-        out = np.zeros((a.n_cells + 63) // 64, dtype=np.uint64)
-        for cell in (range(a.n_cells) if c is None else alt.cells(a).tolist()):
-            out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
-        masks.append(out)
-    return bounds, masks
-
-
-def _general(sub: Subscription) -> tuple[Subscription, np.ndarray, np.ndarray]:
-    """A general row: the subscription, its sorted labels, its sorted interior labels."""
-    return sub, sub.labels(), interior_labels(sub)
-
-
-def _hull(sub: Subscription, numeric: list[int]) -> np.ndarray:
-    """``(numeric attributes, 2)``: bounds that hold every matching event's values.
-
-    Per attribute the widest of the alternatives' effective bounds; ``[-inf, inf]`` where
-    an alternative leaves it unconstrained or lets it be absent (read as 0).
-    """
-    attrs = sub.space.attributes
-    out = np.full((len(numeric), 2), (np.inf, -np.inf))
-    for alt in sub.alternatives:
-        for j, i in enumerate(numeric):
-            c = alt.constraints.get(attrs[i].name)
-            lo, hi = c.effective_bounds() if isinstance(c, NumericConstraint) else (
-                -math.inf, math.inf)
-            out[j] = (min(out[j, 0], lo), max(out[j, 1], hi))
-    return out
-
-
-def _has(sorted_labels: np.ndarray, label: int) -> bool:
-    i = int(np.searchsorted(sorted_labels, np.uint64(label)))
-    return i < len(sorted_labels) and int(sorted_labels[i]) == label
 
 
 class EdgeTable:
@@ -176,13 +95,11 @@ class EdgeTable:
         self._gkeys: tuple[int, np.ndarray, np.ndarray] | None = None
         #: moves at every change of the rows; a plan naming rows is valid at its version only
         self.version = 0
-        #: reads a run's numeric values at once (what :meth:`read` reads of each)
-        self._reader = NumericReader(self.numeric_names, self._optional)
         #: label -> the subscriptions touching its cell (None: a label space too large to
         #: address; plans then name candidates' rows, :meth:`classify`)
-        self.index = (LabelIndex(space.app_prefix, space.label_space_size, n_num)
+        self.index = (EdgeIndex(space, self.numeric_names, self._optional,
+                                self._general_matches)
                       if space.label_space_size <= MAX_LABELS else None)
-        self._slots: dict[tuple[str, str], int] = {}  # (client, id) -> its slot in the index
 
     def __len__(self) -> int:
         """How many subscriptions the table holds (checked or not)."""
@@ -233,7 +150,6 @@ class EdgeTable:
             if own is None and self.index is not None:
                 if not isinstance(sub, Subscription):  # cannot be listed: would be missed
                     self.index = None
-                    self._slots.clear()
                 else:
                     own = sub.labels()
             cid = self._client(client)
@@ -297,12 +213,10 @@ class EdgeTable:
         bounds = np.empty((len(listed), len(self._numeric), 2), dtype=np.float64)
         bounds[...] = (-np.inf, np.inf)  # an unchecked subscription: all its cells held
         bounds[checked] = self._bounds[rows[checked]]
-        slots = self.index.add(
-            np.fromiter((x[1] for x in listed), np.int64, len(listed)), np.maximum(rows, 0),
-            bounds, general, offsets, flat[holds], np.where(wholly[holds], HOLDS, CUTS),
-            cols[holds])
-        for (key, *_), slot in zip(listed, slots.tolist(), strict=True):
-            self._slots[key] = slot
+        self.index.add(
+            [x[0] for x in listed], np.fromiter((x[1] for x in listed), np.int64, len(listed)),
+            np.maximum(rows, 0), bounds, general, offsets, flat[holds],
+            np.where(wholly[holds], HOLDS, CUTS), cols[holds])
 
     def entry_kinds(self, row: int, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Whether ``row`` holds each label's cell, and wholly.
@@ -322,9 +236,8 @@ class EdgeTable:
     def remove(self, client: str, sub_id: str) -> None:
         """Forget a subscription (none held: nothing changes)."""
         key = (client, sub_id)
-        slot = self._slots.pop(key, None)
-        if slot is not None and self.index is not None:
-            self.index.retire(np.array([slot]))
+        if self.index is not None:
+            self.index.remove(key)
         row = self._rows.pop(key, None)
         if row is None:
             if key in self._unchecked_ids:
@@ -399,7 +312,6 @@ class EdgeTable:
                 spans.append(row)
             if own is None and self.index is not None:  # cannot be listed: would be missed
                 self.index = None
-                self._slots.clear()
             if own is not None:
                 listed.append((key, cid, row, np.asarray(own, dtype=np.uint64)))
         if spans:
@@ -513,78 +425,22 @@ class EdgeTable:
         self._gcsr = (self.version, out)
         return out
 
-    # -- the index ------------------------------------------------------------------------
-    def match_run(self, labels: np.ndarray, origins: np.ndarray,
-                  values: Sequence[bytes | None]) -> IndexMatch:
-        """Who each event of a run goes to, from the index (:meth:`LabelIndex.match`).
-
-        ``origins[e]``: the table's number of the client that published event ``e`` (-1:
-        none), never delivered to; ``values[e]``: the event's value, read for cut cells
-        (an unreadable one goes by label). General rows' cut cells are decided here with
-        ``sub.matches``. Owners are the table's client numbers.
-        """
-        assert self.index is not None  # noqa: S101 - called on a table with an index
-        numbers, ok = self._reader.read(values)
-        m = self.index.match(labels, origins, ok, numbers)
-        if not len(m.pending[0]):
-            return m
-        return self._decide_general(m, values)
-
-    def _decide_general(self, m: IndexMatch, values: Sequence[bytes | None]) -> IndexMatch:
-        """``m`` with its general rows' cut cells decided by their subscriptions.
-
-        Only the events named are decoded whole (their attributes).
-        """
-        assert self.index is not None  # noqa: S101 - called on a table with an index
-        n = len(m.offsets) - 1
-        per = [m.owners[m.offsets[e]:m.offsets[e + 1]].tolist() for e in range(n)]
-        removed = m.removed.tolist()
-        owner_of, row_of = self.index.owner_of, self.index.row_of
-        read: dict[int, tuple[dict[str, Any], np.ndarray] | None] = {}
-        for e, s in zip(*(a.tolist() for a in m.pending), strict=True):
-            o = owner_of(s)
-            if e not in read:
-                read[e] = self.read(values[e])
-            r = read[e]
-            if o in per[e] or r is None or not self._general[row_of(s)][0].matches(r[0]):
-                continue
-            per[e].append(o)
-            removed.remove(o)
-        sizes = [len(p) for p in per]
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        owners = np.fromiter((o for p in per for o in sorted(p)), np.int64, int(offsets[-1]))
-        return IndexMatch(offsets, owners, np.asarray(removed, dtype=np.int64),
-                          (m.pending[0][:0], m.pending[1][:0]), m.checked, m.unread)
-
     # -- value checks -------------------------------------------------------------------------
     def read(self, value: bytes | None) -> tuple[dict[str, Any], np.ndarray] | None:
-        """An event's attributes and its numeric values (:meth:`values_of`).
+        """An event's attributes and its numeric values, in the order of a row's bounds.
 
-        None when the value is not a RawEvent or its numeric values cannot be read.
+        None when the value is not a RawEvent or its numeric values cannot be read
+        (:func:`read_event`).
         """
-        try:
-            attrs = decode_raw_event(value or b"")["attrs"]
-        except (DLSError, KeyError, TypeError, ValueError):
-            return None
-        values = self.values_of(attrs)
-        return None if values is None else (attrs, values)
+        return read_event(value, self.numeric_names, self._optional)
 
     def values_of(self, attrs: dict[str, Any]) -> np.ndarray | None:
-        """The event's numeric values, in the order of a row's bounds.
+        """The event's numeric values, in the order of a row's bounds (:func:`values_of`)."""
+        return values_of(attrs, self.numeric_names, self._optional)
 
-        None when a required numeric attribute is missing or not a finite number. An
-        optional one left out reads as 0: a simple row constrains no optional attribute.
-        """
-        out = np.empty(len(self.numeric_names), dtype=np.float64)
-        for j, name in enumerate(self.numeric_names):
-            v = attrs.get(name)
-            if v is None and self._optional[j]:
-                v = 0.0
-            if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
-                return None
-            out[j] = v
-        return out
+    def _general_matches(self, row: int, attrs: dict[str, Any]) -> bool:
+        """Whether an event (its attributes) matches the general row ``row``."""
+        return bool(self._general[row][0].matches(attrs))
 
     def passes(self, rows: np.ndarray, values: np.ndarray, attrs: Sequence[dict[str, Any]],
                event_of: np.ndarray) -> np.ndarray:
@@ -645,35 +501,15 @@ class EdgeTable:
             self._masks[row, self._word_off[k]:self._word_off[k + 1]] = m
 
     def _set_general(self, row: int, sub: Subscription) -> None:
-        self._bounds[row] = _hull(sub, self._numeric)  # a first test before sub.matches
+        self._bounds[row] = hull(sub, self._numeric)  # a first test before sub.matches
         self._span[row] = (1, 0, 1, 0)  # holds no cell: a general row decides for itself
         self._masks[row] = 0
         self._general_flag[row] = True
-        self._general[row] = _general(sub)
+        self._general[row] = general_row(sub)
 
     def _ranges(self, bounds: np.ndarray) -> np.ndarray:
-        """Cells held, then held wholly, ``(rows, numeric, 4)`` int32, from float bounds.
-
-        ``[-inf, inf]``: the attribute left out (every cell, the absent one too). Else the
-        cells ``cell(lo)..cell(hi)``, wholly those strictly between, and the end cells too
-        where the range reaches the domain's edge (:func:`dls.edge.interior_cells`).
-        """
-        span = np.zeros((*bounds.shape[:2], 4), dtype=np.int32)
-        attrs = self.space.attributes
-        for j, i in enumerate(self._numeric):
-            a = attrs[i]
-            lo, hi = bounds[:, j, 0], bounds[:, j, 1]
-            free = np.isneginf(lo) & np.isposinf(hi)
-            low, high = float(a.low), float(a.high)  # type: ignore[union-attr]
-            c_lo = a.cells(np.clip(lo, low, high))
-            c_hi = a.cells(np.clip(hi, low, high))
-            last = a.n_cells - 1 - int(self._optional[j])
-            span[:, j, 0] = np.where(free, 0, c_lo)
-            span[:, j, 1] = np.where(free, a.n_cells - 1, c_hi)
-            span[:, j, 2] = np.where(free, 0, np.where(lo <= low, 0, c_lo + 1))
-            span[:, j, 3] = np.where(free, a.n_cells - 1,
-                                       np.where(hi >= high, last, c_hi - 1))
-        return span
+        """Cells held, then held wholly, of rows of ``bounds`` (:func:`row_cells`)."""
+        return row_cells(self.space, self._numeric, self._optional, bounds)
 
     def _by_client(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per client number: first place in ``flat``, row count, unchecked; ``flat`` rows.
@@ -691,22 +527,8 @@ class EdgeTable:
         return self._csr
 
     def _cells(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cell indexes ``(labels, attributes)`` and whether each label is the space's.
-
-        The cells of a label that is not one of the space's cells are zeros.
-        """
-        space = self.space
-        ls = np.asarray(labels, dtype=np.uint64)
-        cells = np.zeros((len(ls), len(space.attributes)), dtype=np.int64)
-        valid = (ls >> np.uint64(space.cell_bits)) == np.uint64(
-            space.app_id if space.app_id is not None else 0)
-        for i, (a, b, sh) in enumerate(zip(space.attributes, space.bits, space.shifts,
-                                           strict=True)):
-            c = ((ls >> np.uint64(sh)) & np.uint64((1 << b) - 1)).astype(np.int64)
-            valid &= c < a.n_cells
-            cells[:, i] = c
-        cells[~valid] = 0
-        return cells, valid
+        """Cell indexes of labels and whether each is the space's (:func:`label_cells`)."""
+        return label_cells(self.space, labels)
 
     def _classify(self, rows: np.ndarray, cells: np.ndarray, labels: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
@@ -740,7 +562,7 @@ class EdgeTable:
         size, base = self.space.label_space_size, np.uint64(self.space.app_prefix)
         g_start, g_count, g_labels, g_inside = self._general_csr()
         if len(g_start) * size >= 2**63:  # keys would not fit: one row at a time
-            out = np.array([[_has(self._general[r][1], x), _has(self._general[r][2], x)]
+            out = np.array([[has_label(self._general[r][1], x), has_label(self._general[r][2], x)]
                             for r, x in zip(rows.tolist(), labels.tolist(), strict=True)],
                            dtype=bool).reshape(-1, 2)
             return out[:, 0], out[:, 1]

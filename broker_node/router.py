@@ -241,7 +241,8 @@ class Router:
                 origin[e] = k[1]
         ids = self._client_ids()
         cids = np.where(origin >= 0, ids[np.maximum(origin, 0)] if len(ids) else -1, -1)
-        m = edge.match_run(labels, cids, values)
+        assert edge.index is not None  # noqa: S101 - indexed
+        m = edge.index.match_run(labels, cids, values)
         to_state = self._state_ids(ids)
         clients = to_state[m.owners]
         metrics.edge_checked += m.checked

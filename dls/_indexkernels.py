@@ -95,6 +95,29 @@ def compact(pool: Any, cut: Any, start: Any, size: Any, cap: Any, alive: Any, sl
 
 
 @njit
+def _close_event(out_owner: Any, first: int, k: int, removed: Any, cand0: int, r_n: int,
+                 stamp: Any, tag: int) -> int:
+    """Sort an event's owners ``out_owner[first:k]``; drop the delivered ones from removed.
+
+    ``removed[cand0:r_n]`` keeps the candidates whose ``stamp`` is not ``tag`` (not
+    delivered to); returns the new ``r_n``.
+    """
+    for i in range(first + 1, k):  # lists are short: insertion sort
+        x = out_owner[i]
+        j = i - 1
+        while j >= first and out_owner[j] > x:
+            out_owner[j + 1] = out_owner[j]
+            j -= 1
+        out_owner[j + 1] = x
+    w = cand0
+    for i in range(cand0, r_n):
+        if stamp[removed[i]] != tag:
+            removed[w] = removed[i]
+            w += 1
+    return w
+
+
+@njit
 def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
           start: Any, size: Any, alive: Any, rec: Any, stamp: Any, seen: Any, tag0: int,
           out_start: Any, out_owner: Any, removed: Any, pend_event: Any, pend_slot: Any,
@@ -166,20 +189,7 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
                 stamp[o] = tag
                 out_owner[k] = o
                 k += 1
-        # ascending owners (lists are short: insertion sort)
-        for i in range(first + 1, k):
-            x = out_owner[i]
-            j = i - 1
-            while j >= first and out_owner[j] > x:
-                out_owner[j + 1] = out_owner[j]
-                j -= 1
-            out_owner[j + 1] = x
-        w = cand0
-        for i in range(cand0, r_n):
-            if stamp[removed[i]] != tag:
-                removed[w] = removed[i]
-                w += 1
-        r_n = w
+        r_n = _close_event(out_owner, first, k, removed, cand0, r_n, stamp, tag)
         checked += read
         unread += blind
     out_start[labels.shape[0]] = k

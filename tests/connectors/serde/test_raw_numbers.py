@@ -47,7 +47,10 @@ OPTIONAL = [a.optional for a in SPACE.attributes if a.kind == "numeric"]
 
 
 class _Names(EdgeTable):
-    """The real EdgeTable.read and values_of over any names (a space takes ASCII ones only)."""
+    """The real ``EdgeTable.read`` over any names (a space takes ASCII ones only).
+
+    Only the two attributes it reads are set (not a table otherwise).
+    """
 
     def __init__(self, names: Sequence[str], optional: Sequence[bool]) -> None:
         self.numeric_names = tuple(names)

@@ -1,0 +1,218 @@
+"""What a row of the exact check is, and the cells and values it is compared with.
+
+A *simple* row (:func:`simple_parts`: one alternative of numeric ranges and discrete sets on
+required attributes) is float bounds per numeric attribute and a cell mask per discrete one;
+any other subscription is a *general* row (:func:`general_row`: the subscription, its
+labels and its interior labels), with the :func:`hull` of its numeric bounds as a first
+test. :func:`row_cells` gives the cells a row holds and holds wholly, :func:`label_cells`
+the cells of labels, :func:`read_event` an event's numeric values. The table that keeps
+rows is :class:`broker_node.edge.EdgeTable`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from connectors.serde import decode_raw_event
+from dls.edge import interior_labels
+from dls.exceptions import DLSError
+from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
+from dls.space import ContentSpace
+
+__all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "RowChecker", "SimpleParts", "Verdict",
+           "general_row", "has_label", "hull", "label_cells", "read_event", "row_cells",
+           "simple_parts", "values_match", "values_of"]
+
+#: What the edge does with a candidate client for a label: deliver, check its values, drop.
+SURE, CHECK, NONE = 0, 1, 2
+_EMPTY32 = np.zeros(0, dtype=np.int32)
+
+
+class RowChecker(Protocol):
+    """What checks an event against a CHECK verdict's rows (an EdgeTable)."""
+
+    def matches(self, verdict: Verdict, event: dict[str, Any], values: np.ndarray) -> bool:
+        """Whether the event passes ``verdict``."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the edge does with one candidate client for one label."""
+
+    kind: int  # SURE, CHECK or NONE
+    rows: np.ndarray = field(default_factory=lambda: _EMPTY32)  # CHECK: rows cutting the cell
+    table: RowChecker | None = field(default=None, compare=False, repr=False)  # CHECK: whose
+
+
+def values_match(verdict: Verdict, values: np.ndarray, event: dict[str, Any]) -> bool:
+    """Whether an event passes ``verdict`` (one of :meth:`EdgeTable.verdicts`).
+
+    ``values``: its numeric values in the table's order; ``event``: its attributes.
+    """
+    if verdict.kind != CHECK:
+        return verdict.kind == SURE
+    assert verdict.table is not None  # noqa: S101 - a CHECK verdict names its table
+    return verdict.table.matches(verdict, event, values)
+
+
+@dataclass(frozen=True)
+class EdgeRows:
+    """The checked subscriptions of a snapshot (a general row: its hull, its ``where``)."""
+
+    index: np.ndarray  # int64: which of the snapshot's subscriptions these rows are
+    bounds: np.ndarray  # (rows, numeric attributes, 2) float64
+    masks: list[np.ndarray]  # per discrete attribute, (rows, words) uint64
+    sets: dict[int, str]  # subscription index -> its JSON where (a general row: compiled)
+
+
+#: A simple row: its bounds ``(numeric attributes, 2)`` and its mask per discrete attribute.
+SimpleParts = tuple[np.ndarray, list[np.ndarray]]
+
+
+def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
+                 ) -> SimpleParts | None:
+    """The row of a simple subscription; None when it needs a general row.
+
+    Simple: one alternative whose constrained attributes are all required, each a numeric
+    range (no set of values, no exclusion) or a discrete set. An attribute left out (of
+    any kind, optional or not) allows every cell, absent included: its bounds are
+    ``[-inf, inf]``, its mask full.
+    """
+    if len(sub.alternatives) != 1:
+        return None
+    alt = sub.alternatives[0]
+    cons = alt.constraints
+    attrs = sub.space.attributes
+    if any(a.optional or a.kind not in ("numeric", "discrete") for a in attrs
+           if a.name in cons):
+        return None
+    bounds = np.empty((len(numeric), 2), dtype=np.float64)
+    for j, i in enumerate(numeric):
+        c = cons.get(attrs[i].name)
+        if c is None:
+            bounds[j] = (-math.inf, math.inf)
+        elif isinstance(c, NumericConstraint) and c.values is None and not c.excluded:
+            bounds[j] = c.effective_bounds()
+        else:
+            return None
+    masks = []
+    for i in discrete:
+        a = attrs[i]
+        c = cons.get(a.name)
+        if c is not None and not isinstance(c, DiscreteConstraint):
+            return None
+        out = np.zeros((a.n_cells + 63) // 64, dtype=np.uint64)
+        for cell in (range(a.n_cells) if c is None else alt.cells(a).tolist()):
+            out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
+        masks.append(out)
+    return bounds, masks
+
+
+def general_row(sub: Subscription) -> tuple[Subscription, np.ndarray, np.ndarray]:
+    """A general row: the subscription, its sorted labels, its sorted interior labels."""
+    return sub, sub.labels(), interior_labels(sub)
+
+
+def hull(sub: Subscription, numeric: list[int]) -> np.ndarray:
+    """``(numeric attributes, 2)``: bounds that hold every matching event's values.
+
+    Per attribute the widest of the alternatives' effective bounds; ``[-inf, inf]`` where
+    an alternative leaves it unconstrained or lets it be absent (read as 0).
+    """
+    attrs = sub.space.attributes
+    out = np.full((len(numeric), 2), (np.inf, -np.inf))
+    for alt in sub.alternatives:
+        for j, i in enumerate(numeric):
+            c = alt.constraints.get(attrs[i].name)
+            lo, hi = c.effective_bounds() if isinstance(c, NumericConstraint) else (
+                -math.inf, math.inf)
+            out[j] = (min(out[j, 0], lo), max(out[j, 1], hi))
+    return out
+
+
+def has_label(sorted_labels: np.ndarray, label: int) -> bool:
+    """Whether ``label`` is one of ``sorted_labels``."""
+    i = int(np.searchsorted(sorted_labels, np.uint64(label)))
+    return i < len(sorted_labels) and int(sorted_labels[i]) == label
+
+
+def row_cells(space: ContentSpace, numeric: list[int], optional: list[bool],
+              bounds: np.ndarray) -> np.ndarray:
+    """Cells held, then held wholly, ``(rows, numeric, 4)`` int32, from float bounds.
+
+    ``numeric``: the space's numeric attributes (indexes) in the order of the bounds,
+    ``optional`` their flags. ``[-inf, inf]``: the attribute left out (every cell, the
+    absent one too). Else the cells ``cell(lo)..cell(hi)``, wholly those strictly between,
+    and the end cells too where the range reaches the domain's edge
+    (:func:`dls.edge.interior_cells`).
+    """
+    span = np.zeros((*bounds.shape[:2], 4), dtype=np.int32)
+    attrs = space.attributes
+    for j, i in enumerate(numeric):
+        a = attrs[i]
+        lo, hi = bounds[:, j, 0], bounds[:, j, 1]
+        free = np.isneginf(lo) & np.isposinf(hi)
+        low, high = float(a.low), float(a.high)  # type: ignore[union-attr]
+        c_lo = a.cells(np.clip(lo, low, high))
+        c_hi = a.cells(np.clip(hi, low, high))
+        last = a.n_cells - 1 - int(optional[j])
+        span[:, j, 0] = np.where(free, 0, c_lo)
+        span[:, j, 1] = np.where(free, a.n_cells - 1, c_hi)
+        span[:, j, 2] = np.where(free, 0, np.where(lo <= low, 0, c_lo + 1))
+        span[:, j, 3] = np.where(free, a.n_cells - 1, np.where(hi >= high, last, c_hi - 1))
+    return span
+
+
+def label_cells(space: ContentSpace, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cell indexes ``(labels, attributes)`` and whether each label is the space's.
+
+    The cells of a label that is not one of the space's cells are zeros.
+    """
+    ls = np.asarray(labels, dtype=np.uint64)
+    cells = np.zeros((len(ls), len(space.attributes)), dtype=np.int64)
+    valid = (ls >> np.uint64(space.cell_bits)) == np.uint64(
+        space.app_id if space.app_id is not None else 0)
+    for i, (a, b, sh) in enumerate(zip(space.attributes, space.bits, space.shifts,
+                                       strict=True)):
+        c = ((ls >> np.uint64(sh)) & np.uint64((1 << b) - 1)).astype(np.int64)
+        valid &= c < a.n_cells
+        cells[:, i] = c
+    cells[~valid] = 0
+    return cells, valid
+
+
+def read_event(value: bytes | None, names: Sequence[str], optional: Sequence[bool]
+               ) -> tuple[dict[str, Any], np.ndarray] | None:
+    """An event's attributes and its values of ``names`` (:func:`values_of`).
+
+    None when the value is not a RawEvent or its numeric values cannot be read.
+    """
+    try:
+        attrs = decode_raw_event(value or b"")["attrs"]
+    except (DLSError, KeyError, TypeError, ValueError):
+        return None
+    values = values_of(attrs, names, optional)
+    return None if values is None else (attrs, values)
+
+
+def values_of(attrs: dict[str, Any], names: Sequence[str], optional: Sequence[bool]
+              ) -> np.ndarray | None:
+    """The event's values of the numeric attributes ``names``, in that order.
+
+    None when a required one is missing or not a finite number. An optional one left out
+    reads as 0: a simple row constrains no optional attribute.
+    """
+    out = np.empty(len(names), dtype=np.float64)
+    for j, name in enumerate(names):
+        v = attrs.get(name)
+        if v is None and optional[j]:
+            v = 0.0
+        if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
+            return None
+        out[j] = v
+    return out
