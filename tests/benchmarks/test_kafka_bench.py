@@ -180,7 +180,9 @@ def test_quick_one_partition_writes_each_event_once(quick_run):
     one = {r["metric"]: r for r in records if r["system"] == "dls-shared-p1"}
     assert one["throughput"]["params"]["shared_delivery_partitions"] == 1
     assert one["messages_per_event"]["value"] <= 1.0
-    assert one["deliveries_per_event"]["value"] > 1.0
+    # some events reach several clients, each still one message (these subscriptions carry
+    # labels only: the node delivers by label, exactly, no filter false positive added)
+    assert one["deliveries_per_event"]["value"] > one["messages_per_event"]["value"]
 
 
 def test_shared_partition_counts_option() -> None:
