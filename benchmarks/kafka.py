@@ -256,14 +256,16 @@ QUICK = RunSettings(n_clients=50, n_subs=2_000, n_events=5_000, profile_events=3
 class Recorder:
     """Collects records; ``log`` prints and keeps every line for ``kafka.log``."""
 
-    def __init__(self) -> None:
+    def __init__(self, benchmark: str = BENCHMARK) -> None:
+        self.benchmark = benchmark
         self.records: list[dict[str, Any]] = []
         self.lines: list[str] = []
 
     def add(self, system: str, params: dict[str, Any], metric: str, value: float,
             unit: str) -> None:
-        self.records.append({"benchmark": BENCHMARK, "system": system, "params": dict(params),
-                             "metric": metric, "value": float(value), "unit": unit})
+        self.records.append({"benchmark": self.benchmark, "system": system,
+                             "params": dict(params), "metric": metric, "value": float(value),
+                             "unit": unit})
 
     def log(self, line: str) -> None:
         stamp = time.strftime("%H:%M:%S")

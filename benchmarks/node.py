@@ -116,6 +116,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from benchmarks import kafka
 from benchmarks.core import write_results
 from benchmarks.kafka import delete_run_topics, passthrough, produce_all
 from benchmarks.quotes import (
@@ -208,23 +209,12 @@ QUICK = Settings(exact_sample=3_000, warmup_events=500)
 FULL = Settings()
 
 
-class Recorder:
-    """Records and log lines (printed with a time stamp, kept for ``node.log``)."""
+class Recorder(kafka.Recorder):
+    """Records and log lines (kept for ``node.log``), and the exactness mismatches."""
 
     def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-        self.lines: list[str] = []
+        super().__init__(BENCHMARK)
         self.mismatches = 0
-
-    def add(self, system: str, params: dict[str, Any], metric: str, value: float,
-            unit: str) -> None:
-        self.records.append({"benchmark": BENCHMARK, "system": system, "params": dict(params),
-                             "metric": metric, "value": float(value), "unit": unit})
-
-    def log(self, line: str) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        print(f"[{stamp}] {line}", flush=True)
-        self.lines.append(f"[{stamp}] {line}")
 
 
 # -- subscriptions: labels as the SDK maps them, cached --------------------------------------

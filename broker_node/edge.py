@@ -37,12 +37,11 @@ from broker_node.edge_rows import (
     has_label,
     hull,
     label_cells,
-    read_event,
     row_cells,
     simple_parts,
     values_match,
-    values_of,
 )
+from connectors.serde.raw_numbers import read_event, values_of
 from dls import _edgekernels as _ek
 from dls import _jit
 from dls.exceptions import DLSError

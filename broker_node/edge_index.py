@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from broker_node.edge_rows import read_event
-from connectors.serde.raw_numbers import NumericReader
+from connectors.serde.raw_numbers import NumericReader, read_event
 from dls.label_index import IndexMatch, LabelIndex
 from dls.space import ContentSpace
 

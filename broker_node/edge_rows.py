@@ -5,28 +5,25 @@ required attributes) is float bounds per numeric attribute and a cell mask per d
 any other subscription is a *general* row (:func:`general_row`: the subscription, its
 labels and its interior labels), with the :func:`hull` of its numeric bounds as a first
 test. :func:`row_cells` gives the cells a row holds and holds wholly, :func:`label_cells`
-the cells of labels, :func:`read_event` an event's numeric values. The table that keeps
+the cells of labels. The table that keeps
 rows is :class:`broker_node.edge.EdgeTable`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from connectors.serde import decode_raw_event
 from dls.edge import interior_labels
-from dls.exceptions import DLSError
 from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
 from dls.space import ContentSpace
 
 __all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "RowChecker", "SimpleParts", "Verdict",
-           "general_row", "has_label", "hull", "label_cells", "read_event", "row_cells",
-           "simple_parts", "values_match", "values_of"]
+           "general_row", "has_label", "hull", "label_cells", "row_cells", "simple_parts",
+           "values_match"]
 
 #: What the edge does with a candidate client for a label: deliver, check its values, drop.
 SURE, CHECK, NONE = 0, 1, 2
@@ -184,35 +181,3 @@ def label_cells(space: ContentSpace, labels: np.ndarray) -> tuple[np.ndarray, np
         cells[:, i] = c
     cells[~valid] = 0
     return cells, valid
-
-
-def read_event(value: bytes | None, names: Sequence[str], optional: Sequence[bool]
-               ) -> tuple[dict[str, Any], np.ndarray] | None:
-    """An event's attributes and its values of ``names`` (:func:`values_of`).
-
-    None when the value is not a RawEvent or its numeric values cannot be read.
-    """
-    try:
-        attrs = decode_raw_event(value or b"")["attrs"]
-    except (DLSError, KeyError, TypeError, ValueError):
-        return None
-    values = values_of(attrs, names, optional)
-    return None if values is None else (attrs, values)
-
-
-def values_of(attrs: dict[str, Any], names: Sequence[str], optional: Sequence[bool]
-              ) -> np.ndarray | None:
-    """The event's values of the numeric attributes ``names``, in that order.
-
-    None when a required one is missing or not a finite number. An optional one left out
-    reads as 0: a simple row constrains no optional attribute.
-    """
-    out = np.empty(len(names), dtype=np.float64)
-    for j, name in enumerate(names):
-        v = attrs.get(name)
-        if v is None and optional[j]:
-            v = 0.0
-        if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
-            return None
-        out[j] = v
-    return out

@@ -231,14 +231,18 @@ class Router:
         edge, metrics = self.edge, self.metrics
         assert edge is not None  # noqa: S101 - called with an indexed edge only
         n = len(keys)
-        labels = np.empty(n, dtype=np.uint64)
         origin = np.full(n, -1, dtype=np.int64)
-        for e, k in enumerate(keys):
-            if type(k) is bytes:
-                labels[e] = int.from_bytes(k, "big")
-            else:
-                labels[e] = k[0]
-                origin[e] = k[1]
+        joined = b"".join(k for k in keys if type(k) is bytes)
+        if len(joined) == 8 * n:  # the usual run: label headers as they came, one read
+            labels = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
+        else:
+            labels = np.empty(n, dtype=np.uint64)
+            for e, k in enumerate(keys):
+                if type(k) is bytes:
+                    labels[e] = int.from_bytes(k, "big")
+                else:
+                    labels[e] = k[0]
+                    origin[e] = k[1]
         ids = self._client_ids()
         cids = np.where(origin >= 0, ids[np.maximum(origin, 0)] if len(ids) else -1, -1)
         assert edge.index is not None  # noqa: S101 - indexed

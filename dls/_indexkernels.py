@@ -126,8 +126,8 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
 
     ``labels[e]``: the list of event ``e`` (-1: none); ``origin[e]``: an owner it never
     goes to (-1: none); ``ok[e]``: its values ``values[e]`` could be read (else a cut
-    cell delivers, as by label). ``alive[s]``: slot ``s`` is live; ``rec[s]``: its owner,
-    flags (1 alive, 2 general) and bounds (lo, hi per value). A cutting entry delivers when
+    cell delivers, as by label). ``alive[s]``: slot ``s`` is live; ``rec[s]``: whether it is
+    general (1.0) and its bounds (lo, hi per value). A cutting entry delivers when
     every value lies in the slot's bounds (its cut column first, from the entry's own
     float32 bounds); of a general slot, when the values lie in its hull the pair is left
     to the caller (``pend_*``). Owners delivered to per event go
@@ -177,10 +177,10 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
                         continue  # outside the cut column's bounds: a candidate, no match
                 for j in range(n_num):
                     v = values[e, j]
-                    if v < rec[s, 2 + 2 * j] or v > rec[s, 3 + 2 * j]:
+                    if v < rec[s, 1 + 2 * j] or v > rec[s, 2 + 2 * j]:
                         deliver = False
                         break
-                if deliver and rec[s, 1] >= 2.0:
+                if deliver and rec[s, 0] > 0.0:
                     pend_event[g] = e
                     pend_slot[g] = s
                     g += 1

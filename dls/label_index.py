@@ -9,13 +9,14 @@ cell, not the number of clients or of subscriptions.
 
 Each subscription has a *slot*: its owner (a client number), its bounds (``[lo, hi]`` per
 value column; for a *general* subscription a hull, the caller deciding inside it), the
-caller's row number and whether it is alive. What matching reads of a slot (owner, flags,
-bounds) lies in one record of ``2 + 2 * columns`` float64, a cache line for three columns:
-an entry costs one memory access beside its list, the pool. Each of its labels gets an
-*entry* in that label's list saying whether the subscription holds the cell wholly (every
-event of the cell matches it) or cuts it (the event's values decide). Retiring a slot is
-O(1): its entries stay, skipped, until a compaction drops them once they are as many as the
-live ones; only then is the slot number given out again.
+caller's row number and whether it is alive. Each of its labels gets an *entry* in that
+label's list saying whether the subscription holds the cell wholly (every event of the cell
+matches it) or cuts it (the event's values decide); an entry also holds the owner and the
+float32 bounds of one column its cell is cut in, so most events are decided from the list
+alone, and only the rest read the slot's record (``1 + 2 * columns`` float64: general or
+not, the bounds). Retiring a slot is O(1): its entries stay, skipped, until a compaction
+drops them once they are as many as the live ones; only then is the slot number given out
+again.
 
 The lists live in one pool (:mod:`dls._indexkernels`): appending is amortised O(1), a full
 list moves to the pool's end with twice the room. With :data:`dls._jit.ENABLED` False the
@@ -89,8 +90,8 @@ class LabelIndex:
         self._owner = np.zeros(0, dtype=np.int64)
         self._row = np.zeros(0, dtype=np.int64)
         self.columns = int(columns)
-        #: per slot: owner, flags (1 alive, 2 general), then lo, hi of each column
-        self._rec = np.zeros((0, 2 + 2 * self.columns), dtype=np.float64)
+        #: per slot: 1.0 if general, then lo, hi of each column
+        self._rec = np.zeros((0, 1 + 2 * self.columns), dtype=np.float64)
         self._slot_n = np.zeros(0, dtype=np.int64)  # entries per slot
         self._free: list[int] = []  # slots with no entry left
         self._swept: list[int] = []  # retired slots whose entries a compaction will drop
@@ -157,9 +158,8 @@ class LabelIndex:
         self._row[slots] = np.asarray(rows, dtype=np.int64)
         self._alive[slots] = True
         general = np.asarray(general, dtype=bool)
-        self._rec[slots, 0] = owners
-        self._rec[slots, 1] = 1.0 + 2.0 * general
-        self._rec[slots, 2:] = np.asarray(bounds, dtype=np.float64).reshape(n, -1)
+        self._rec[slots, 0] = general
+        self._rec[slots, 1:] = np.asarray(bounds, dtype=np.float64).reshape(n, -1)
         sizes: np.ndarray = np.diff(np.asarray(offsets, dtype=np.int64)).astype(np.int64)
         self._slot_n[slots] = sizes
         self._grow_owners(int(owners.max()) + 1 if n else 0)
@@ -197,7 +197,6 @@ class LabelIndex:
             raise DLSError(f"slot {bad} is not a live subscription of the index",
                            field="slot", value=bad)
         self._alive[slots] = False
-        self._rec[slots, 1] = 0.0
         n = int(self._slot_n[slots].sum())
         self._live -= n
         self._dead += n
@@ -276,9 +275,9 @@ class LabelIndex:
         test = cut & ok[ev]
         inside = np.ones(len(ev), dtype=bool)
         if len(ev) and self.columns:
-            b, v = rec[:, 2:].reshape(len(ev), self.columns, 2), values[ev]
+            b, v = rec[:, 1:].reshape(len(ev), self.columns, 2), values[ev]
             inside = ((b[:, :, 0] <= v) & (v <= b[:, :, 1])).all(axis=1)
-        pend = test & inside & (rec[:, 1] >= 2)
+        pend = test & inside & (rec[:, 0] > 0)
         deliver = ~test | (inside & ~pend)
         width = int(o.max()) + 1 if len(o) else 1
         every = np.unique(ev * width + o)

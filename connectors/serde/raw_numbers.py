@@ -328,21 +328,46 @@ def _read_rows(buf: np.ndarray, starts: np.ndarray, header: np.ndarray, names: n
 
 
 # -- the Python path ----------------------------------------------------------------------------
-def _read_one(value: Any, names: Sequence[str], optional: Sequence[bool],
-              out: np.ndarray) -> bool:
-    """Whether ``value`` reads (its values then in ``out``): ``EdgeTable.read``'s rules."""
+def read_event(value: bytes | None, names: Sequence[str], optional: Sequence[bool]
+               ) -> tuple[dict[str, Any], np.ndarray] | None:
+    """One event's attributes and its values of ``names`` (:func:`values_of`), or None.
+
+    None when the value is not a RawEvent or its numeric values cannot be read: the rules
+    :class:`NumericReader` keeps for a whole batch.
+    """
     try:
         attrs = decode_raw_event(value or b"")["attrs"]
     except _CAUGHT:
-        return False
+        return None
+    values = values_of(attrs, names, optional)
+    return None if values is None else (attrs, values)
+
+
+def values_of(attrs: dict[str, Any], names: Sequence[str], optional: Sequence[bool]
+              ) -> np.ndarray | None:
+    """An event's values of the numeric attributes ``names``, in that order.
+
+    None when a required one is missing or not a finite number (a bool is no number
+    here). An optional one left out reads as 0: a simple row constrains none.
+    """
+    out = np.empty(len(names), dtype=np.float64)
     for j, name in enumerate(names):
         v = attrs.get(name)
         if v is None and optional[j]:
             v = 0.0
         if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
-            return False
+            return None
         out[j] = v
-    return True
+    return out
+
+
+def _read_one(value: Any, names: Sequence[str], optional: Sequence[bool],
+              out: np.ndarray) -> bool:
+    """Whether ``value`` reads (its values then in ``out``): :func:`read_event`'s rules."""
+    got = read_event(value, names, optional)
+    if got is not None:
+        out[:] = got[1]
+    return got is not None
 
 
 class NumericReader:
