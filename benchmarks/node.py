@@ -145,6 +145,7 @@ from connectors.topics import (
     decode_clients,
     encode_label,
 )
+from dls.exact_row import RowLayout
 from dls.predicates import Subscription
 
 BENCHMARK = "node"
@@ -160,7 +161,7 @@ QUIX_APP = Path(__file__).resolve().parent / "peers" / "quix_router.py"
 QUIX_VERSION = os.environ.get("DLS_BENCH_QUIX_VERSION", "3.28.1")
 QUIX_VENV = CACHE / "quix-venv"
 SYSTEMS = ("node", "quix", "passthrough")
-LABELS_CACHE_FORMAT = 1
+LABELS_CACHE_FORMAT = 2  # 2: rows beside the labels
 LINGER: dict[str, Any] = {"linger.ms": 5}  # the harness's producers (events, subscriptions)
 
 
@@ -226,15 +227,20 @@ def _pool_init(params: dict[str, Any]) -> None:
     _POOL_W = generate(QuotesParams(**params))
 
 
-def _map_range(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _map_range(bounds: tuple[int, int]
+               ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """Labels and canonical where text of subscriptions ``lo..hi`` (a pool worker's part)."""
     assert _POOL_W is not None  # noqa: S101 - set by _pool_init
     return _map(_POOL_W, *bounds)
 
 
-def _map(w: QuotesWorkload, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _map(w: QuotesWorkload, lo: int, hi: int
+         ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """Labels (lengths, flat), where texts and rows (empty: none) of subscriptions."""
     sp = space()
+    layout = RowLayout(sp)
     lens = np.empty(hi - lo, dtype=np.int64)
+    rows = np.zeros((hi - lo, layout.size), dtype=np.uint8)
     parts, wheres = [], []
     for k, i in enumerate(range(lo, hi)):
         sub = Subscription(sp, w.where(i))  # what Client.subscribe does
@@ -242,7 +248,10 @@ def _map(w: QuotesWorkload, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, l
         lens[k] = len(labels)
         parts.append(labels)
         wheres.append(str(sub))
-    return lens, np.concatenate(parts).astype(np.uint64), wheres
+        row = layout.of(sub)
+        if row is not None:
+            rows[k] = np.frombuffer(row, dtype=np.uint8)
+    return lens, np.concatenate(parts).astype(np.uint64), wheres, rows
 
 
 def labels_cache_path(w: QuotesWorkload) -> Path:
@@ -260,21 +269,23 @@ def labels_cache_path(w: QuotesWorkload) -> Path:
 
 
 def subscription_labels(w: QuotesWorkload, rec: Recorder
-                        ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """``(offsets, labels, wheres)`` of every subscription of ``w``: from the cache, or
-    mapped on every core (then cached)."""
+                        ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """``(offsets, labels, wheres, rows)`` of every subscription of ``w`` (rows as the SDK
+    sends them, a row of zeros where it sends none): from the cache, or mapped on every
+    core (then cached)."""
     path = labels_cache_path(w)
     if path.exists():
         with np.load(path) as z:
             offsets, labels = z["offsets"], z["labels"].astype(np.uint64)
             wheres = z["wheres"].tobytes().decode().split("\n")
-        if len(offsets) == len(w) + 1 and len(wheres) == len(w):
+            rows = z["rows"]
+        if len(offsets) == len(w) + 1 and len(wheres) == len(w) == len(rows):
             rec.log(f"labels of {len(w):,} subscriptions from {path}")
-            return offsets, labels, wheres
+            return offsets, labels, wheres, rows
     t0 = time.perf_counter()
     n = len(w)
     if n <= 20_000:
-        lens, labels, wheres = _map(w, 0, n)
+        lens, labels, wheres, rows = _map(w, 0, n)
     else:
         step = 5_000
         chunks = [(lo, min(n, lo + step)) for lo in range(0, n, step)]
@@ -285,17 +296,18 @@ def subscription_labels(w: QuotesWorkload, rec: Recorder
         lens = np.concatenate([d[0] for d in done])
         labels = np.concatenate([d[1] for d in done])
         wheres = [x for d in done for x in d[2]]
+        rows = np.concatenate([d[3] for d in done])
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
     small = labels.astype(np.uint32) if labels.size and labels.max() < 2**32 else labels
     np.savez(tmp, offsets=offsets, labels=small,
-             wheres=np.frombuffer("\n".join(wheres).encode(), dtype=np.uint8))
+             wheres=np.frombuffer("\n".join(wheres).encode(), dtype=np.uint8), rows=rows)
     tmp.replace(path)
     rec.log(f"mapped {n:,} subscriptions in {time.perf_counter() - t0:.1f} s "
             f"({len(labels) / n:.1f} labels each); cached in {path}")
-    return offsets, labels, wheres
+    return offsets, labels, wheres, rows
 
 
 @dataclass
@@ -312,10 +324,11 @@ class Prepared:
 def prepare(size: Size, s: Settings, rec: Recorder) -> Prepared:
     t0 = time.perf_counter()
     w = generate(QuotesParams(size.n_subs, size.n_clients, size.fanout, seed=s.seed))
-    offsets, labels, wheres = subscription_labels(w, rec)
+    offsets, labels, wheres, rows = subscription_labels(w, rec)
     off = offsets.tolist()
+    sent = [r.tobytes() if r.any() else None for r in rows]  # what Client.subscribe sends
     subs = [encode_label_subscription(w.client(i), f"s{i}", labels[off[i]:off[i + 1]],
-                                      wheres[i]) for i in range(len(w))]
+                                      wheres[i], sent[i]) for i in range(len(w))]
     per_sub = len(labels) / len(w)
     del labels
     base = {**w.params.as_dict(), "n_events": size.n_events, "price_width_mean": w.scale,

@@ -44,6 +44,8 @@ from broker_node.service import NodeService
 from connectors.serde import encode_raw_event
 from connectors.serde.messages import encode_label_subscription
 from connectors.topics import HEADER_EVENT_ID, HEADER_LABEL, HEADER_ORIGIN
+from dls.exact_row import RowLayout
+from dls.predicates import Subscription
 
 BATCH = 1000
 PARTS = {"inbox": ("inbox.py", "events"), "plans": ("router.py", "plans"),
@@ -79,11 +81,17 @@ def make_node(space_file: Path) -> NodeService:
 
 def subscription_messages(w: quotes.QuotesWorkload, labels: list[np.ndarray]
                           ) -> list[Message]:
-    """The LabelSubscription messages of the workload, as its node reads them."""
-    return [Message(topic="dls.node.A.subscribe", partition=0, offset=i,
-                    value=encode_label_subscription(w.client(i), f"s{i}", labels[i],
-                                                    w.where(i)))
-            for i in range(len(w))]
+    """The LabelSubscription messages of the workload, as its node reads them (with the
+    row the SDK compiles for a simple subscription)."""
+    sp = quotes.space()
+    layout = RowLayout(sp)
+    out = []
+    for i in range(len(w)):
+        sub = Subscription(sp, w.where(i))
+        out.append(Message(topic="dls.node.A.subscribe", partition=0, offset=i,
+                           value=encode_label_subscription(w.client(i), f"s{i}", labels[i],
+                                                           str(sub), layout.of(sub))))
+    return out
 
 
 def event_messages(ev: quotes.QuoteEvents, round_no: int) -> list[Message]:

@@ -67,6 +67,7 @@ from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.kafka import source_of
 from connectors.recent import RecentKeys
 from connectors.topics import decode_labels
+from dls.exact_row import RowLayout
 from dls.exceptions import DLSError
 from dls.predicates import Subscription
 from dls.space import ContentSpace
@@ -171,7 +172,12 @@ class Controls:
         #: the exact check of local deliveries (None: off); its subscriptions follow the state
         self.edge = (EdgeTable(ContentSpace.from_json(settings.space))
                      if settings.exact_delivery else None)
+        # the node finds its clients by the edge's index: the client bank waits (the
+        # router turns it back on should the index ever not serve)
+        state.defer_client_bank(self.edge is not None and self.edge.index is not None)
         self._compiled: dict[str, Subscription] = {}  # recent where texts, compiled
+        self._layout = RowLayout(ContentSpace.from_json(settings.space)
+                                 if self.edge is None else self.edge.space)
 
     def apply(self, msgs: Sequence[Message], *, replay: bool) -> Outcome:
         """Apply control messages in order; runs of subscriptions go in one batch.
@@ -222,17 +228,37 @@ class Controls:
         self._links(links, False, out)
         return out
 
+    def _read_rows(self, rows: Sequence[bytes | None]) -> list[SimpleParts | None]:
+        """The rows sent with subscriptions, read and checked (None where none came).
+
+        Raises:
+            DLSError: A row is not one of the space's (field ``row``).
+        """
+        out: list[SimpleParts | None] = [None] * len(rows)
+        given = [i for i, r in enumerate(rows) if r is not None]
+        if not given or self.edge is None:  # no exact check: rows are not used
+            return out
+        bounds, masks = self._layout.read([rows[i] for i in given])  # type: ignore[misc]
+        off = self._layout.word_off.tolist()
+        for j, i in enumerate(given):
+            out[i] = (bounds[j], [masks[j, a:b] for a, b in zip(off, off[1:], strict=False)])
+        return out
+
     def _edge_add(self, clients: list[str], ids: list[str], wheres: list[str | None],
-                  labels: list[np.ndarray]) -> None:
+                  labels: list[np.ndarray], rows: list[SimpleParts | None]) -> None:
         """Give the exact check subscriptions just applied (each compiled once, if it can be).
 
-        ``labels``: those the state routes each by (the index lists it under them).
+        ``labels``: those the state routes each by (the index lists it under them);
+        ``rows``: those the senders compiled (:meth:`_read_rows`), else the where is read.
         """
         edge = self.edge
         if edge is None:
             return
         subs: list[Subscription | SimpleParts | None] = []
-        for client, sid, where in zip(clients, ids, wheres, strict=True):
+        for client, sid, where, sent in zip(clients, ids, wheres, rows, strict=True):
+            if sent is not None:
+                subs.append(sent)
+                continue
             row = simple_row(edge.space, where)
             if row is not None:
                 subs.append(row)
@@ -302,6 +328,10 @@ class Controls:
                 return False
             clients.append(rec.client)
             ids.append(rec.sub_id)
+        try:
+            rows = self._read_rows([rec.row for rec in run])  # type: ignore[union-attr]
+        except DLSError:
+            return False
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in parts], out=offsets[1:])
         try:
@@ -309,7 +339,7 @@ class Controls:
         except DLSError:
             return False
         self._edge_add(clients, ids, [rec.where for rec in run],  # type: ignore[union-attr]
-                       parts)
+                       parts, rows)
         out.acks += zip(clients, ids, strict=True)  # on replay too: see recovery
         if not replay:
             self.metrics.control_in += len(run)
@@ -363,8 +393,9 @@ class Controls:
                 f"are not reused (a repeat from an at-least-once writer?)", "id", sid)
         pending = self.pending.get((client, sid))
         labels = decode_labels(rec.labels)
+        rows = self._read_rows([rec.row])
         links = self.state.subscribe(client, sid, labels)
-        self._edge_add([client], [sid], [rec.where], [labels])
+        self._edge_add([client], [sid], [rec.where], [labels], rows)
         out.acks.append((client, sid))  # on replay too: see recovery
         if not replay:
             out.clients.append(client)

@@ -56,7 +56,8 @@ def _tables(state: BrokerState) -> dict[str, Any]:
     the client bank and the neighbours' filters.
     """
     d = vars(state)
-    return {"registry": d["_registry"], "total": d["_total"], "bank": d["_bank"],
+    return {"registry": d["_registry"], "total": d["_total"],
+            "bank": state._bank,  # made again first if it was deferred
             "ert": d["_ert"], "sff": d["_sff"]}
 
 

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from dls.edge import interior_labels
-from dls.predicates import DiscreteConstraint, NumericConstraint, Subscription
+from dls.exact_row import SimpleParts, simple_parts
+from dls.predicates import NumericConstraint, Subscription
 from dls.space import ContentSpace
 
 __all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "RowChecker", "SimpleParts", "Verdict",
@@ -65,49 +66,6 @@ class EdgeRows:
     bounds: np.ndarray  # (rows, numeric attributes, 2) float64
     masks: list[np.ndarray]  # per discrete attribute, (rows, words) uint64
     sets: dict[int, str]  # subscription index -> its JSON where (a general row: compiled)
-
-
-#: A simple row: its bounds ``(numeric attributes, 2)`` and its mask per discrete attribute.
-SimpleParts = tuple[np.ndarray, list[np.ndarray]]
-
-
-def simple_parts(sub: Subscription, numeric: list[int], discrete: list[int]
-                 ) -> SimpleParts | None:
-    """The row of a simple subscription; None when it needs a general row.
-
-    Simple: one alternative whose constrained attributes are all required, each a numeric
-    range (no set of values, no exclusion) or a discrete set. An attribute left out (of
-    any kind, optional or not) allows every cell, absent included: its bounds are
-    ``[-inf, inf]``, its mask full.
-    """
-    if len(sub.alternatives) != 1:
-        return None
-    alt = sub.alternatives[0]
-    cons = alt.constraints
-    attrs = sub.space.attributes
-    if any(a.optional or a.kind not in ("numeric", "discrete") for a in attrs
-           if a.name in cons):
-        return None
-    bounds = np.empty((len(numeric), 2), dtype=np.float64)
-    for j, i in enumerate(numeric):
-        c = cons.get(attrs[i].name)
-        if c is None:
-            bounds[j] = (-math.inf, math.inf)
-        elif isinstance(c, NumericConstraint) and c.values is None and not c.excluded:
-            bounds[j] = c.effective_bounds()
-        else:
-            return None
-    masks = []
-    for i in discrete:
-        a = attrs[i]
-        c = cons.get(a.name)
-        if c is not None and not isinstance(c, DiscreteConstraint):
-            return None
-        out = np.zeros((a.n_cells + 63) // 64, dtype=np.uint64)
-        for cell in (range(a.n_cells) if c is None else alt.cells(a).tolist()):
-            out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
-        masks.append(out)
-    return bounds, masks
 
 
 def general_row(sub: Subscription) -> tuple[Subscription, np.ndarray, np.ndarray]:

@@ -187,6 +187,7 @@ class Subscribe:
     sub_id: str
     labels: bytes
     where: str | None = None  # as written (the SDK's normalised text), for the exact check
+    row: bytes | None = None  # the exact check's row, compiled by the sender (dls.exact_row)
 
 
 @dataclass(frozen=True)
@@ -527,7 +528,8 @@ class Inbox:
                 wrong = labels[label_shards(labels, self.shards) != self.shard]
                 if wrong.size:
                     return self._wrong_shard(msg, int(wrong[0]).to_bytes(8, "big"))
-            return Subscribe(msg, rec["client"], rec["id"], rec["labels"], rec.get("where"))
+            return Subscribe(msg, rec["client"], rec["id"], rec["labels"], rec.get("where"),
+                             rec.get("row"))
         if want == "LabelUnsubscription":
             return Unsubscribe(msg, rec["client"], rec["id"])
         if want == "Heartbeat":

@@ -336,7 +336,7 @@ def client_estimated_fpr(state: BrokerState, fill: np.ndarray) -> np.ndarray:
     all set: ``fill ** k`` (``BitSlicedCBFBank.estimated_fprs``). A direct filter holds
     exactly its labels: 0.
     """
-    k = getattr(state._bank, "k", None)  # the bank's own: a rebuilt bank may change it
+    k = getattr(state._client_bank, "k", None)  # the bank's own: a rebuilt bank may change it
     if state.config.client_filter != "cbf" or k is None:
         return np.zeros_like(fill)
     return np.power(fill, int(k))

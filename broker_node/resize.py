@@ -80,7 +80,9 @@ class BrokerState(Protocol):
     neighbours: tuple[str, ...]
     config: Any
     version: int
-    _bank: ClientFilterBank
+    _bank: ClientFilterBank  # made again first when stale (a property)
+    _client_bank: ClientFilterBank  # as it is
+    _bank_stale: bool
     _ert: dict[str, CountingBloomFilter]
     _sff: dict[str, CountingBloomFilter]
     _recv: dict[str, LabelTable]
@@ -200,8 +202,8 @@ class FilterResizer:
         """Check every filter now (after a restore), whatever was scanned before."""
         self._scanned.clear()
         self._client_scanned[:] = 0
-        bank = state._bank
-        if isinstance(bank, BitSlicedCBFBank) and bank.n_clients:
+        bank = state._client_bank  # a stale bank is checked when it is made again
+        if isinstance(bank, BitSlicedCBFBank) and bank.n_clients and not state._bank_stale:
             self.after_subscribe(state, np.arange(bank.n_clients))
         for n in state.neighbours:
             self.after_advertise(state, n)
@@ -303,8 +305,9 @@ class FilterResizer:
     def sizes(state: BrokerState) -> dict[str, list[int]]:
         """``(m, k)`` of every CBF of ``state`` by filter name (what a snapshot keeps)."""
         out = {f"ert:{n}": [f.m, f.k] for n, f in state._ert.items()}
-        if isinstance(state._bank, BitSlicedCBFBank):
-            out[CLIENTS] = [state._bank.m, state._bank.k]
+        bank = state._client_bank  # as it is: a deferred bank is not made again for this
+        if isinstance(bank, BitSlicedCBFBank):
+            out[CLIENTS] = [bank.m, bank.k]
         return out
 
     def presize(self, state: BrokerState, sizes: Mapping[str, Any]) -> None:
@@ -331,7 +334,8 @@ class FilterResizer:
 def _prune_position_fns(state: BrokerState) -> None:
     """Drop the position tables of sizes no filter has any more."""
     used = {(f.m, f.k) for f in (*state._ert.values(), *state._sff.values())}
-    if isinstance(state._bank, BitSlicedCBFBank):
-        used.add((state._bank.m, state._bank.k))
+    bank = state._client_bank
+    if isinstance(bank, BitSlicedCBFBank):
+        used.add((bank.m, bank.k))
     for key in [key for key in state._position_fns if key not in used]:
         del state._position_fns[key]

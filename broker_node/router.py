@@ -129,6 +129,7 @@ class Router:
         if not good:
             return
         self.metrics.events_in += len(good)
+        self.state.defer_client_bank(self.indexed)  # off: the bank is made again, then kept
         plans = self.plans(run.keys)
         values = list(map(Message.value, good))
         stamps = list(map(publication_ms, good, carried_of))  # kept on every copy

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 import numpy as np
 
@@ -66,6 +65,39 @@ def _meet(a: tuple[float, bool, float, bool], b: tuple[float, bool, float, bool]
     return lo, lc, hi, hc
 
 
+class _Plan:
+    """What reading a space's rows needs, worked out once per space."""
+
+    def __init__(self, space: ContentSpace) -> None:
+        self.space = space
+        numeric = [a for a in space.attributes
+                   if isinstance(a, UniformAttribute | BreakpointAttribute)]
+        self.numeric = [a.name for a in space.attributes if a.kind == "numeric"]
+        if self.numeric != [a.name for a in numeric]:  # pragma: no cover - one kind each
+            raise ValueError("numeric attributes of an unknown kind")
+        self.domain = {a.name: (float(a.low), True, float(a.high), True) for a in numeric}
+        #: per discrete attribute: name, words, its values' cells
+        self.discrete = [(a.name, (a.n_cells + 63) // 64, dict(a.index))
+                         for a in space.attributes if isinstance(a, DiscreteAttribute)]
+        self.full = [np.frombuffer(((1 << a.n_cells) - 1).to_bytes(8 * w, "little"),
+                                   dtype="<u8").astype(np.uint64)
+                     for a, (_, w, _) in zip((a for a in space.attributes
+                                              if isinstance(a, DiscreteAttribute)),
+                                             self.discrete, strict=True)]
+
+
+_PLANS: dict[int, _Plan] = {}
+
+
+def _plan(space: ContentSpace) -> _Plan:
+    plan = _PLANS.get(id(space))
+    if plan is None or plan.space is not space:
+        if len(_PLANS) > 64:
+            _PLANS.clear()
+        plan = _PLANS[id(space)] = _Plan(space)
+    return plan
+
+
 def simple_row(space: ContentSpace, where: str | None
                ) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """The simple row of ``where`` (bounds per numeric attribute, masks per discrete one).
@@ -76,20 +108,23 @@ def simple_row(space: ContentSpace, where: str | None
     if not where:
         return None
     by_name = space.by_name
+    plan = _plan(space)
+    domain = plan.domain
     intervals: dict[str, tuple[float, bool, float, bool]] = {}
     sets: dict[str, frozenset[str]] = {}
     excluded: dict[str, frozenset[str]] = {}
     pos, end = 0, len(where)
+    match = _PRED.match
     while pos < end:
-        m = _PRED.match(where, pos)
+        m = match(where, pos)
         if m is None:
             return None
         pos = m.end()
         name, lo, hi, op, value, set_op, listed = m.groups()
-        a = by_name.get(name)
-        if a is None or a.optional:
-            return None
-        if isinstance(a, UniformAttribute | BreakpointAttribute):
+        start = domain.get(name)
+        if start is not None:  # a numeric attribute
+            if by_name[name].optional:
+                return None
             if lo is not None:
                 low, high = float(lo), float(hi)
                 if low > high:
@@ -99,49 +134,45 @@ def simple_row(space: ContentSpace, where: str | None
                 piece = _PIECES[op](float(value))
             else:
                 return None
-            start = intervals.get(name, (float(a.low), True, float(a.high), True))
-            intervals[name] = _meet(start, piece)
-        elif isinstance(a, DiscreteAttribute):
-            if lo is not None:
-                return None
-            vals = [value] if op is not None else listed.split(", ")
-            index = a.index
-            if op not in ("=", "!=", None) or not all(
-                    v in index and _IS_WORD.fullmatch(v) for v in vals):
-                return None
-            if op == "!=" or set_op == "not in":
-                excluded[name] = excluded.get(name, frozenset()) | frozenset(vals)
-            else:
-                sets[name] = sets[name] & frozenset(vals) if name in sets else frozenset(vals)
-        else:
+            intervals[name] = _meet(intervals.get(name, start), piece)
+            continue
+        a = by_name.get(name)
+        if not isinstance(a, DiscreteAttribute) or a.optional or lo is not None:
             return None
-    numeric = [a for a in space.attributes if a.kind == "numeric"]
-    bounds = np.empty((len(numeric), 2), dtype=np.float64)
-    for j, a in enumerate(numeric):
-        iv = intervals.get(a.name)
+        vals = [value] if op is not None else listed.split(", ")
+        index = a.index
+        if op not in ("=", "!=", None) or not all(
+                v in index and _IS_WORD.fullmatch(v) for v in vals):
+            return None
+        if op == "!=" or set_op == "not in":
+            excluded[name] = excluded.get(name, frozenset()) | frozenset(vals)
+        else:
+            sets[name] = sets[name] & frozenset(vals) if name in sets else frozenset(vals)
+    flat: list[float] = []
+    for name in plan.numeric:
+        iv = intervals.get(name)
         if iv is None:
-            bounds[j] = (-math.inf, math.inf)
+            flat += (-math.inf, math.inf)
             continue
         low = iv[0] if iv[1] else math.nextafter(iv[0], math.inf)
         high = iv[2] if iv[3] else math.nextafter(iv[2], -math.inf)
         if low > high:
             return None  # can match nothing: the compiler says so
-        bounds[j] = (low, high)
+        flat += (low, high)
+    bounds = np.array(flat, dtype=np.float64).reshape(len(plan.numeric), 2)
     masks = []
-    for a in space.attributes:
-        if not isinstance(a, DiscreteAttribute):
+    for (name, words, index), full in zip(plan.discrete, plan.full, strict=True):
+        allowed = sets.get(name)
+        if allowed is None and name not in excluded:
+            masks.append(full)
             continue
-        out = np.zeros((a.n_cells + 63) // 64, dtype=np.uint64)
-        allowed = sets.get(a.name)
-        if allowed is None and a.name not in excluded:
-            cells: Any = range(a.n_cells)
-        else:
-            left = (frozenset(a.values) if allowed is None else allowed) - excluded.get(
-                a.name, frozenset())
-            if not left:
-                return None  # can match nothing: the compiler says so
-            cells = sorted(a.index[v] for v in left)
-        for cell in cells:
-            out[cell // 64] |= np.uint64(1) << np.uint64(cell % 64)
-        masks.append(out)
+        left = (frozenset(index) if allowed is None else allowed) - excluded.get(
+            name, frozenset())
+        if not left:
+            return None  # can match nothing: the compiler says so
+        bits = 0
+        for v in left:
+            bits |= 1 << index[v]
+        masks.append(np.frombuffer(bits.to_bytes(8 * words, "little"), dtype="<u8")
+                     .astype(np.uint64))
     return bounds, masks

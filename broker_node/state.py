@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -119,15 +119,19 @@ class BrokerState:
             if label_base is None or label_space_size is None:
                 raise BrokerError("client_filter 'direct' needs a known label space",
                                   field="client_filter", value="direct")
-            self._bank: ClientFilterBank = DirectLabelBank(label_space_size,
-                                                           base=label_base)
+            self._client_bank: ClientFilterBank = DirectLabelBank(label_space_size,
+                                                                  base=label_base)
         else:
-            self._bank = BitSlicedCBFBank(cfg.client_m, cfg.client_k,
+            self._client_bank = BitSlicedCBFBank(cfg.client_m, cfg.client_k,
                                           counter_bits=cfg.counter_bits, seed=cfg.seed,
                                           position_fn=self._position_fn(cfg.client_m,
                                                                         cfg.client_k))
-        self._bank.match_threads = cfg.match_threads
-        self._bank.update_threads = cfg.update_threads
+        self._client_bank.match_threads = cfg.match_threads
+        self._client_bank.update_threads = cfg.update_threads
+        #: True: the client bank is not kept up to date (the node finds its clients by an
+        #: exact index instead); it is made again from the registry when next read.
+        self._bank_deferred = False
+        self._bank_stale = False
         self._ert = {n: self._new_routing_cbf() for n in self.neighbours}
         # exact mode tables (also kept in paper mode for "direct" checks: cheap, exact)
         self._total: LabelTable = make_table(label_base, label_space_size)
@@ -308,9 +312,13 @@ class BrokerState:
             raise
         lens = np.diff(offs)
         self._registry.add(sub_ids, cidx, offs, flat, reserved=not known)
-        self._bank.add(np.repeat(cidx, lens), flat)
+        if self._bank_deferred:
+            self._bank_stale = True
+        else:
+            self._bank.add(np.repeat(cidx, lens), flat)
         out = self._aggregation.add(flat, None)
-        self.resizer.after_subscribe(self, cidx)  # may rebuild the bank larger
+        if not self._bank_deferred:
+            self.resizer.after_subscribe(self, cidx)  # may rebuild the bank larger
         return out
 
     def unsubscribe(self, client: str, sub_id: str) -> list[LinkMessage]:
@@ -351,7 +359,10 @@ class BrokerState:
             raise SubscriptionOwnerError(
                 f"subscription {sub_ids[i]!r} belongs to client {owner!r}, not {clients[i]!r}",
                 field="client", value=clients[i])
-        self._bank.remove(np.repeat(owners, lens), flat)
+        if self._bank_deferred:
+            self._bank_stale = True
+        else:
+            self._bank.remove(np.repeat(owners, lens), flat)
         self._registry.remove(sub_ids, codes)
         return self._aggregation.remove(flat, None)
 
@@ -391,6 +402,46 @@ class BrokerState:
         else:
             ert.remove_many(ls)
         return self._aggregation.remove(ls, source)
+
+    # -- the client bank ----------------------------------------------------------------
+    @property
+    def _bank(self) -> ClientFilterBank:
+        """The client bank, made again from the registry first if it fell behind."""
+        if self._bank_stale:
+            self._rebuild_client_bank()
+        return self._client_bank
+
+    @_bank.setter
+    def _bank(self, bank: ClientFilterBank) -> None:
+        self._client_bank = bank
+
+    def defer_client_bank(self, on: bool) -> None:
+        """Stop (``on``) or resume keeping the client bank up to date.
+
+        A node that finds its local clients by an exact index of its own does not read
+        the bank; keeping it costs more than the rest of taking a subscription. While
+        deferred, subscriptions change the registry only, and the first read of the bank
+        (a route that asks for clients, a digest) makes it again from every live
+        subscription in the registry, at once.
+        """
+        self._bank_deferred = on
+
+    def _rebuild_client_bank(self) -> None:
+        self._bank_stale = False
+        old = self._client_bank
+        reg = self._registry
+        owners, lens, flat = reg.gather(reg.index.live())  # every live (client, label)
+        if isinstance(old, BitSlicedCBFBank):
+            new: ClientFilterBank = old.resized(old.m, old.k, np.repeat(owners, lens), flat,
+                                                position_fn=self._position_fn(old.m, old.k))
+        else:
+            new = DirectLabelBank(cast(int, self.label_space_size),
+                                  base=cast(int, self.label_base))
+            new.add(np.repeat(owners, lens), flat)
+        new.match_threads, new.update_threads = old.match_threads, old.update_threads
+        self._client_bank = new  # what the registry holds: no route changes (same version)
+        if len(self._client_names):
+            self.resizer.after_subscribe(self, np.arange(len(self._client_names)))
 
     # -- events ---------------------------------------------------------------------------
     def route(self, labels: Any, origin_clients: Any = None, origin_nodes: Any = None,
@@ -489,7 +540,7 @@ class BrokerState:
             "labels_advertised": self.counters.advertised,
             "labels_withdrawn": self.counters.withdrawn,
             "labels_live_per_neighbour": dict(self.counters.per_neighbour_live),
-            "client_bank_bytes": self._bank.memory_bytes(),
+            "client_bank_bytes": self._client_bank.memory_bytes(),
             "ert_fill": {n: f.fill_ratio() for n, f in self._ert.items()},
             "ert_estimated_fpr": {n: f.estimated_fpr() for n, f in self._ert.items()},
             "filter_rebuilds": dict(self.resizer.rebuilds),
@@ -500,7 +551,7 @@ class BrokerState:
 
         Indexed like :attr:`clients`; read by the node's metrics at each scrape.
         """
-        fill = self._bank.fill_ratios()
+        fill = self._client_bank.fill_ratios()  # as it is: a scrape rebuilds nothing
         # a client known but never given a label has no column in the bank yet
         return np.pad(fill, (0, max(0, len(self._client_names) - len(fill))))
 
@@ -515,7 +566,7 @@ class BrokerState:
         path a dict, counted with its keys). Other Python objects are not counted.
         """
         return {
-            "client_bank": self._bank.memory_bytes(),
+            "client_bank": self._client_bank.memory_bytes(),
             "routing_filters": sum(int(f.counters.nbytes) for f in self._ert.values()),
             "paper_filters": sum(int(f.counters.nbytes) for f in self._sff.values()),
             "label_counts": self._total.memory_bytes()

@@ -81,6 +81,7 @@ from connectors.topics import (
     names_client,
     source_of,
 )
+from dls.exact_row import RowLayout
 from dls.exceptions import DLSError
 from dls.mapping import event_label
 from dls.predicates import Subscription
@@ -162,6 +163,7 @@ class Client:
             replication_factor, min_insync_replicas,
             names=("replication_factor", "min_insync_replicas"))
         self.space = space if isinstance(space, ContentSpace) else ContentSpace.from_json(space)
+        self._rows = RowLayout(self.space)  # a simple subscription's row goes with it
         self.topics = Topics(topic_prefix)
         self.topics.deliver(client_id)  # validates the name
         self.topics.node_subscribe(node)
@@ -217,7 +219,8 @@ class Client:
         sub = Subscription(self.space, where)
         parts = self._parts(sub.labels())
         sid = sub_id or f"{self.client_id}-{uuid.uuid4().hex[:12]}"
-        values = {shard: encode_label_subscription(self.client_id, sid, labels, str(sub))
+        row = self._rows.of(sub)
+        values = {shard: encode_label_subscription(self.client_id, sid, labels, str(sub), row)
                   for shard, labels in parts.items()}
         for shard, value in values.items():
             if len(value) > MAX_SUBSCRIPTION_BYTES:  # refused before anything is kept
@@ -307,7 +310,7 @@ class Client:
                 for shard, part in self._parts(labels).items():
                     self._send(self._input(rec.node or self.node, "subscribe", shard),
                                encode_label_subscription(self.client_id, rec.sub_id, part,
-                                                         str(sub)))
+                                                         str(sub), self._rows.of(sub)))
             self.subscriptions[rec.sub_id] = sub
             changed = True
         return changed

@@ -31,19 +31,20 @@ COL_SHIFT, OWNER_SHIFT = 33, 39
 
 @njit
 def insert(pool: Any, cut: Any, start: Any, size: Any, cap: Any, end: int, labels: Any,
-           entries: Any, cuts: Any) -> int:
-    """Append ``entries[i]`` (``cuts[i]``) to label ``labels[i]``'s list; returns the end.
+           entries: Any, cuts: Any, first: int) -> Any:
+    """Append ``entries[i]`` (``cuts[i]``) to label ``labels[i]``'s list, from ``i = first``.
 
-    The caller leaves room enough past ``end`` (:meth:`LabelIndex._room`); should a list
-    have to move past the pool's end, the kernel stops there and returns -1.
+    Returns ``(end, i)``: the pool's new end, and ``len(labels)`` when every entry is in;
+    else the first entry left out because its list had to move past the pool's end (the
+    caller grows the pool, and goes on from there: what is in stays consistent).
     """
-    for i in range(labels.shape[0]):
+    for i in range(first, labels.shape[0]):
         lab = labels[i]
         n = size[lab]
         if n == cap[lab]:
             room = 4 if n < 2 else 2 * n
             if end + room > pool.shape[0]:
-                return -1
+                return end, i
             at = start[lab]
             for t in range(n):
                 pool[end + t] = pool[at + t]
@@ -57,7 +58,7 @@ def insert(pool: Any, cut: Any, start: Any, size: Any, cap: Any, end: int, label
         cut[t, 0] = cuts[i, 0]
         cut[t, 1] = cuts[i, 1]
         size[lab] = n + 1
-    return end
+    return end, labels.shape[0]
 
 
 @njit

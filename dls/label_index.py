@@ -151,8 +151,6 @@ class LabelIndex:
             raise DLSError(f"label {v:#x} lies outside the index's labels "
                            f"[{self.base:#x}, {self.base + self.n_labels:#x})",
                            field="labels", value=v)
-        if self.compiled:  # first: a compaction here recounts the entries of every slot
-            self._room(idx)
         slots = self._take_slots(n)
         self._owner[slots] = owners
         self._row[slots] = np.asarray(rows, dtype=np.int64)
@@ -176,12 +174,8 @@ class LabelIndex:
         entries = (np.repeat(owners, sizes) << _ik.OWNER_SHIFT | (col + 1) << _ik.COL_SHIFT
                    | np.repeat(slots, sizes) << 1 | kinds)
         if self.compiled:
-            end = _ik.insert(self._pool, self._cut, self._start, self._size, self._cap,
-                             self._end, idx, entries, cuts)
-            if end < 0:  # never: _room leaves enough (the kernel stops rather than overrun)
-                raise DLSError("label index: its pool was too small for an insert",
-                               field="pool", value=len(self._pool))
-            self._end = end
+            self._insert_compiled(idx, entries, cuts)
+            self._slot_n[slots] = sizes  # a compaction on the way counted part of them
         else:
             self._insert_reference(idx, entries, cuts)
         self._live += len(entries)
@@ -204,9 +198,13 @@ class LabelIndex:
         if self._dead > max(self._live, 1 << 16):
             self.compact()
 
-    def compact(self) -> None:
-        """Drop the entries of retired slots (their slots are given out again)."""
-        size = max(1024, self._live + self._live // 4 + 2 * self.n_labels)
+    def compact(self, inserting: int = 0) -> None:
+        """Drop the entries of retired slots (their slots are given out again).
+
+        ``inserting``: entries of an insert under way, in the pool but not yet counted live.
+        """
+        live = self._live + inserting
+        size = max(1024, 2 * live + 2 * self.n_labels)
         out = np.zeros(size, dtype=np.int64)
         out_cut = np.zeros((size, 2), dtype=np.float32)
         if self.compiled:
@@ -317,17 +315,23 @@ class LabelIndex:
             self._seen = np.concatenate([self._seen,
                                          np.full(size - len(self._seen), -1, np.int64)])
 
-    def _room(self, idx: np.ndarray) -> None:
-        """Grow the pool so that appending to the lists of ``idx`` cannot pass its end."""
-        touched, added = np.unique(idx, return_counts=True)
-        # a list that fills while it takes its entries moves at sizes c, 2c, 4c ...: its
-        # rooms add up to at most twice its last, which is at most twice its final size
-        need = int((4 * (self._size[touched] + added) + 8).sum())
-        if self._end + need > len(self._pool):
-            if self._dead + (self._end - self._live - self._dead) > self._live:
-                self.compact()  # much of the pool is garbage: shed it before growing
-            if self._end + need > len(self._pool):
-                size = max(2 * len(self._pool), self._end + need)
+    def _insert_compiled(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray
+                         ) -> None:
+        """The insert kernel, the pool grown (or first compacted) each time it runs out."""
+        done = 0
+        while True:
+            self._end, done = _ik.insert(self._pool, self._cut, self._start, self._size,
+                                         self._cap, self._end, idx, entries, cuts, done)
+            if done == len(idx):
+                return
+            # a list cannot move: shed the garbage if most of the pool is (moved lists'
+            # old places, retired entries; lists' spare room is up to half of a list),
+            # else grow it
+            if self._end > 4 * (self._live + done):
+                self.compact(done)
+            room = 2 * int(self._size[idx[done]]) + 8
+            if self._end + room > len(self._pool):
+                size = max(2 * len(self._pool), self._end + room)
                 self._pool, self._cut = _grown(self._pool, size), _grown(self._cut, size)
 
     def _insert_reference(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray

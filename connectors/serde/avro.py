@@ -67,6 +67,8 @@ class _Schema:
     fingerprint: bytes
     header: bytes
     defaults: dict[str, Any]
+    #: an earlier version of a schema: the current one, which its records are read as
+    reader: dict[str, Any] | None = None
 
 
 class Serde:
@@ -99,11 +101,33 @@ class Serde:
                     field="fingerprint", value=entry.fingerprint.hex())
             self._by_name[entry.name] = entry
             self._by_fp[entry.fingerprint] = entry
+        self._load_previous()
         raw_event = self._by_name.get("RawEvent")
         self.raw_event_header: bytes | None = (
             raw_event.header
             if raw_event is not None and raw_event.canonical == RAW_EVENT_CANONICAL else None)
         """The RawEvent header while the hand-written codec applies (the shipped schema)."""
+
+    def _load_previous(self) -> None:
+        """Earlier versions of schemas (``previous/<Name>.<n>.avsc``): still read.
+
+        A message written with an earlier version (in flight, or kept on a topic, while
+        nodes are upgraded) decodes as a record of the current schema of that name, its
+        new fields at their defaults. Nothing is written with an earlier version.
+        """
+        for path in sorted((self.schema_dir / "previous").glob("*.avsc")):
+            old = _load(path)
+            current = self._by_name.get(old.name)
+            if current is None:
+                raise SerdeError(f"previous/{path.name}: no current schema named "
+                                 f"{old.name!r}", field="name", value=old.name)
+            if old.fingerprint in self._by_fp:
+                raise SerdeError(f"previous/{path.name}: same fingerprint as "
+                                 f"{self._by_fp[old.fingerprint].name}",
+                                 field="fingerprint", value=old.fingerprint.hex())
+            self._by_fp[old.fingerprint] = _Schema(
+                old.name, old.fullname, old.parsed, old.canonical, old.fingerprint,
+                old.header, current.defaults, reader=current.parsed)
 
     # -- introspection ------------------------------------------------------------------------
     @property
@@ -212,7 +236,7 @@ class Serde:
         """
         expected = self._entry(name)
         found = self._identify(data)
-        if found is not expected:
+        if found.name != expected.name:  # an earlier version of it reads as it
             raise SerdeError(f"expected a {name} message, got a {found.name}",
                              field="schema", value=found.name)
         return self.decode(data)[1]
@@ -222,7 +246,7 @@ class Serde:
         buf = io.BytesIO(data)
         buf.seek(HEADER_SIZE)
         try:
-            record = fastavro.schemaless_reader(buf, entry.parsed, None)
+            record = fastavro.schemaless_reader(buf, entry.parsed, entry.reader)
         except Exception as exc:  # EOFError, UnicodeDecodeError, IndexError, ...
             raise SerdeError(
                 f"{entry.name} body does not decode ({type(exc).__name__}: {exc})",

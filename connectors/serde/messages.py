@@ -43,10 +43,15 @@ _LINK_KINDS = {"advertise": "ADVERTISE", "withdraw": "WITHDRAW"}
 
 # -- encoders -------------------------------------------------------------------------------
 def encode_label_subscription(client: str, sub_id: str, labels: np.ndarray,
-                              where: str | None = None) -> bytes:
-    """A LabelSubscription message (for ``dls.node.N.subscribe``)."""
+                              where: str | None = None, row: bytes | None = None) -> bytes:
+    """A LabelSubscription message (for ``dls.node.N.subscribe``).
+
+    ``row``: the subscription's exact constraints compiled (:class:`dls.exact_row.RowLayout`),
+    when it is simple; the node then does not compile ``where``.
+    """
     return SERDE.encode("LabelSubscription", {"client": client, "id": sub_id,
-                                              "labels": encode_labels(labels), "where": where})
+                                              "labels": encode_labels(labels), "where": where,
+                                              "row": row})
 
 
 def encode_label_unsubscription(client: str, sub_id: str) -> bytes:
@@ -138,7 +143,7 @@ def _frozen_labels(b: bytes) -> np.ndarray:
 
 
 def decode_label_subscription(data: bytes) -> dict[str, Any]:
-    """Decode a LabelSubscription: ``client``, ``id``, ``labels`` (array) and ``where``.
+    """Decode a LabelSubscription: ``client``, ``id``, ``labels`` (array), ``where``, ``row``.
 
     Raises:
         SerdeError: Not a LabelSubscription, corrupt, or labels not a multiple of 8 bytes.

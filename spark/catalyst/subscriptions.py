@@ -62,7 +62,8 @@ def build_subscriptions(space: ContentSpace, raw: DataFrame, topics: Topics,
     def value(labels: Column) -> Column:
         body = F.to_avro(F.struct(non_null("client"), non_null("id"),
                                 F.coalesce(labels_bytes(labels), F.lit(bytearray()))
-                                .alias("labels"), F.col("where")),
+                                .alias("labels"), F.col("where"),
+                                F.lit(None).cast("binary").alias("row")),
                        schema_json("LabelSubscription"))
         return F.concat(header_bytes("LabelSubscription"), body)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import time
 from pathlib import Path
 
@@ -73,6 +74,33 @@ def test_a_bad_message_in_a_run_is_a_dead_letter_and_the_rest_applies(
     assert [d.source for d in out.letters] == [f"{SUB}[0]@1"]
     assert out.letters[0].reason.startswith("undecodable")
     assert controls.metrics.control_in == 3
+
+
+def test_a_subscription_with_a_bad_row_is_a_dead_letter_naming_it_and_the_rest_applies(
+        controls: Controls) -> None:
+    """The row the SDK compiles is checked: one of another size (another space), or a
+    range that is not one, changes nothing; a good row is the edge's row as sent."""
+    labels = _labels(controls, 10, 30)
+    good = struct.pack("<2d", 5.0, 35.0)
+    bad_size = struct.pack("<3d", 5.0, 35.0, 1.0)
+    upside = struct.pack("<2d", 35.0, 5.0)
+
+    def sub(offset: int, sid: str, row: bytes) -> Message:
+        return Message(topic=SUB, partition=0, offset=offset, timestamp=(1, 0),
+                       value=encode_label_subscription("ann", sid, labels, "x > 1", row))
+
+    out = controls.apply([sub(0, "s1", good), sub(1, "s2", bad_size), sub(2, "s3", upside),
+                          sub(3, "s4", good)], replay=False)
+    assert [(d.source, d.field, d.reason) for d in out.letters] == [
+        (f"{SUB}[0]@1", "row", "row: 24 bytes, the space's rows have 16 (1 numeric "
+                               "attributes, 0 mask words)"),
+        (f"{SUB}[0]@2", "row", "row: bounds [[35.0, 5.0]] are not ranges (NaN, or a lower "
+                               "bound above its upper)")]
+    assert len(controls.state) == 2
+    assert controls.state.subscription("s4")[0] == "ann"
+    edge = controls.edge
+    assert edge is not None and len(edge) == 2
+    assert edge.export(["ann"], ["s1"]).bounds.tolist() == [[[5.0, 35.0]]]
 
 
 def test_an_early_unsubscription_waits_then_is_a_dead_letter(controls: Controls) -> None:

@@ -266,6 +266,7 @@ def test_a_restart_after_a_resize_keeps_the_sizes_and_routes(tmp_path: Path, see
     path = tmp_path / "space.json"
     path.write_text(json.dumps(SPEC))
     state, controls = _node(path)
+    state.defer_client_bank(False)  # routed by the bank (no index): it grows as it fills
     rng = np.random.default_rng(seed)
     for b in range(6):
         picks = [rng.integers(0, 4096, rng.integers(1, 8)).tolist() for _ in range(20)]

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from confluent_kafka import Message
 from prometheus_client import generate_latest
@@ -16,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker_node.metrics import OTHERS, client_estimated_fpr, node_registry
 from broker_node.service import NodeService
-from connectors.serde import encode_raw_event
+from connectors.serde import encode_label_subscription, encode_raw_event
 from connectors.topics import (
     HEADER_CLIENTS,
     HEADER_EVENT_ID,
@@ -24,6 +25,7 @@ from connectors.topics import (
     HEADER_ORIGIN,
     decode_clients,
 )
+from dls.exact_row import RowLayout
 from dls.mapping import event_label
 from dls.predicates import Subscription
 from dls.space import ContentSpace
@@ -49,6 +51,17 @@ class _Node:
         sub = Subscription(self.space, where)
         self.svc.state.subscribe(client, sid, sub.labels().tolist())
         self.edge.add(client, sid, sub)
+
+    def send_subscription(self, client: str, sid: str, where: str, *, row: bool) -> None:
+        """Subscribe as the SDK does: a LabelSubscription on the node's subscribe topic
+        (``row``: with the compiled row, as the SDK sends a simple one; else the where
+        text alone, which the node reads)."""
+        sub = Subscription(self.space, where)
+        self.n += 1
+        value = encode_label_subscription(client, sid, sub.labels(), str(sub),
+                                          RowLayout(self.space).of(sub) if row else None)
+        self.svc.process([Message(topic="dls.node.A.subscribe", partition=0, offset=self.n,
+                                  value=value)])
 
     def publish(self, xs: list[Any]) -> list[tuple[str, Any]]:
         """Publish events of these x values (or attributes); the (topic, x) of each
@@ -158,11 +171,17 @@ def test_the_page_shows_per_client_deliveries_removals_and_filter_rates(
     assert got[("dls_client_deliveries_total", "cy")] == 0
     assert got[("dls_client_edge_removed_total", "cy")] == 0
     assert got[("dls_edge_removed_total", "")] == 2 * 3
-    fill = node.svc.state.client_fill()
-    k = node.svc.state.config.client_k
-    for i, name in enumerate(node.svc.state.clients):
-        assert got[("dls_client_filter_estimated_fpr", name)] == fill[i] ** k > 0
     assert ("dls_client_deliveries_total", OTHERS) not in got  # three clients: all shown
+    # the index found the clients: the client bank was not kept, and the page shows it as
+    # it is (empty) rather than make it for a scrape
+    state = node.svc.state
+    assert not state.client_fill().any()
+    assert got[("dls_client_filter_estimated_fpr", "ann")] == 0
+    state.defer_client_bank(False)
+    state.route(np.array([0], dtype=np.uint64))  # a route by the bank: made from the registry
+    got, fill, k = _page(node.svc), state.client_fill(), state.config.client_k
+    for i, name in enumerate(state.clients):
+        assert got[("dls_client_filter_estimated_fpr", name)] == fill[i] ** k > 0
 
 
 def test_clients_past_the_bound_share_one_series(tmp_path: Path) -> None:

@@ -132,13 +132,14 @@ def test_fast_raw_event_codec_is_on_for_the_shipped_schema() -> None:
 # ------------------------------------------------------------------------ round trips
 
 
-@given(names, text, labels_arr, st.one_of(st.none(), text))
+@given(names, text, labels_arr, st.one_of(st.none(), text),
+       st.one_of(st.none(), st.binary(max_size=90)))
 def test_label_subscription_round_trip(client: str, sid: str, labels: np.ndarray,
-                                       where: str | None) -> None:
-    data = encode_label_subscription(client, sid, labels, where)
+                                       where: str | None, row: bytes | None) -> None:
+    data = encode_label_subscription(client, sid, labels, where, row)
     msg = decode_label_subscription(data)
-    assert set(msg) == {"client", "id", "labels", "where"}
-    assert (msg["client"], msg["id"], msg["where"]) == (client, sid, where)
+    assert set(msg) == {"client", "id", "labels", "where", "row"}
+    assert (msg["client"], msg["id"], msg["where"], msg["row"]) == (client, sid, where, row)
     assert np.array_equal(msg["labels"], labels)
     assert msg["labels"].dtype == np.dtype(np.uint64)
     assert msg["labels"].tolist() == labels.tolist()
@@ -146,7 +147,26 @@ def test_label_subscription_round_trip(client: str, sid: str, labels: np.ndarray
     name, rec = SERDE.decode(data)
     assert name == "LabelSubscription"
     assert rec == {"client": client, "id": sid, "labels": encode_labels(labels),
-                   "where": where}
+                   "where": where, "row": row}
+
+
+def test_a_subscription_written_with_the_previous_schema_reads_as_the_current_one() -> None:
+    """A LabelSubscription of the first version (no row: in flight while nodes are
+    upgraded) decodes, its row None; nothing is written with the old version."""
+    old_path = SCHEMA_DIR / "previous" / "LabelSubscription.1.avsc"
+    old = fastavro.parse_schema(json.loads(old_path.read_text()), named_schemas={})
+    canonical = fastavro.schema.to_parsing_canonical_form(old)
+    fp = bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
+    assert fp != SERDE.fingerprint("LabelSubscription")
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + fp)
+    fastavro.schemaless_writer(buf, old, {"client": "ann", "id": "s1",
+                                          "labels": encode_labels(np.array([7], np.uint64)),
+                                          "where": "x > 1"})
+    msg = decode_label_subscription(buf.getvalue())
+    assert (msg["client"], msg["id"], msg["where"], msg["row"]) == ("ann", "s1", "x > 1", None)
+    assert msg["labels"].tolist() == [7]
+    assert SERDE.header("LabelSubscription")[2:] == SERDE.fingerprint("LabelSubscription")
 
 
 def test_label_subscription_edges() -> None:

@@ -829,6 +829,7 @@ public final class FastMap implements UDF2<byte[], byte[], Row> {
         o.bytes(lb.buf, 0, lb.n);
         o.b(2);  // the string branch of ["null", "string"]
         o.bytes(b, whereS, whereE);
+        o.b(0);  // row: null (the node compiles the where text)
         return o.done();
     }
 
