@@ -44,13 +44,14 @@ Steps per size:
    ``.cache/bench/quotes-labels-*.npz``, keyed by the workload's parameters, its columns
    and the space),
    encoded as ``LabelSubscription`` messages (client ``q<i>``, id ``s<i>``, labels, the where
-   text) like ``Client.subscribe``. Once the node's metrics page answers and its consumer
-   group is stable, they are produced to its subscribe topic; ``subscribe_rate`` is
-   subscriptions per second from the first one written to the acknowledgement of the last
-   read from the shared delivery topic (``read_committed``; the node acknowledges in the
-   order it applies, after its commit), ``subscribe_rate_to_commit`` to the node's commit
-   of the last (its group's committed offset of the subscribe topic, polled every 50 ms).
-   Then the acknowledgements are counted (one per subscription).
+   text, the compiled row: :class:`dls.exact_row.RowLayout`) like ``Client.subscribe``.
+   Once the node's metrics page answers and its consumer group is stable, they are
+   produced to its subscribe topic; ``subscribe_rate`` is subscriptions per second from
+   the first one written to the acknowledgement of the last read from the shared delivery
+   topic (``read_committed``; the node acknowledges in the order it applies, after its
+   commit), ``subscribe_rate_to_commit`` to the node's commit of the last (its group's
+   committed offset of the subscribe topic, polled every 50 ms). Then the
+   acknowledgements are counted (one per subscription).
 2. **Rounds.** One unmeasured warm-up round (``warmup_events``), then ``rounds`` paired
    rounds. Round ``r`` draws ``n_events`` fresh events (``draw_events`` with seed
    ``101 + r``; ids ``r<r>-e<i>``), encoded as ``Client.publish`` writes them (value
@@ -76,6 +77,12 @@ Steps per size:
    its results. ``deliveries_per_event`` is measured on every event of the round. A size
    that fails (a timeout, a process that ended) is logged and named in the meta file's
    ``failed_sizes``; the next size runs, and the run exits 1.
+4. **Restart.** With every subscription live, the node is stopped (``SIGTERM``) and
+   started again, then killed (``SIGKILL``: a crash) and started again; as each new
+   process starts, ``RESTART_EVENTS`` fresh events go to its publish topic, and
+   ``restart_to_routing_stopped`` / ``_killed`` is the time from the process's start to
+   its commit covering them (imports, group join, snapshot and replay, then routing); those
+   events are checked like a round's.
 
 Output: ``node.json`` (records ``{"benchmark", "system", "params", "metric", "value",
 "unit"}``), ``node.meta.json`` (machine, versions of confluent-kafka and quixstreams in
@@ -180,6 +187,7 @@ class Size:
         return f"n{self.n_subs}c{self.n_clients}f{self.fanout:g}"
 
 
+RESTART_EVENTS = 1_000  # produced as a restarted node starts: routing again once committed
 QUICK_SIZES = (Size(2_000, 100, 16, 3_000),)
 FULL_SIZES = (Size(10_000, 1_000, 64, 20_000), Size(100_000, 1_000, 64, 20_000),
               Size(100_000, 1_000, 380, 20_000), Size(1_000_000, 10_000, 64, 10_000))
@@ -200,6 +208,7 @@ class Settings:
     poll_interval_s: float = 0.01
     start_timeout_s: float = 180.0
     peer: bool = True
+    restart: bool = True  # after the rounds: the node stopped, then killed, and restarted
     seed: int = 0  # the workload's
     # Further lines of the node's TOML (``--node-setting KEY=VALUE``, the value in TOML
     # syntax), e.g. ("route_cache_mb", "0"); none by default: only the required settings.
@@ -945,6 +954,43 @@ def one_round(r: SizeRun, rnd: int, order: Sequence[str], ev: RoundEvents,
     return out
 
 
+def restart_node(r: SizeRun, tmp: Path, producer: Producer, kill: bool) -> None:
+    """Stop the node (SIGTERM, or SIGKILL: a crash), start it again, and time until it
+    routes: from the new process's start until its commit covers fresh events produced
+    at that moment (``restart_to_routing``; the deliveries checked as a round's are)."""
+    assert r.node is not None  # noqa: S101
+    how = "killed" if kill else "stopped"
+    t = time.monotonic()
+    if kill:
+        r.node.p.kill()
+    r.node.stop()
+    stop_s = time.monotonic() - t
+    ev = round_events(RESTART_EVENTS, 990 + int(kill), f"restart-{how}")
+    topic, deliver = r.topics.node_publish(NODE), r.topics.shared_deliver
+    start, d0 = end_offset(r.bootstrap, topic), end_offset(r.bootstrap, deliver)
+    toml = tmp / f"{r.prefix}-node.toml"
+    r.metrics_port = free_port()
+    cmd = [*dlsroute_command(), "node", "--config", str(toml),
+           "--metrics-port", str(r.metrics_port)]
+    t0 = time.perf_counter()
+    r.node = Proc("node", cmd, CACHE / "logs" / f"{r.prefix}-node-{how}.log")
+    produce_all(producer, topic, ev.values, ev.headers)
+    samples = track(r.committed["node"], topic, start, len(ev.values),
+                    timeout=r.s.start_timeout_s + r.timeout(len(ev.values)),
+                    interval=0.05, alive=r.node.alive)
+    took = samples[-1][0] - t0
+    got = node_deliveries(r, d0, end_offset(r.bootstrap, deliver))
+    per_event = check_round(r, "node", got, ev, 90 + int(kill))
+    params = {**r.p.base, "how": f"node {how} (after the rounds: every subscription live), "
+              f"started again; {len(ev.values):,} fresh events produced at its start; "
+              "process start -> its commit covers them", "stop_s": round(stop_s, 3),
+              "deliveries_per_event": round(per_event, 2)}
+    r.rec.add("node", params, f"restart_to_routing_{how}", took, "s")
+    r.rec.log(f"[{r.p.size.tag}] node {how} in {stop_s:.1f} s; started again and routing "
+              f"{len(ev.values):,} fresh events {took:.1f} s after its start "
+              f"({per_event:.1f} deliveries per event; log {r.node.log_path})")
+
+
 def run_size(size: Size, s: Settings, bootstrap: str, run_prefix: str, rec: Recorder,
              peer_py: Path | None, tmp: Path, keep_topics: bool) -> None:
     p = prepare(size, s, rec)
@@ -981,6 +1027,9 @@ def run_size(size: Size, s: Settings, bootstrap: str, run_prefix: str, rec: Reco
                         f"{x} {res[x].rate:,.0f} events/s" for x in systems)
                     + (f" (node route cache hits "
                        f"{100 * res['node'].extra['route_cache_hit_rate']:.1f} %)"))
+        if s.restart:
+            for kill in (False, True):
+                restart_node(r, tmp, producer, kill)
         summarise(r, systems)
     finally:
         for proc in (r.node, r.peer):

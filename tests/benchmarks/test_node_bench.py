@@ -45,8 +45,20 @@ def test_quick_run_is_exact(quick_run):
             continue
         r = _one(records, system, "exact_mismatches")
         assert r["value"] == 0.0, r["params"]["examples"]
-        # every event of every round is checked in the quick run
-        assert r["params"]["checked_events"] == node.QUICK.rounds * QUICK.n_events
+        # every event of every round is checked in the quick run (the node's also those
+        # routed after each of its two restarts)
+        restarts = 2 * node.RESTART_EVENTS if system == "node" else 0
+        assert r["params"]["checked_events"] == node.QUICK.rounds * QUICK.n_events + restarts
+
+
+def test_a_restarted_node_routes_again_exactly(quick_run):
+    """Stopped, then killed: each time started again, it routes fresh events (checked
+    above with the rounds' events) once it has its subscriptions back."""
+    _, records, _, _ = quick_run
+    for how in ("stopped", "killed"):
+        r = _one(records, "node", f"restart_to_routing_{how}")
+        assert r["unit"] == "s" and r["value"] > 0
+        assert r["params"]["deliveries_per_event"] > 0
 
 
 def test_quick_records_shape(quick_run):
