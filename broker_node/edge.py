@@ -38,6 +38,7 @@ from broker_node.edge_rows import (
     hull,
     label_cells,
     row_cells,
+    simple_kinds,
     simple_parts,
     values_match,
 )
@@ -94,6 +95,8 @@ class EdgeTable:
         self._gkeys: tuple[int, np.ndarray, np.ndarray] | None = None
         #: moves at every change of the rows; a plan naming rows is valid at its version only
         self.version = 0
+        #: a batch of simple rows' index entries classified by a kernel (else numpy)
+        self.compiled_kinds = _jit.ENABLED
         #: label -> the subscriptions touching its cell (None: a label space too large to
         #: address; plans then name candidates' rows, :meth:`classify`)
         self.index = (EdgeIndex(space, self.numeric_names, self._optional,
@@ -193,14 +196,18 @@ class EdgeTable:
         general[checked] = self._general_flag[rows[checked]]
         simple = np.repeat(checked & ~general, sizes)
         cols = np.full(len(flat), -1, dtype=np.int64)
-        if simple.any():
+        if simple.all() and self.compiled_kinds:  # the usual batch: one kernel
+            simple_kinds(self.space, self._numeric, self._discrete, self._word_off, self._span,
+                         self._masks, flat, at, holds, wholly, cols)
+        elif simple.any():
             cells, valid = self._cells(flat[simple])
             h, w = self._classify(at[simple], cells, flat[simple])
             holds[simple], wholly[simple] = h | ~valid, w | ~valid
             if self._numeric:  # the first numeric attribute each cut cell is cut in
                 cn, span = cells[:, self._numeric], self._span[at[simple]]
                 inside = (span[:, :, 2] <= cn) & (cn <= span[:, :, 3])
-                cols[simple] = np.where(inside.all(axis=1), -1, np.argmax(~inside, axis=1))
+                cols[simple] = np.where(inside.all(axis=1) | ~valid, -1,
+                                        np.argmax(~inside, axis=1))
         if general.any():
             first = np.cumsum(sizes) - sizes
             for i in np.flatnonzero(general).tolist():

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dls import _indexkernels as _ik
 from dls.edge import interior_labels
 from dls.exact_row import SimpleParts, simple_parts
 from dls.predicates import NumericConstraint, Subscription
@@ -139,3 +140,23 @@ def label_cells(space: ContentSpace, labels: np.ndarray) -> tuple[np.ndarray, np
         cells[:, i] = c
     cells[~valid] = 0
     return cells, valid
+
+
+def simple_kinds(space: ContentSpace, numeric: list[int], discrete: list[int],
+                 word_off: np.ndarray, span: np.ndarray, masks: np.ndarray, labels: np.ndarray,
+                 at: np.ndarray, holds: np.ndarray, wholly: np.ndarray, cols: np.ndarray
+                 ) -> None:
+    """The kinds of simple rows' index entries, compiled.
+
+    Per label ``labels[i]`` of row ``at[i]``: whether the row holds its cell (``holds``),
+    wholly, and the first numeric column that cuts it (``cols``, -1: none). ``span``: the
+    rows' cells (:func:`row_cells`), ``masks`` their discrete masks side by side
+    (attribute ``k`` from word ``word_off[k]``). The numpy reference is
+    :meth:`broker_node.edge.EdgeTable._index_add`'s.
+    """
+    _ik.entry_kinds(labels, at, span, masks, np.array(numeric, dtype=np.int64),
+                    np.array(discrete, dtype=np.int64), word_off,
+                    np.array(space.shifts, dtype=np.int64), np.array(space.bits, dtype=np.int64),
+                    np.array([a.n_cells for a in space.attributes], dtype=np.int64),
+                    space.cell_bits, space.app_id if space.app_id is not None else 0,
+                    holds, wholly, cols)

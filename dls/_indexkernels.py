@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dls._jit import njit
 
-__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "insert", "match"]
+__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "entry_kinds", "insert", "match"]
 
 SLOT_MASK = (1 << 32) - 1
 COL_SHIFT, OWNER_SHIFT = 33, 39
@@ -199,3 +201,55 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
     counts[2] = g
     counts[3] = checked
     counts[4] = unread
+
+
+@njit
+def entry_kinds(labels: Any, at: Any, span: Any, masks: Any, numeric: Any, discrete: Any,
+                word_off: Any, shifts: Any, widths: Any, n_cells: Any, cell_bits: int,
+                app: int, holds: Any, wholly: Any, cols: Any) -> None:
+    """Index entries' kinds: per label of a simple row, held, held wholly, cut where.
+
+    Label ``labels[i]`` of row ``at[i]``: whether the row holds its cell, wholly, and the
+    first numeric column (by position in ``numeric``) that cuts it (-1: none).
+    ``span[r, j]``: row ``r``'s cells held ``[0]..[1]`` and held wholly ``[2]..[3]`` of
+    numeric attribute ``numeric[j]``; ``masks[r]`` the discrete attributes' cell masks side
+    by side (attribute ``k`` from word ``word_off[k]``). A label that is not one of the
+    space's cells (another app, a cell past an attribute's last) is held wholly. The numpy
+    reference is :meth:`broker_node.edge.EdgeTable._index_add`'s.
+    """
+    n_attr = shifts.shape[0]
+    cells = np.empty(n_attr, dtype=np.int64)
+    for i in range(labels.shape[0]):
+        lab = labels[i]
+        valid = (lab >> np.uint64(cell_bits)) == np.uint64(app)
+        for a in range(n_attr):
+            c = np.int64((lab >> np.uint64(shifts[a]))
+                         & np.uint64((np.int64(1) << widths[a]) - 1))
+            if c >= n_cells[a]:
+                valid = False
+            cells[a] = c
+        if not valid:
+            holds[i] = True
+            wholly[i] = True
+            cols[i] = -1
+            continue
+        r = at[i]
+        h = True
+        w = True
+        first = -1
+        for j in range(numeric.shape[0]):
+            c = cells[numeric[j]]
+            if c < span[r, j, 0] or c > span[r, j, 1]:
+                h = False
+            if c < span[r, j, 2] or c > span[r, j, 3]:
+                w = False
+                if first < 0:
+                    first = j
+        for k in range(discrete.shape[0]):
+            c = cells[discrete[k]]
+            word = masks[r, word_off[k] + (c >> 6)]
+            if not (word >> np.uint64(c & 63)) & np.uint64(1):
+                h = False
+        holds[i] = h
+        wholly[i] = w
+        cols[i] = first

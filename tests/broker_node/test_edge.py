@@ -2,10 +2,12 @@
 removed; no event it does not match is delivered)."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker_node.edge import CHECK, NONE, SURE, EdgeTable, values_match
+from dls import _jit
 from dls.exceptions import PredicateError
 from dls.mapping import event_label
 from dls.predicates import Subscription
@@ -129,6 +131,29 @@ def test_the_kernels_and_the_numpy_reference_give_the_same_verdicts(t, rnd):
     pairs = sorted(zip(owner.tolist(), rows.tolist(), strict=True))
     assert pairs == sorted(zip(owner2.tolist(), rows2.tolist(), strict=True))
     assert owner2.tolist() == sorted(owner2.tolist())
+
+
+@pytest.mark.skipif(not _jit.ENABLED, reason=f"kernels off: {_jit.REASON}")
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables())
+def test_the_index_entries_kernel_and_the_numpy_reference_agree(t):
+    """A batch of subscriptions listed in the label index: the kinds and cut columns the
+    kernel gives every label (dls/_indexkernels.entry_kinds) are the numpy path's."""
+    space, subs, _ = t
+    got = []
+    for compiled in (True, False):
+        table = EdgeTable(space)
+        if table.index is None:
+            return  # a label space too large to index
+        table.compiled_kinds = compiled
+        seen = []
+        add = table.index.labels.add
+        table.index.labels.add = lambda *a, _seen=seen, _add=add: (_seen.append(a), _add(*a))[1]
+        simple = [(c, s, sub) for c, s, sub in subs if len(sub.alternatives) == 1]
+        table.add_many([c for c, _, _ in simple], [s for _, s, _ in simple],
+                       [sub for _, _, sub in simple], [sub.labels() for _, _, sub in simple])
+        got.append([[np.asarray(x).tolist() for x in call] for call in seen])
+    assert got[0] == got[1]
 
 
 # -- every operator (issue 16): simple rows beside general ones ------------------------------
