@@ -25,7 +25,7 @@ import numpy as np
 
 from dls._jit import njit
 
-__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "entry_kinds", "insert", "match"]
+__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "entry_kinds", "insert", "lay_out", "match"]
 
 SLOT_MASK = (1 << 32) - 1
 COL_SHIFT, OWNER_SHIFT = 33, 39
@@ -253,3 +253,26 @@ def entry_kinds(labels: Any, at: Any, span: Any, masks: Any, numeric: Any, discr
         holds[i] = h
         wholly[i] = w
         cols[i] = first
+
+
+@njit
+def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: Any,
+            entries: Any, cuts: Any, out: Any, out_cut: Any) -> None:
+    """A bulk insert: every list copied to its new place, then the entries appended.
+
+    List ``l`` goes to ``new_start[l]`` in ``out``, then ``entries[i]`` to the end of the
+    list of ``labels[i]``; the caller sized the lists, so none moves.
+    """
+    for lab in range(start.shape[0]):
+        a, b = start[lab], new_start[lab]
+        for t in range(size[lab]):
+            out[b + t] = pool[a + t]
+            out_cut[b + t, 0] = cut[a + t, 0]
+            out_cut[b + t, 1] = cut[a + t, 1]
+    for i in range(labels.shape[0]):
+        lab = labels[i]
+        t = new_start[lab] + size[lab]
+        out[t] = entries[i]
+        out_cut[t, 0] = cuts[i, 0]
+        out_cut[t, 1] = cuts[i, 1]
+        size[lab] += 1

@@ -63,6 +63,10 @@ class IndexMatch:
     unread: int  # events whose cut cells were delivered without values (not ``ok``)
 
 
+#: entries an insert lays out at once rather than append, if the index holds fewer
+BULK = 1 << 16
+
+
 class LabelIndex:
     """Label -> entries of live subscriptions (slots), for labels ``base .. base + size``."""
 
@@ -317,7 +321,15 @@ class LabelIndex:
 
     def _insert_compiled(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray
                          ) -> None:
-        """The insert kernel, the pool grown (or first compacted) each time it runs out."""
+        """The insert kernel, the pool grown (or first compacted) each time it runs out.
+
+        A batch at least as large as what the index holds (a restore, the first
+        subscriptions) is laid out at once instead: every list sized for what it gets, with
+        a quarter more room, and copied once (:func:`dls._indexkernels.lay_out`).
+        """
+        if len(idx) >= max(self._live, BULK):
+            self._lay_out(idx, entries, cuts)
+            return
         done = 0
         while True:
             self._end, done = _ik.insert(self._pool, self._cut, self._start, self._size,
@@ -333,6 +345,17 @@ class LabelIndex:
             if self._end + room > len(self._pool):
                 size = max(2 * len(self._pool), self._end + room)
                 self._pool, self._cut = _grown(self._pool, size), _grown(self._cut, size)
+
+    def _lay_out(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray) -> None:
+        size = self._size + np.bincount(idx, minlength=self.n_labels)
+        cap = np.maximum(self._cap, size + size // 4)
+        start = np.cumsum(cap) - cap
+        total = int(cap.sum())
+        out = np.zeros(total + 1024, dtype=np.int64)
+        out_cut = np.zeros((total + 1024, 2), dtype=np.float32)
+        _ik.lay_out(self._pool, self._cut, self._start, self._size, start, idx, entries, cuts,
+                    out, out_cut)
+        self._pool, self._cut, self._start, self._cap, self._end = out, out_cut, start, cap, total
 
     def _insert_reference(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray
                           ) -> None:

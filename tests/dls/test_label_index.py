@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dls import _jit
+from dls import _jit, label_index
 from dls.exceptions import DLSError
 from dls.label_index import CUTS, HOLDS, LabelIndex
 
@@ -56,11 +56,15 @@ ops = st.lists(st.one_of(
 ), max_size=30)
 
 
-@pytest.mark.parametrize("compiled", [False, True] if _jit.ENABLED else [False])
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize(("compiled", "bulk"), [(False, label_index.BULK)] + (
+    [(True, label_index.BULK), (True, 0)] if _jit.ENABLED else []))
+@settings(max_examples=150, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # the patch holds for all
 @given(program=ops, seed=st.integers(0, 2**16))
-def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(compiled, program,
-                                                                           seed):
+def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
+        compiled, bulk, program, seed, monkeypatch):
+    """``bulk`` 0: every batch at least as large as the index is laid out at once."""
+    monkeypatch.setattr(label_index, "BULK", bulk)
     rng = np.random.default_rng(seed)
     lo = rng.choice([-1.0, 0.0, 0.5], size=(8, N_COLS))
     bounds = np.stack([lo, lo + rng.choice([0.0, 0.5, 1.0], size=(8, N_COLS))], axis=2)
