@@ -42,6 +42,8 @@ def node_rows(records: list[dict[str, Any]]) -> list[str]:
             v = m.get((system, metric))
             if v is None:
                 return "-"
+            if metric.startswith("restart"):
+                return f"{v:.1f}"
             return f"{v:.2f}" if metric.startswith("ratio") else f"{v:,.0f}"
         rows.append(
             f"| {n:,} | {c:,} | {f:g} | {m.get(('node', 'deliveries_per_event'), 0):.1f} | "
@@ -50,6 +52,8 @@ def node_rows(records: list[dict[str, Any]]) -> list[str]:
             f"{get('node', 'ratio_vs_quix_paired_median')} | "
             f"{get('node', 'ratio_vs_passthrough_paired_median')} | "
             f"{get('node', 'subscribe_rate')} | "
+            f"{get('node', 'restart_to_routing_stopped')} / "
+            f"{get('node', 'restart_to_routing_killed')} | "
             f"{int(m.get(('node', 'exact_mismatches'), 0))} |")
     return rows
 
@@ -79,8 +83,8 @@ def tables(node: list[dict[str, Any]] | None, route: dict[str, Any] | None) -> s
                 "rounds' own ratios):", "",
                 "| subscriptions | clients | fan-out asked | deliveries/event | node ev/s | "
                 "quixstreams ev/s | passthrough ev/s | node/quix | node/passthrough | "
-                "subscriptions/s | mismatches |",
-                "|---|---|---|---|---|---|---|---|---|---|---|", *node_rows(node), ""]
+                "subscriptions/s | restart to routing, s (stopped / killed) | mismatches |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|", *node_rows(node), ""]
     if route:
         out += ["The node's own work by part, in one process without a broker "
                 "(`benchmarks.route_path`, `benchmarks/results/route_path.json`; µs per event "

@@ -16,9 +16,11 @@ def test_a_row_per_workload_with_its_ratios() -> None:
         ("passthrough", "throughput", 40000.0), ("node", "deliveries_per_event", 62.04),
         ("node", "ratio_vs_quix_paired_median", 5.01),
         ("node", "ratio_vs_passthrough_paired_median", 0.499),
-        ("node", "subscribe_rate", 51234.0), ("node", "exact_mismatches", 0.0)]]
+        ("node", "subscribe_rate", 51234.0), ("node", "restart_to_routing_stopped", 9.84),
+        ("node", "exact_mismatches", 0.0)]]
     assert node_table.node_rows(recs) == [
-        "| 100,000 | 1,000 | 64 | 62.0 | 20,000 | 4,000 | 40,000 | 5.01 | 0.50 | 51,234 | 0 |"]
+        "| 100,000 | 1,000 | 64 | 62.0 | 20,000 | 4,000 | 40,000 | 5.01 | 0.50 | 51,234 | "
+        "9.8 / - | 0 |"]
     page = f"a\n{node_table.START}\nold\n{node_table.END}\nb"
     out = node_table.render(page, recs, None)
     assert out.startswith("a\n") and out.endswith("\nb") and "old" not in out
