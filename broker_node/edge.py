@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from broker_node.edge_index import EdgeIndex
+from broker_node.edge_restore import restore
 from broker_node.edge_rows import (
     CHECK,
     NONE,
@@ -45,7 +46,6 @@ from broker_node.edge_rows import (
 from connectors.serde.raw_numbers import read_event, values_of
 from dls import _edgekernels as _ek
 from dls import _jit
-from dls.exceptions import DLSError
 from dls.label_index import CUTS, HOLDS, MAX_LABELS
 from dls.predicates import Subscription
 from dls.space import ContentSpace
@@ -183,15 +183,26 @@ class EdgeTable:
         Each entry is ``(key, client number, row, labels)``; the kinds of every simple
         row's labels come from one pass over all of them.
         """
-        assert self.index is not None  # noqa: S101 - called with an index only
         sizes = np.fromiter((len(x[3]) for x in listed), np.int64, len(listed))
         flat = (np.concatenate([x[3] for x in listed]) if len(listed) > 1
                 else listed[0][3])
-        rows = np.fromiter((x[2] for x in listed), np.int64, len(listed))
+        self._index_rows([x[0] for x in listed],
+                         np.fromiter((x[1] for x in listed), np.int64, len(listed)),
+                         np.fromiter((x[2] for x in listed), np.int64, len(listed)), sizes,
+                         flat)
+
+    def _index_rows(self, keys: list[tuple[str, str]], cids: np.ndarray, rows: np.ndarray,
+                    sizes: np.ndarray, flat: np.ndarray) -> None:
+        """:meth:`_index_add` of subscriptions ``keys`` given as arrays.
+
+        Subscription ``i``, of client number ``cids[i]`` and row ``rows[i]``, has the next
+        ``sizes[i]`` labels of ``flat``.
+        """
+        assert self.index is not None  # noqa: S101 - called with an index only
         at = np.repeat(rows, sizes)
         holds = np.ones(len(flat), dtype=bool)
         wholly = np.ones(len(flat), dtype=bool)
-        general = np.zeros(len(listed), dtype=bool)
+        general = np.zeros(len(keys), dtype=bool)
         checked = rows >= 0
         general[checked] = self._general_flag[rows[checked]]
         simple = np.repeat(checked & ~general, sizes)
@@ -213,15 +224,14 @@ class EdgeTable:
             for i in np.flatnonzero(general).tolist():
                 part = slice(int(first[i]), int(first[i] + sizes[i]))
                 holds[part], wholly[part] = self.entry_kinds(int(rows[i]), flat[part])
-        offsets = np.zeros(len(listed) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(np.repeat(np.arange(len(listed)), sizes)[holds],
-                              minlength=len(listed)), out=offsets[1:])
-        bounds = np.empty((len(listed), len(self._numeric), 2), dtype=np.float64)
+        held = np.zeros(len(flat) + 1, dtype=np.int64)
+        np.cumsum(holds, out=held[1:])
+        offsets = held[np.r_[0, np.cumsum(sizes)]]  # each subscription's held labels
+        bounds = np.empty((len(keys), len(self._numeric), 2), dtype=np.float64)
         bounds[...] = (-np.inf, np.inf)  # an unchecked subscription: all its cells held
         bounds[checked] = self._bounds[rows[checked]]
         self.index.add(
-            [x[0] for x in listed], np.fromiter((x[1] for x in listed), np.int64, len(listed)),
-            np.maximum(rows, 0), bounds, general, offsets, flat[holds],
+            keys, cids, np.maximum(rows, 0), bounds, general, offsets, flat[holds],
             np.where(wholly[holds], HOLDS, CUTS), cols[holds])
 
     def entry_kinds(self, row: int, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -279,54 +289,9 @@ class EdgeTable:
 
         Subscription ``i``'s labels are ``labels[offsets[i]:offsets[i + 1]]`` (needed by
         the index; without them, a general row's own labels and none for the others).
+        See :func:`broker_node.edge_restore.restore`.
         """
-        fits = rows is not None and rows.bounds.shape[1:] == (len(self._numeric), 2) and [
-            m.shape[1] for m in rows.masks] == self._words
-        at = {} if rows is None or not fits else dict(
-            zip(rows.index.tolist(), range(len(rows.index)), strict=True))
-        by_clients: list[str] = []
-        by_ids: list[str] = []
-        by_labels: list[np.ndarray | None] = []
-        listed: list[tuple[tuple[str, str], int, int, np.ndarray]] = []
-        spans: list[int] = []
-        for i, (client, sid) in enumerate(zip(clients, ids, strict=True)):
-            own = (None if labels is None or offsets is None
-                   else labels[int(offsets[i]):int(offsets[i + 1])])
-            j = at.get(i)
-            key = (client, sid)
-            sub = None
-            if j is not None and rows is not None and i in rows.sets:
-                try:
-                    sub = Subscription(self.space, json.loads(rows.sets[i]))
-                except (DLSError, ValueError):  # not of this space: by label
-                    j = None
-            if j is None or rows is None:
-                by_clients.append(client)
-                by_ids.append(sid)
-                by_labels.append(own)
-                continue
-            if key in self._rows or key in self._unchecked_ids:
-                continue
-            cid = self._client(client)
-            row = self._take(key, cid)
-            if sub is not None:
-                self._set_general(row, sub)
-                own = sub.labels() if own is None else own
-            else:
-                self._set_simple(row, (rows.bounds[j], [m[j] for m in rows.masks]),
-                                 cells=False)
-                spans.append(row)
-            if own is None and self.index is not None:  # cannot be listed: would be missed
-                self.index = None
-            if own is not None:
-                listed.append((key, cid, row, np.asarray(own, dtype=np.uint64)))
-        if spans:
-            self._span[spans] = self._ranges(self._bounds[spans])
-        self.version += 1  # every row is set: what is computed from here on sees them all
-        if self.index is not None and listed:
-            self._index_add(listed)
-        if by_clients:
-            self.add_many(by_clients, by_ids, [None] * len(by_clients), by_labels)
+        restore(self, clients, ids, rows, offsets, labels)
 
     # -- verdicts -----------------------------------------------------------------------------
     def verdicts(self, label: int, clients: list[str]) -> list[Verdict]:

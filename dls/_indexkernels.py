@@ -25,7 +25,8 @@ import numpy as np
 
 from dls._jit import njit
 
-__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "entry_kinds", "insert", "lay_out", "match"]
+__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "entry_kinds", "insert", "label_slots",
+           "lay_out", "match"]
 
 SLOT_MASK = (1 << 32) - 1
 COL_SHIFT, OWNER_SHIFT = 33, 39
@@ -276,3 +277,42 @@ def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: 
         out_cut[t, 0] = cuts[i, 0]
         out_cut[t, 1] = cuts[i, 1]
         size[lab] += 1
+
+
+@njit
+def label_slots(labels: Any, base: int, n_labels: int, idx: Any) -> int:
+    """Each label's place in the index; the position of the first outside it, or -1.
+
+    ``idx[i]``: label ``labels[i]``'s place; complete when every label is inside.
+    """
+    ub = np.uint64(base)
+    for i in range(labels.shape[0]):
+        lab = labels[i]
+        if lab < ub or lab - ub >= np.uint64(n_labels):
+            return i
+        idx[i] = np.int64(lab - ub)
+    return -1
+
+
+@njit
+def compose(offsets: Any, owners: Any, slots: Any, kinds: Any, cols: Any, lo: Any, hi: Any,
+            entries: Any, cuts: Any) -> None:
+    """The entries of subscriptions (see the module text) and their cut bounds.
+
+    Subscription ``i`` (owner ``owners[i]``, slot ``slots[i]``) has entries
+    ``offsets[i]..offsets[i + 1]`` of kinds ``kinds[t]``; a cut entry (kind 1) keeps column
+    ``cols[t]`` (-1: none) and its float32 bounds ``lo[i, col]``, ``hi[i, col]``.
+    """
+    ncol = lo.shape[1]
+    for i in range(owners.shape[0]):
+        head = owners[i] << OWNER_SHIFT | slots[i] << 1
+        for t in range(offsets[i], offsets[i + 1]):
+            k = kinds[t]
+            c = cols[t] if k == 1 else -1
+            if 0 <= c < ncol:
+                cuts[t, 0] = lo[i, c]
+                cuts[t, 1] = hi[i, c]
+            else:
+                cuts[t, 0] = -np.inf
+                cuts[t, 1] = np.inf
+            entries[t] = head | (c + 1) << COL_SHIFT | k

@@ -148,10 +148,15 @@ class LabelIndex:
             raise DLSError(f"owner {wrong} outside 0..{MAX_OWNERS - 1}", field="owners",
                            value=wrong)
         labels = np.asarray(labels, dtype=np.uint64)
-        idx = labels.astype(np.int64) - self.base  # uint64 -> int64: large ones go negative
-        bad = (labels < np.uint64(self.base)) | (idx >= self.n_labels) | (idx < 0)
-        if bad.any():
-            v = int(labels[np.flatnonzero(bad)[0]])
+        if self.compiled:
+            idx = np.empty(len(labels), dtype=np.int64)
+            first_bad = _ik.label_slots(labels, self.base, self.n_labels, idx)
+        else:
+            idx = labels.astype(np.int64) - self.base  # uint64 -> int64: large ones negative
+            bad = (labels < np.uint64(self.base)) | (idx >= self.n_labels) | (idx < 0)
+            first_bad = int(np.flatnonzero(bad)[0]) if bad.any() else -1
+        if first_bad >= 0:
+            v = int(labels[first_bad])
             raise DLSError(f"label {v:#x} lies outside the index's labels "
                            f"[{self.base:#x}, {self.base + self.n_labels:#x})",
                            field="labels", value=v)
@@ -166,6 +171,12 @@ class LabelIndex:
         self._slot_n[slots] = sizes
         self._grow_owners(int(owners.max()) + 1 if n else 0)
         kinds = np.asarray(kinds, dtype=np.int64)
+        if self.compiled:
+            entries, cuts = self._compose(n, offsets, owners, slots, bounds, kinds, cols)
+            self._insert_compiled(idx, entries, cuts)
+            self._slot_n[slots] = sizes  # a compaction on the way counted part of them
+            self._live += len(entries)
+            return slots
         col = (np.full(len(idx), -1, dtype=np.int64) if cols is None
                else np.where(kinds == CUTS, np.asarray(cols, dtype=np.int64), -1))
         sub = np.repeat(np.arange(n), sizes)
@@ -177,13 +188,23 @@ class LabelIndex:
             cuts[at, 0], cuts[at, 1] = _outwards(b[:, 0], -np.inf), _outwards(b[:, 1], np.inf)
         entries = (np.repeat(owners, sizes) << _ik.OWNER_SHIFT | (col + 1) << _ik.COL_SHIFT
                    | np.repeat(slots, sizes) << 1 | kinds)
-        if self.compiled:
-            self._insert_compiled(idx, entries, cuts)
-            self._slot_n[slots] = sizes  # a compaction on the way counted part of them
-        else:
-            self._insert_reference(idx, entries, cuts)
+        self._insert_reference(idx, entries, cuts)
         self._live += len(entries)
         return slots
+
+    def _compose(self, n: int, offsets: np.ndarray, owners: np.ndarray, slots: np.ndarray,
+                 bounds: np.ndarray, kinds: np.ndarray, cols: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`add`'s entries and cut bounds, by one kernel (the numpy path is above)."""
+        b = np.asarray(bounds, dtype=np.float64).reshape(n, self.columns, 2)
+        lo, hi = _outwards(b[:, :, 0], -np.inf), _outwards(b[:, :, 1], np.inf)
+        total = len(kinds)
+        entries = np.empty(total, dtype=np.int64)
+        cuts = np.empty((total, 2), dtype=np.float32)
+        _ik.compose(np.asarray(offsets, dtype=np.int64), owners, slots, kinds,
+                    np.full(total, -1, dtype=np.int64) if cols is None
+                    else np.asarray(cols, dtype=np.int64), lo, hi, entries, cuts)
+        return entries, cuts
 
     def retire(self, slots: np.ndarray) -> None:
         """Retire subscriptions (their slots); compacts when dead entries outnumber live."""
