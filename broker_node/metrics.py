@@ -293,9 +293,10 @@ class NodeCollector:
         labels = ["node", "client"]
         docs = ("deliveries to the client", "deliveries the exact check removed (label "
                 "matches that no subscription of the client matches)",
-                "share of set positions in the client's filter",
+                "share of set positions in the client's filter (0 while the label index "
+                "finds the clients: the bank is not kept then)",
                 "estimated false-positive rate of the client's filter (fill ** k; 0 for a "
-                "direct filter)")
+                "direct filter, and while the bank is not kept)")
         for k, (name, values, doc) in enumerate(zip(
                 _CLIENT_FAMILIES, (delivered, removed, fill, fpr), docs, strict=True)):
             counter = k < 2  # counters: the others' sum; gauges: the largest of theirs

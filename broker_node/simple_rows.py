@@ -73,8 +73,8 @@ class _Plan:
         numeric = [a for a in space.attributes
                    if isinstance(a, UniformAttribute | BreakpointAttribute)]
         self.numeric = [a.name for a in space.attributes if a.kind == "numeric"]
-        if self.numeric != [a.name for a in numeric]:  # pragma: no cover - one kind each
-            raise ValueError("numeric attributes of an unknown kind")
+        #: every numeric attribute is of a kind read here (else no row is read: compiled)
+        self.known = self.numeric == [a.name for a in numeric]
         self.domain = {a.name: (float(a.low), True, float(a.high), True) for a in numeric}
         #: per discrete attribute: name, words, its values' cells
         self.discrete = [(a.name, (a.n_cells + 63) // 64, dict(a.index))
@@ -109,6 +109,8 @@ def simple_row(space: ContentSpace, where: str | None
         return None
     by_name = space.by_name
     plan = _plan(space)
+    if not plan.known:
+        return None
     domain = plan.domain
     intervals: dict[str, tuple[float, bool, float, bool]] = {}
     sets: dict[str, frozenset[str]] = {}

@@ -1,30 +1,29 @@
 """The client SDK: subscribe, unsubscribe, publish, and receive with exact filtering.
 
 The SDK does the DLS mapping itself (the real-time path): a subscription goes to its
-node as a label set, an event as its original value bytes with the label in a header.
-What comes back on the client's delivery topic may include the network's false
-positives; :meth:`Client.deliveries` checks every event against the client's live
-subscriptions exactly, drops and counts the false positives, and yields the rest. It also
-drops repeats of an event (same origin and event id, which a node running at least once
-may send again after a crash: so ids must be unique per publisher), remembering at least
-the last ``SEEN_MEMORY`` events, and says so once a minute at most. A delivery that does
-not decode is logged (with its ``topic[partition]@offset``), counted and skipped. A
-node's acknowledgement of a subscription (no value, header ``HEADER_ACK``) is skipped.
+node as a label set (with its compiled row when it is simple: :mod:`dls.exact_row`), an
+event as its original value bytes with the label in a header. Deliveries may include the
+network's false positives; :meth:`Client.deliveries` checks every event against the
+client's live subscriptions exactly, drops and counts the false positives, and yields the
+rest. It drops repeats of an event (same origin and event id, which an at-least-once node
+may send again after a crash: ids must be unique per publisher), remembering at least the
+last ``SEEN_MEMORY`` events, and says so once a minute at most. A delivery that does not
+decode is logged (``topic[partition]@offset``), counted and skipped; so is a node's
+acknowledgement of a subscription (no value, header ``HEADER_ACK``).
 
 The client's live subscriptions outlive its process: they are kept in its compacted topic
 ``Topics.client_subscriptions(client)`` (:mod:`connectors.client_state`, which states the
 write order and what a crash between two writes costs). A new ``Client`` for the same
-client loads them before it checks its first delivery (or when
-:meth:`Client.load_subscriptions` is called), and reads what another process of the same
-client wrote since whenever a batch holds a delivery that matches none it knows.
+client loads them before it checks its first delivery (or at :meth:`load_subscriptions`),
+and reads what another process of the client wrote since whenever a batch holds a
+delivery that matches none it knows.
 
 The delivery partition is assigned directly (no consumer group membership), from the
 offset committed under the client's group: a restarted client reads again at once instead
 of waiting for its dead predecessor's session to expire. Two processes of one client
-listening at once each get every delivery (a copy each, not a share), and both commit
-under the same group: a restart resumes from whichever committed last (it may see again,
-or never see, what only the other one read). One listener per client id; parallel
-readers are separate clients.
+listening at once each get every delivery (a copy each) and commit under the same group,
+so a restart resumes from whichever committed last (it may see again, or never see, what
+only the other one read): one listener per client id; parallel readers are separate clients.
 """
 
 from __future__ import annotations
@@ -288,10 +287,7 @@ class Client:
         return dict(self.subscriptions)
 
     def _apply_stored(self, records: list[StoredSubscription], *, resend: bool = False) -> bool:
-        """Take the latest record of each id into :attr:`subscriptions`; True on a change.
-
-        ``resend``: send those still marked unsent to their node again.
-        """
+        """Keep each id's latest record; True on a change (``resend``: send unsent ones)."""
         changed = False
         for rec in {r.sub_id: r for r in records}.values():
             if rec.where is None:

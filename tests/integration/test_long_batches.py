@@ -37,7 +37,7 @@ BROAD, LABELS = 48, 65_536
 def _node(bootstrap: str, prefix: str, space: Path) -> NodeService:
     svc = NodeService(NodeSettings(node="A", space=space, bootstrap=bootstrap,
                                    topic_prefix=prefix, shared_delivery_partitions=1,
-                                   transaction_timeout_ms=2_000, batch_size=1_000),
+                                   transaction_timeout_ms=1_000, batch_size=1_000),
                       ContentSpace.from_json(space))
     svc.start()
     return svc
