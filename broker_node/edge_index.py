@@ -76,7 +76,7 @@ class EdgeIndex:
         """
         n = len(m.offsets) - 1
         per = [m.owners[m.offsets[e]:m.offsets[e + 1]].tolist() for e in range(n)]
-        removed = m.removed.tolist()
+        removed = m.removed.copy()
         owner_of, row_of = self.labels.owner_of, self.labels.row_of
         read: dict[int, tuple[dict[str, Any], np.ndarray] | None] = {}
         for e, s in zip(*(a.tolist() for a in m.pending), strict=True):
@@ -87,10 +87,10 @@ class EdgeIndex:
             if o in per[e] or r is None or not self._general_matches(row_of(s), r[0]):
                 continue
             per[e].append(o)
-            removed.remove(o)
+            removed[o] -= 1
         sizes = [len(p) for p in per]
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         owners = np.fromiter((o for p in per for o in sorted(p)), np.int64, int(offsets[-1]))
-        return IndexMatch(offsets, owners, np.asarray(removed, dtype=np.int64),
+        return IndexMatch(offsets, owners, removed,
                           (m.pending[0][:0], m.pending[1][:0]), m.checked, m.unread)

@@ -93,13 +93,18 @@ class DeliveryTally:
             if removed:
                 self._removed = _added(self._removed, np.bincount(removed))
 
-    def add_counts(self, clients: np.ndarray, removed: np.ndarray) -> None:
-        """Count one delivery per entry of ``clients``, one removed per entry of ``removed``."""
+    def add_counts(self, clients: np.ndarray, removed: np.ndarray,
+                   times: np.ndarray | None = None) -> None:
+        """Count one delivery per entry of ``clients``, and removed deliveries.
+
+        ``removed[i]`` had ``times[i]`` of them (one each if ``times`` is None).
+        """
         with self._lock:
             if len(clients):
                 self._totals = _added(self._totals, np.bincount(clients))
             if len(removed):
-                self._removed = _added(self._removed, np.bincount(removed))
+                self._removed = _added(self._removed, np.bincount(
+                    removed, weights=times).astype(np.int64))
 
     def count(self, slots: np.ndarray) -> None:
         """Count one use of the plan of each slot (an event routed by it)."""

@@ -252,9 +252,10 @@ class Router:
         clients = to_state[m.owners]
         metrics.edge_checked += m.checked
         metrics.edge_unreadable += m.unread
-        metrics.edge_removed += len(m.removed)
-        if len(clients) or len(m.removed):
-            metrics.per_client.add_counts(clients, to_state[m.removed])
+        gone = np.flatnonzero(m.removed)  # the edge's numbers of clients removed from
+        metrics.edge_removed += int(m.removed[gone].sum())
+        if len(clients) or len(gone):
+            metrics.per_client.add_counts(clients, to_state[gone], m.removed[gone])
         return m.offsets, clients
 
     def _state_ids(self, ids: np.ndarray) -> np.ndarray:

@@ -99,26 +99,15 @@ def compact(pool: Any, cut: Any, start: Any, size: Any, cap: Any, alive: Any, sl
 
 
 @njit
-def _close_event(out_owner: Any, first: int, k: int, removed: Any, cand0: int, r_n: int,
-                 stamp: Any, tag: int) -> int:
-    """Sort an event's owners ``out_owner[first:k]``; drop the delivered ones from removed.
-
-    ``removed[cand0:r_n]`` keeps the candidates whose ``stamp`` is not ``tag`` (not
-    delivered to); returns the new ``r_n``.
-    """
-    for i in range(first + 1, k):  # lists are short: insertion sort
+def _sort_owners(out_owner: Any, first: int, k: int) -> None:
+    """Sort an event's owners ``out_owner[first:k]`` (lists are short: insertion sort)."""
+    for i in range(first + 1, k):
         x = out_owner[i]
         j = i - 1
         while j >= first and out_owner[j] > x:
             out_owner[j + 1] = out_owner[j]
             j -= 1
         out_owner[j + 1] = x
-    w = cand0
-    for i in range(cand0, r_n):
-        if stamp[removed[i]] != tag:
-            removed[w] = removed[i]
-            w += 1
-    return w
 
 
 @njit
@@ -135,10 +124,15 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
     every value lies in the slot's bounds (its cut column first, from the entry's own
     float32 bounds); of a general slot, when the values lie in its hull the pair is left
     to the caller (``pend_*``). Owners delivered to per event go
-    to ``out_owner[out_start[e]:out_start[e + 1]]``, ascending; owners with entries that
-    got nothing go to ``removed``. ``stamp``/``seen``: scratch by owner, never reset (tags
-    from ``tag0``). ``counts``: delivered, removed, pending, events whose values were
-    compared, events delivered by label for want of values.
+    to ``out_owner[out_start[e]:out_start[e + 1]]``, ascending. ``removed[o]`` (zeros
+    given) counts the events for which owner ``o`` had live entries and got nothing: one
+    is added when an owner is first met in an event's list, taken back if it is delivered
+    to. ``stamp``/``seen``: scratch by owner, never reset (tags from ``tag0``).
+    ``counts``: delivered, removed, pending, events whose values were compared, events
+    delivered by label for want of values.
+
+    Most entries of a long list cut their cell and are rejected by their cut column's
+    bounds: that test comes before the owner's delivery stamp and the slot's record.
     """
     k = 0
     g = 0
@@ -153,24 +147,24 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
             continue
         tag = tag0 + e
         first = k
-        at = start[lab]
-        cand0 = r_n
+        okv = ok[e]
+        oe = origin[e]
         read = False
         blind = False
+        at = start[lab]
         for t in range(at, at + size[lab]):
             ent = pool[t]
             s = (ent >> 1) & SLOT_MASK
             if not alive[s]:
                 continue
             o = ent >> OWNER_SHIFT
-            if o == origin[e] or stamp[o] == tag:
-                continue
             if seen[o] != tag:
-                seen[o] = tag
-                removed[r_n] = o  # a candidate until it is delivered to
+                if o == oe:
+                    continue
+                seen[o] = tag  # a candidate: removed until it is delivered to
+                removed[o] += 1
                 r_n += 1
-            deliver = True
-            if ent & 1 and not ok[e]:
+            if ent & 1 and not okv:
                 blind = True
             elif ent & 1:
                 read = True
@@ -178,22 +172,30 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
                 if col >= 0:
                     v = values[e, col]
                     if v < cut[t, 0] or v > cut[t, 1]:
-                        continue  # outside the cut column's bounds: a candidate, no match
+                        continue  # outside the cut column's bounds: no match
+                if stamp[o] == tag:
+                    continue
+                inside = True
                 for j in range(n_num):
                     v = values[e, j]
                     if v < rec[s, 1 + 2 * j] or v > rec[s, 2 + 2 * j]:
-                        deliver = False
+                        inside = False
                         break
-                if deliver and rec[s, 0] > 0.0:
+                if not inside:
+                    continue
+                if rec[s, 0] > 0.0:
                     pend_event[g] = e
                     pend_slot[g] = s
                     g += 1
-                    deliver = False
-            if deliver:
-                stamp[o] = tag
-                out_owner[k] = o
-                k += 1
-        r_n = _close_event(out_owner, first, k, removed, cand0, r_n, stamp, tag)
+                    continue
+            if stamp[o] == tag:
+                continue
+            stamp[o] = tag
+            removed[o] -= 1
+            r_n -= 1
+            out_owner[k] = o
+            k += 1
+        _sort_owners(out_owner, first, k)
         checked += read
         unread += blind
     out_start[labels.shape[0]] = k

@@ -48,10 +48,10 @@ class IndexMatch:
     """What :meth:`LabelIndex.match` found for a batch of events.
 
     Event ``e`` goes to ``owners[offsets[e]:offsets[e + 1]]`` (ascending). ``removed``:
-    one owner per (event, owner) whose entries delivered nothing (the owner's filter
+    by owner, how many events it had live entries for and got nothing (the owner's filter
     would have matched by label). ``pending``: ``(events, slots)`` of cut cells of general
     rows whose values lie in the row's hull: the caller decides those (and, for one it
-    delivers, takes its owner out of ``removed`` once). ``checked``: events whose values
+    delivers, takes one from its owner's ``removed``). ``checked``: events whose values
     were compared with a row's.
     """
 
@@ -267,7 +267,7 @@ class LabelIndex:
         room = int(self._size[idx[valid]].sum())
         out_start = np.zeros(n + 1, dtype=np.int64)
         owners = np.empty(room, dtype=np.int64)
-        removed = np.empty(room, dtype=np.int64)
+        removed = np.zeros(len(self._stamp), dtype=np.int64)
         pend_e = np.empty(room, dtype=np.int64)
         pend_s = np.empty(room, dtype=np.int64)
         counts = np.zeros(5, dtype=np.int64)
@@ -275,8 +275,8 @@ class LabelIndex:
                   self._alive, self._rec, self._stamp, self._seen, self._tag, out_start,
                   owners, removed, pend_e, pend_s, counts)
         self._tag += n
-        k, r, g, checked, unread = counts.tolist()
-        return IndexMatch(out_start, owners[:k], removed[:r], (pend_e[:g], pend_s[:g]),
+        k, _, g, checked, unread = counts.tolist()
+        return IndexMatch(out_start, owners[:k], removed, (pend_e[:g], pend_s[:g]),
                           checked, unread)
 
     def _match_reference(self, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
@@ -305,7 +305,8 @@ class LabelIndex:
         width = int(o.max()) + 1 if len(o) else 1
         every = np.unique(ev * width + o)
         hit = np.unique(ev[deliver] * width + o[deliver])
-        gone = np.setdiff1d(every, hit, assume_unique=True) % width
+        gone = np.bincount(np.setdiff1d(every, hit, assume_unique=True) % width,
+                           minlength=len(self._stamp))
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(hit // width, minlength=n), out=offsets[1:])
         return IndexMatch(offsets, hit % width, gone, (ev[pend], slot[pend]),

@@ -32,7 +32,7 @@ def _expected(model, bounds, general, label, origin, ok, values, decide):
 def _resolved(m, decide, n, owner_of):
     """Per event the owners delivered to, with pending pairs decided by ``decide``."""
     out = [set(m.owners[m.offsets[e]:m.offsets[e + 1]].tolist()) for e in range(n)]
-    removed = list(m.removed.tolist())
+    removed = np.repeat(np.arange(len(m.removed)), m.removed).tolist()
     for e, s in zip(*(a.tolist() for a in m.pending), strict=True):
         if decide(s) and owner_of(s) not in out[e]:
             out[e].add(owner_of(s))
