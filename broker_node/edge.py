@@ -39,7 +39,7 @@ from broker_node.edge_rows import (
     hull,
     label_cells,
     row_cells,
-    simple_kinds,
+    simple_held,
     simple_parts,
     values_match,
 )
@@ -199,18 +199,23 @@ class EdgeTable:
         ``sizes[i]`` labels of ``flat``.
         """
         assert self.index is not None  # noqa: S101 - called with an index only
-        at = np.repeat(rows, sizes)
-        holds = np.ones(len(flat), dtype=bool)
-        wholly = np.ones(len(flat), dtype=bool)
         general = np.zeros(len(keys), dtype=bool)
         checked = rows >= 0
         general[checked] = self._general_flag[rows[checked]]
+        if self.compiled_kinds and checked.all() and not general.any():
+            # the usual batch (and a restore): one kernel lists the held labels
+            offsets, held, kinds, cols = simple_held(
+                self.space, self._numeric, self._discrete, self._word_off, self._span,
+                self._masks, flat, rows, sizes)
+            self.index.add(keys, cids, rows, self._bounds[rows], general, offsets, held,
+                           kinds, cols)
+            return
+        at = np.repeat(rows, sizes)
+        holds = np.ones(len(flat), dtype=bool)
+        wholly = np.ones(len(flat), dtype=bool)
         simple = np.repeat(checked & ~general, sizes)
         cols = np.full(len(flat), -1, dtype=np.int64)
-        if simple.all() and self.compiled_kinds:  # the usual batch: one kernel
-            simple_kinds(self.space, self._numeric, self._discrete, self._word_off, self._span,
-                         self._masks, flat, at, holds, wholly, cols)
-        elif simple.any():
+        if simple.any():
             cells, valid = self._cells(flat[simple])
             h, w = self._classify(at[simple], cells, flat[simple])
             holds[simple], wholly[simple] = h | ~valid, w | ~valid

@@ -142,21 +142,30 @@ def label_cells(space: ContentSpace, labels: np.ndarray) -> tuple[np.ndarray, np
     return cells, valid
 
 
-def simple_kinds(space: ContentSpace, numeric: list[int], discrete: list[int],
-                 word_off: np.ndarray, span: np.ndarray, masks: np.ndarray, labels: np.ndarray,
-                 at: np.ndarray, holds: np.ndarray, wholly: np.ndarray, cols: np.ndarray
-                 ) -> None:
-    """The kinds of simple rows' index entries, compiled.
+def simple_held(space: ContentSpace, numeric: list[int], discrete: list[int],
+                word_off: np.ndarray, span: np.ndarray, masks: np.ndarray, labels: np.ndarray,
+                rows: np.ndarray, sizes: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Simple rows' index entries, compiled: ``(offsets, labels, kinds, cols)``.
 
-    Per label ``labels[i]`` of row ``at[i]``: whether the row holds its cell (``holds``),
-    wholly, and the first numeric column that cuts it (``cols``, -1: none). ``span``: the
-    rows' cells (:func:`row_cells`), ``masks`` their discrete masks side by side
-    (attribute ``k`` from word ``word_off[k]``). The numpy reference is
-    :meth:`broker_node.edge.EdgeTable._index_add`'s.
+    Row ``rows[i]`` has the next ``sizes[i]`` of ``labels``; of those, the ones whose
+    cell it holds are ``labels[offsets[i]:offsets[i + 1]]`` of the result, each of kind
+    :data:`dls.label_index.HOLDS` (wholly) or ``CUTS``, with the first numeric column that
+    cuts it (``cols``, -1: none). ``span``: the rows' cells (:func:`row_cells`), ``masks``
+    their discrete masks side by side (attribute ``k`` from word ``word_off[k]``). The
+    numpy reference is :meth:`broker_node.edge.EdgeTable._index_rows`'s.
     """
-    _ik.entry_kinds(labels, at, span, masks, np.array(numeric, dtype=np.int64),
-                    np.array(discrete, dtype=np.int64), word_off,
-                    np.array(space.shifts, dtype=np.int64), np.array(space.bits, dtype=np.int64),
-                    np.array([a.n_cells for a in space.attributes], dtype=np.int64),
-                    space.cell_bits, space.app_id if space.app_id is not None else 0,
-                    holds, wholly, cols)
+    n = len(labels)
+    offsets = np.empty(len(sizes) + 1, dtype=np.int64)
+    held = np.empty(n, dtype=np.uint64)
+    kinds = np.empty(n, dtype=np.int8)
+    cols = np.empty(n, dtype=np.int8)
+    _ik.held_entries(labels, sizes, rows, span, masks, np.array(numeric, dtype=np.int64),
+                     np.array(discrete, dtype=np.int64), word_off,
+                     np.array(space.shifts, dtype=np.int64),
+                     np.array(space.bits, dtype=np.int64),
+                     np.array([a.n_cells for a in space.attributes], dtype=np.int64),
+                     space.cell_bits, space.app_id if space.app_id is not None else 0,
+                     offsets, held, kinds, cols)
+    k = int(offsets[-1])
+    return offsets, held[:k], kinds[:k], cols[:k]

@@ -25,8 +25,8 @@ import numpy as np
 
 from dls._jit import njit
 
-__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "entry_kinds", "insert", "label_slots",
-           "lay_out", "match"]
+__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "held_entries", "insert",
+           "label_counts", "label_slots", "lay_out", "match"]
 
 SLOT_MASK = (1 << 32) - 1
 COL_SHIFT, OWNER_SHIFT = 33, 39
@@ -207,64 +207,72 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
 
 
 @njit
-def entry_kinds(labels: Any, at: Any, span: Any, masks: Any, numeric: Any, discrete: Any,
-                word_off: Any, shifts: Any, widths: Any, n_cells: Any, cell_bits: int,
-                app: int, holds: Any, wholly: Any, cols: Any) -> None:
-    """Index entries' kinds: per label of a simple row, held, held wholly, cut where.
+def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, numeric: Any,
+                 discrete: Any, word_off: Any, shifts: Any, widths: Any, n_cells: Any,
+                 cell_bits: int, app: int, offsets: Any, held: Any, kinds: Any,
+                 cols: Any) -> None:
+    """The index entries of simple rows: the labels each holds, their kinds and cut columns.
 
-    Label ``labels[i]`` of row ``at[i]``: whether the row holds its cell, wholly, and the
-    first numeric column (by position in ``numeric``) that cuts it (-1: none).
+    Row ``rows[i]`` has the next ``sizes[i]`` of ``labels``; those whose cell it holds go
+    to ``held[offsets[i]:offsets[i + 1]]``, with kind 0 (held wholly) or 1 (cut) and the
+    first numeric column (by position in ``numeric``) that cuts the cell (-1: none).
     ``span[r, j]``: row ``r``'s cells held ``[0]..[1]`` and held wholly ``[2]..[3]`` of
     numeric attribute ``numeric[j]``; ``masks[r]`` the discrete attributes' cell masks side
     by side (attribute ``k`` from word ``word_off[k]``). A label that is not one of the
     space's cells (another app, a cell past an attribute's last) is held wholly. The numpy
-    reference is :meth:`broker_node.edge.EdgeTable._index_add`'s.
+    reference is :meth:`broker_node.edge.EdgeTable._index_rows`'s.
     """
     n_attr = shifts.shape[0]
     cells = np.empty(n_attr, dtype=np.int64)
-    for i in range(labels.shape[0]):
-        lab = labels[i]
-        valid = (lab >> np.uint64(cell_bits)) == np.uint64(app)
-        for a in range(n_attr):
-            c = np.int64((lab >> np.uint64(shifts[a]))
-                         & np.uint64((np.int64(1) << widths[a]) - 1))
-            if c >= n_cells[a]:
-                valid = False
-            cells[a] = c
-        if not valid:
-            holds[i] = True
-            wholly[i] = True
-            cols[i] = -1
-            continue
-        r = at[i]
-        h = True
-        w = True
-        first = -1
-        for j in range(numeric.shape[0]):
-            c = cells[numeric[j]]
-            if c < span[r, j, 0] or c > span[r, j, 1]:
-                h = False
-            if c < span[r, j, 2] or c > span[r, j, 3]:
-                w = False
-                if first < 0:
-                    first = j
-        for k in range(discrete.shape[0]):
-            c = cells[discrete[k]]
-            word = masks[r, word_off[k] + (c >> 6)]
-            if not (word >> np.uint64(c & 63)) & np.uint64(1):
-                h = False
-        holds[i] = h
-        wholly[i] = w
-        cols[i] = first
+    k = 0
+    t = 0
+    for i in range(sizes.shape[0]):
+        offsets[i] = k
+        r = rows[i]
+        for _ in range(sizes[i]):
+            lab = labels[t]
+            t += 1
+            valid = (lab >> np.uint64(cell_bits)) == np.uint64(app)
+            for a in range(n_attr):
+                c = np.int64((lab >> np.uint64(shifts[a]))
+                             & np.uint64((np.int64(1) << widths[a]) - 1))
+                if c >= n_cells[a]:
+                    valid = False
+                cells[a] = c
+            h = True
+            w = True
+            first = -1
+            if valid:
+                for j in range(numeric.shape[0]):
+                    c = cells[numeric[j]]
+                    if c < span[r, j, 0] or c > span[r, j, 1]:
+                        h = False
+                    if c < span[r, j, 2] or c > span[r, j, 3]:
+                        w = False
+                        if first < 0:
+                            first = j
+                for q in range(discrete.shape[0]):
+                    c = cells[discrete[q]]
+                    word = masks[r, word_off[q] + (c >> 6)]
+                    if not (word >> np.uint64(c & 63)) & np.uint64(1):
+                        h = False
+            if h:
+                held[k] = lab
+                kinds[k] = 0 if w else 1
+                cols[k] = first
+                k += 1
+    offsets[sizes.shape[0]] = k
 
 
 @njit
 def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: Any,
-            entries: Any, cuts: Any, out: Any, out_cut: Any) -> None:
-    """A bulk insert: every list copied to its new place, then the entries appended.
+            base: int, offsets: Any, owners: Any, slots: Any, kinds: Any, cols: Any, lo: Any,
+            hi: Any, out: Any, out_cut: Any) -> None:
+    """A bulk insert: every list copied to its new place, then the new entries composed.
 
-    List ``l`` goes to ``new_start[l]`` in ``out``, then ``entries[i]`` to the end of the
-    list of ``labels[i]``; the caller sized the lists, so none moves.
+    List ``l`` goes to ``new_start[l]`` in ``out``; then the entries of subscription ``i``
+    (see :func:`compose`) are written at the ends of the lists of their labels (label
+    ``labels[t]`` is list ``labels[t] - base``); the caller sized the lists, so none moves.
     """
     for lab in range(start.shape[0]):
         a, b = start[lab], new_start[lab]
@@ -272,13 +280,38 @@ def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: 
             out[b + t] = pool[a + t]
             out_cut[b + t, 0] = cut[a + t, 0]
             out_cut[b + t, 1] = cut[a + t, 1]
+    ncol = lo.shape[1]
+    ub = np.uint64(base)
+    for i in range(owners.shape[0]):
+        head = np.int64(owners[i]) << OWNER_SHIFT | np.int64(slots[i]) << 1
+        for t in range(offsets[i], offsets[i + 1]):
+            k = np.int64(kinds[t])
+            c = np.int64(cols[t]) if k == 1 else np.int64(-1)
+            li = np.int64(labels[t] - ub)
+            p = new_start[li] + size[li]
+            size[li] += 1
+            if 0 <= c < ncol:
+                out_cut[p, 0] = lo[i, c]
+                out_cut[p, 1] = hi[i, c]
+            else:
+                out_cut[p, 0] = -np.inf
+                out_cut[p, 1] = np.inf
+            out[p] = head | (c + 1) << COL_SHIFT | k
+
+
+@njit
+def label_counts(labels: Any, base: int, n_labels: int, counts: Any) -> int:
+    """Entries per label place (``counts``, added to); the first label outside, or -1.
+
+    Counts are complete when every label is inside.
+    """
+    ub = np.uint64(base)
     for i in range(labels.shape[0]):
         lab = labels[i]
-        t = new_start[lab] + size[lab]
-        out[t] = entries[i]
-        out_cut[t, 0] = cuts[i, 0]
-        out_cut[t, 1] = cuts[i, 1]
-        size[lab] += 1
+        if lab < ub or lab - ub >= np.uint64(n_labels):
+            return i
+        counts[np.int64(lab - ub)] += 1
+    return -1
 
 
 @njit
@@ -309,8 +342,8 @@ def compose(offsets: Any, owners: Any, slots: Any, kinds: Any, cols: Any, lo: An
     for i in range(owners.shape[0]):
         head = owners[i] << OWNER_SHIFT | slots[i] << 1
         for t in range(offsets[i], offsets[i + 1]):
-            k = kinds[t]
-            c = cols[t] if k == 1 else -1
+            k = np.int64(kinds[t])
+            c = np.int64(cols[t]) if k == 1 else np.int64(-1)
             if 0 <= c < ncol:
                 cuts[t, 0] = lo[i, c]
                 cuts[t, 1] = hi[i, c]

@@ -148,7 +148,13 @@ class LabelIndex:
             raise DLSError(f"owner {wrong} outside 0..{MAX_OWNERS - 1}", field="owners",
                            value=wrong)
         labels = np.asarray(labels, dtype=np.uint64)
-        if self.compiled:
+        # a batch at least as large as what the index holds (a restore, the first
+        # subscriptions) is laid out at once, its entries composed in place
+        bulk = self.compiled and len(labels) >= max(self._live, BULK)
+        if bulk:
+            idx = np.zeros(self.n_labels, dtype=np.int64)  # entries per label
+            first_bad = _ik.label_counts(labels, self.base, self.n_labels, idx)
+        elif self.compiled:
             idx = np.empty(len(labels), dtype=np.int64)
             first_bad = _ik.label_slots(labels, self.base, self.n_labels, idx)
         else:
@@ -170,12 +176,17 @@ class LabelIndex:
         sizes: np.ndarray = np.diff(np.asarray(offsets, dtype=np.int64)).astype(np.int64)
         self._slot_n[slots] = sizes
         self._grow_owners(int(owners.max()) + 1 if n else 0)
-        kinds = np.asarray(kinds, dtype=np.int64)
+        kinds = np.asarray(kinds)
+        if not np.issubdtype(kinds.dtype, np.integer):
+            kinds = kinds.astype(np.int64)
         if self.compiled:
-            entries, cuts = self._compose(n, offsets, owners, slots, bounds, kinds, cols)
-            self._insert_compiled(idx, entries, cuts)
+            if bulk:
+                self._lay_out(idx, n, labels, offsets, owners, slots, bounds, kinds, cols)
+            else:
+                entries, cuts = self._compose(n, offsets, owners, slots, bounds, kinds, cols)
+                self._insert_compiled(idx, entries, cuts)
             self._slot_n[slots] = sizes  # a compaction on the way counted part of them
-            self._live += len(entries)
+            self._live += len(labels)
             return slots
         col = (np.full(len(idx), -1, dtype=np.int64) if cols is None
                else np.where(kinds == CUTS, np.asarray(cols, dtype=np.int64), -1))
@@ -196,15 +207,18 @@ class LabelIndex:
                  bounds: np.ndarray, kinds: np.ndarray, cols: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`add`'s entries and cut bounds, by one kernel (the numpy path is above)."""
-        b = np.asarray(bounds, dtype=np.float64).reshape(n, self.columns, 2)
-        lo, hi = _outwards(b[:, :, 0], -np.inf), _outwards(b[:, :, 1], np.inf)
+        lo, hi = self._cut_bounds(n, bounds)
         total = len(kinds)
         entries = np.empty(total, dtype=np.int64)
         cuts = np.empty((total, 2), dtype=np.float32)
         _ik.compose(np.asarray(offsets, dtype=np.int64), owners, slots, kinds,
-                    np.full(total, -1, dtype=np.int64) if cols is None
-                    else np.asarray(cols, dtype=np.int64), lo, hi, entries, cuts)
+                    _columns(cols, total), lo, hi, entries, cuts)
         return entries, cuts
+
+    def _cut_bounds(self, n: int, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per subscription and column its bounds as float32, rounded outwards."""
+        b = np.asarray(bounds, dtype=np.float64).reshape(n, self.columns, 2)
+        return _outwards(b[:, :, 0], -np.inf), _outwards(b[:, :, 1], np.inf)
 
     def retire(self, slots: np.ndarray) -> None:
         """Retire subscriptions (their slots); compacts when dead entries outnumber live."""
@@ -343,15 +357,7 @@ class LabelIndex:
 
     def _insert_compiled(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray
                          ) -> None:
-        """The insert kernel, the pool grown (or first compacted) each time it runs out.
-
-        A batch at least as large as what the index holds (a restore, the first
-        subscriptions) is laid out at once instead: every list sized for what it gets, with
-        a quarter more room, and copied once (:func:`dls._indexkernels.lay_out`).
-        """
-        if len(idx) >= max(self._live, BULK):
-            self._lay_out(idx, entries, cuts)
-            return
+        """The insert kernel, the pool grown (or first compacted) each time it runs out."""
         done = 0
         while True:
             self._end, done = _ik.insert(self._pool, self._cut, self._start, self._size,
@@ -368,15 +374,28 @@ class LabelIndex:
                 size = max(2 * len(self._pool), self._end + room)
                 self._pool, self._cut = _grown(self._pool, size), _grown(self._cut, size)
 
-    def _lay_out(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray) -> None:
-        size = self._size + np.bincount(idx, minlength=self.n_labels)
+    def _lay_out(self, counts: np.ndarray, n: int, labels: np.ndarray, offsets: np.ndarray,
+                 owners: np.ndarray, slots: np.ndarray, bounds: np.ndarray,
+                 kinds: np.ndarray, cols: np.ndarray | None) -> None:
+        """A bulk insert: each list sized once, the new entries composed in their places.
+
+        Every list gets room for what it gets and a quarter more; the old lists are copied
+        once (:func:`dls._indexkernels.lay_out`). ``counts``: new entries per label.
+
+        Nothing of the batch's size is made beside the new pool: at a million subscriptions
+        each array of one number per entry is half a gigabyte, and fresh memory is slow to
+        touch the first time.
+        """
+        size = self._size + counts
         cap = np.maximum(self._cap, size + size // 4)
         start = np.cumsum(cap) - cap
         total = int(cap.sum())
         out = np.zeros(total + 1024, dtype=np.int64)
         out_cut = np.zeros((total + 1024, 2), dtype=np.float32)
-        _ik.lay_out(self._pool, self._cut, self._start, self._size, start, idx, entries, cuts,
-                    out, out_cut)
+        lo, hi = self._cut_bounds(n, bounds)
+        _ik.lay_out(self._pool, self._cut, self._start, self._size, start, labels, self.base,
+                    np.asarray(offsets, dtype=np.int64), owners, slots, kinds,
+                    _columns(cols, len(labels)), lo, hi, out, out_cut)
         self._pool, self._cut, self._start, self._cap, self._end = out, out_cut, start, cap, total
 
     def _insert_reference(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray
@@ -411,6 +430,14 @@ class LabelIndex:
         out[:len(ent)] = ent
         out_cut[:len(ent)] = cut
         return len(ent)
+
+
+def _columns(cols: np.ndarray | None, n: int) -> np.ndarray:
+    """Entries' cut columns as given (any integer type), or -1 for each of ``n``."""
+    if cols is None:
+        return np.full(n, -1, dtype=np.int8)
+    cols = np.asarray(cols)
+    return cols if np.issubdtype(cols.dtype, np.integer) else cols.astype(np.int64)
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:
