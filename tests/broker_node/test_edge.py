@@ -138,7 +138,7 @@ def test_the_kernels_and_the_numpy_reference_give_the_same_verdicts(t, rnd):
 @given(tables())
 def test_the_index_entries_kernel_and_the_numpy_reference_agree(t):
     """A batch of subscriptions listed in the label index: the kinds and cut columns the
-    kernel lists (dls/_indexkernels.held_entries) are the numpy path's.""""""
+    kernel lists (dls/_indexkernels.held_entries) are the numpy path's."""
     space, subs, _ = t
     got = []
     for compiled in (True, False):
