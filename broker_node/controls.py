@@ -66,6 +66,8 @@ from broker_node.simple_rows import simple_row
 from broker_node.state import ADVERTISE, BrokerState, LinkMessage
 from connectors.kafka import source_of
 from connectors.recent import RecentKeys
+from connectors.serde import SERDE
+from connectors.serde.label_runs import read_run
 from connectors.topics import decode_labels
 from dls.exact_row import RowLayout
 from dls.exceptions import DLSError
@@ -178,6 +180,8 @@ class Controls:
         self._compiled: dict[str, Subscription] = {}  # recent where texts, compiled
         self._layout = RowLayout(ContentSpace.from_json(settings.space)
                                  if self.edge is None else self.edge.space)
+        self._header = SERDE.header("LabelSubscription")  # of runs read at once
+        self._named: set[str] = set()  # client names known to make a delivery topic
 
     def apply(self, msgs: Sequence[Message], *, replay: bool) -> Outcome:
         """Apply control messages in order; runs of subscriptions go in one batch.
@@ -188,19 +192,22 @@ class Controls:
         acknowledgements may have been lost with the process.
         """
         out = Outcome()
-        records = [self.inbox.control(m) for m in msgs]
-        sub_topics = self.inbox.subscribe_topics
+        sub_topics, control = self.inbox.subscribe_topics, self.inbox.control
         i = 0
         while i < len(msgs):
             j = i
             while j < len(msgs) and topic_of(msgs[j]) in sub_topics:
                 j += 1
-            if j - i >= 2 and self._subscribe_run(records[i:j], replay, out):
-                i = j
+            if j - i < 2:
+                self._one(control(msgs[i]), replay, out)
+                i += 1
                 continue
-            for record in records[i:max(j, i + 1)]:  # one by one: exact reasons for bad ones
-                self._one(record, replay, out)
-            i = max(j, i + 1)
+            if not self._subscribe_fast(msgs[i:j], replay, out):
+                records = [control(m) for m in msgs[i:j]]
+                if not self._subscribe_run(records, replay, out):
+                    for record in records:  # one by one: exact reasons for bad ones
+                        self._one(record, replay, out)
+            i = j
         return out
 
     def finalizable(self) -> bool:
@@ -307,6 +314,47 @@ class Controls:
             letters.append(DeadLetter.of(
                 p.msg, f"unknown subscription id {sid!r} (client {p.client!r})", "id", sid))
         return letters
+
+    def _subscribe_fast(self, msgs: Sequence[Message], replay: bool, out: Outcome) -> bool:
+        """:meth:`_subscribe_run` of messages of the subscribe topic, read as one run.
+
+        Returns False, having changed nothing, unless every message is of the usual kind
+        (:func:`connectors.serde.label_runs.read_run`: current schema, a row, nothing
+        wrong) and the run needs nothing of the one-by-one path; the caller then decodes
+        them one by one.
+        """
+        topic = self.inbox.subscribe_topic
+        if self.inbox.shards > 1 or any(topic_of(m) != topic for m in msgs):
+            return False
+        run = read_run([m.value() for m in msgs], self._header, self._layout.size)
+        if run is None or (np.diff(run.offsets) > self.label_budget).any():
+            return False
+        pending, retiring, cancelled, named = self.pending, self.retiring, self.cancelled, \
+            self._named
+        for key in zip(run.clients, run.ids, strict=True):
+            if key in pending or key[1] in retiring or key in cancelled:
+                return False
+            if key[0] not in named:
+                try:
+                    self.inbox.deliver_topic(key[0])
+                except DLSError:
+                    return False
+                if len(named) > COMPILED_KEPT:
+                    named.clear()
+                named.add(key[0])
+        try:
+            rows = None if self.edge is None else self._layout.read_block(run.rows)
+            links = self.state.subscribe_many(run.clients, run.ids, run.offsets, run.labels)
+        except DLSError:
+            return False
+        if self.edge is not None and rows is not None:
+            self.edge.add_rows(run.clients, run.ids, *rows, run.offsets, run.labels)
+        out.acks += zip(run.clients, run.ids, strict=True)  # on replay too: see recovery
+        if not replay:
+            self.metrics.control_in += len(msgs)
+            out.clients += run.clients
+        self._links(links, replay, out)
+        return True
 
     def _subscribe_run(self, run: Sequence[ControlRecord], replay: bool, out: Outcome) -> bool:
         """Apply consecutive subscriptions with one ``subscribe_many``.

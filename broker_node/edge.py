@@ -176,6 +176,34 @@ class EdgeTable:
         if self.index is not None and listed:
             self._index_add(listed)
 
+    def add_rows(self, clients: Sequence[str], ids: Sequence[str], bounds: np.ndarray,
+                 masks: np.ndarray, offsets: np.ndarray, labels: np.ndarray) -> None:
+        """:meth:`add_many` of simple subscriptions given as arrays, as senders' rows read.
+
+        Subscription ``i`` has ``bounds[i]`` and ``masks[i]`` (:class:`dls.exact_row.
+        RowLayout`, whose order is this table's) and ``labels[offsets[i]:offsets[i + 1]]``.
+        """
+        keep, keys, cids, rows = [], [], [], []
+        for i, key in enumerate(zip(clients, ids, strict=True)):
+            if key in self._rows or key in self._unchecked_ids:
+                continue  # a repeat: nothing changes
+            cid = self._client(key[0])
+            keep.append(i)
+            keys.append(key)
+            cids.append(cid)
+            rows.append(self._take(key, cid))
+        if not keep:
+            return
+        self.version += 1
+        at, r = np.array(keep), np.array(rows)
+        self._bounds[r], self._masks[r] = bounds[at], masks[at]
+        self._span[r] = self._ranges(self._bounds[r])
+        if self.index is not None:
+            sizes = np.diff(offsets)[at]
+            flat = labels if len(keep) == len(clients) else np.concatenate(
+                [labels[offsets[i]:offsets[i + 1]] for i in keep])
+            self._index_rows(keys, np.array(cids, dtype=np.int64), r, sizes, flat)
+
     def _index_add(self, listed: list[tuple[tuple[str, str], int, int, np.ndarray]]
                    ) -> None:
         """List subscriptions just held under their labels (row -1: unchecked, all held).

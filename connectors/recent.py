@@ -78,6 +78,8 @@ class RecentKeys:
 
     def __contains__(self, key: object) -> bool:
         """Membership; a pair ``(origin, event id)`` is looked up as its routed_key."""
+        if not self.new and not self.old:  # nothing remembered (the usual memory of
+            return False                   # cancellations): no key to make
         key = self._key(key)
         return key in self.new or key in self.old
 

@@ -111,35 +111,39 @@ def _sort_owners(out_owner: Any, first: int, k: int) -> None:
 
 
 @njit
+def _inside(values: Any, e: int, rec: Any, s: int) -> bool:
+    """Whether event ``e``'s values lie within slot ``s``'s bounds (``rec[s, 1:]``)."""
+    for j in range(values.shape[1]):
+        v = values[e, j]
+        if v < rec[s, 1 + 2 * j] or v > rec[s, 2 + 2 * j]:
+            return False
+    return True
+
+
+@njit
 def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
           start: Any, size: Any, alive: Any, rec: Any, stamp: Any, seen: Any, tag0: int,
           out_start: Any, out_owner: Any, removed: Any, pend_event: Any, pend_slot: Any,
           counts: Any) -> None:
     """Who each event goes to: its label's entries, deduplicated by owner.
 
-    ``labels[e]``: the list of event ``e`` (-1: none); ``origin[e]``: an owner it never
-    goes to (-1: none); ``ok[e]``: its values ``values[e]`` could be read (else a cut
-    cell delivers, as by label). ``alive[s]``: slot ``s`` is live; ``rec[s]``: whether it is
-    general (1.0) and its bounds (lo, hi per value). A cutting entry delivers when
-    every value lies in the slot's bounds (its cut column first, from the entry's own
-    float32 bounds); of a general slot, when the values lie in its hull the pair is left
-    to the caller (``pend_*``). Owners delivered to per event go
-    to ``out_owner[out_start[e]:out_start[e + 1]]``, ascending. ``removed[o]`` (zeros
-    given) counts the events for which owner ``o`` had live entries and got nothing: one
-    is added when an owner is first met in an event's list, taken back if it is delivered
-    to. ``stamp``/``seen``: scratch by owner, never reset (tags from ``tag0``).
-    ``counts``: delivered, removed, pending, events whose values were compared, events
-    delivered by label for want of values.
-
-    Most entries of a long list cut their cell and are rejected by their cut column's
-    bounds: that test comes before the owner's delivery stamp and the slot's record.
+    ``labels[e]``: event ``e``'s list (-1: none); ``origin[e]``: an owner it never goes
+    to (-1: none); ``ok[e]``: its ``values[e]`` could be read (else a cut cell delivers
+    by label). ``alive[s]``: slot ``s`` is live; ``rec[s]``: general (1.0), then bounds
+    (lo, hi per value). A cutting entry delivers when every value lies in the slot's
+    bounds, its cut column first (the entry's float32 bounds: most entries of a long
+    list fail there, before the stamp and record are read); a general slot's pair whose
+    values lie in its hull is left to the caller (``pend_*``). Owners delivered to go to
+    ``out_owner[out_start[e]:out_start[e + 1]]``, ascending. ``removed[o]`` (zeros
+    given) counts events for which owner ``o`` had live entries and got nothing.
+    ``stamp``/``seen``: scratch by owner, never reset (tags from ``tag0``). ``counts``:
+    delivered, removed, pending, events compared by value, events delivered by label.
     """
     k = 0
     g = 0
     r_n = 0
     checked = 0
     unread = 0
-    n_num = values.shape[1]
     for e in range(labels.shape[0]):
         out_start[e] = k
         lab = labels[e]
@@ -173,15 +177,7 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
                     v = values[e, col]
                     if v < cut[t, 0] or v > cut[t, 1]:
                         continue  # outside the cut column's bounds: no match
-                if stamp[o] == tag:
-                    continue
-                inside = True
-                for j in range(n_num):
-                    v = values[e, j]
-                    if v < rec[s, 1 + 2 * j] or v > rec[s, 2 + 2 * j]:
-                        inside = False
-                        break
-                if not inside:
+                if stamp[o] == tag or not _inside(values, e, rec, s):
                     continue
                 if rec[s, 0] > 0.0:
                     pend_event[g] = e

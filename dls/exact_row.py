@@ -132,7 +132,15 @@ class RowLayout:
                                f"({len(self.numeric)} numeric attributes, "
                                f"{int(self.word_off[-1])} mask words)", field="row",
                                value=f"{i}: {len(r)} bytes")
-        flat = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(n, size)
+        return self.read_block(np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(n, size))
+
+    def read_block(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`read` of rows given side by side, one per line of ``flat`` (uint8).
+
+        Raises:
+            DLSError: As :meth:`read`.
+        """
+        n = len(flat)
         k = len(self.numeric)
         bounds = flat[:, :16 * k].copy().view("<f8").astype(np.float64).reshape(n, k, 2)
         masks = flat[:, 16 * k:].copy().view("<u8").astype(np.uint64).reshape(

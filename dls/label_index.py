@@ -372,7 +372,20 @@ class LabelIndex:
             room = 2 * int(self._size[idx[done]]) + 8
             if self._end + room > len(self._pool):
                 size = max(2 * len(self._pool), self._end + room)
-                self._pool, self._cut = _grown(self._pool, size), _grown(self._cut, size)
+                self._grow_pool(size)
+
+    def _grow_pool(self, size: int) -> None:
+        """The pool (and its cut bounds) grown to ``size`` entries, zeros after.
+
+        The pool is the index's largest array: copied into fresh memory at each growth,
+        every page of it was touched again. When nothing else holds it (numpy checks),
+        it is resized where it is, and the system moves its pages rather than its bytes.
+        """
+        try:
+            self._pool.resize(size, refcheck=True)
+            self._cut.resize((size, 2), refcheck=True)
+        except ValueError:  # held elsewhere (a caller's view): copies
+            self._pool, self._cut = _grown(self._pool, size), _grown(self._cut, size)
 
     def _lay_out(self, counts: np.ndarray, n: int, labels: np.ndarray, offsets: np.ndarray,
                  owners: np.ndarray, slots: np.ndarray, bounds: np.ndarray,

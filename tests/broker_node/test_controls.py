@@ -18,6 +18,7 @@ from broker_node.metrics import Metrics
 from broker_node.state import ADVERTISE, WITHDRAW, BrokerState
 from connectors.serde import encode_label_subscription, encode_label_unsubscription
 from connectors.topics import Topics
+from dls import _jit
 from dls.mapping import event_label
 from dls.space import ContentSpace
 
@@ -28,13 +29,7 @@ SUB, UNSUB = "dls.node.A.subscribe", "dls.node.A.unsubscribe"
 
 @pytest.fixture
 def controls(tmp_path: Path) -> Controls:
-    path = tmp_path / "space.json"
-    path.write_text(json.dumps(SPEC))
-    space = ContentSpace.from_json(path)
-    settings = NodeSettings(node="A", neighbours=("B",), space=path, unsubscribe_grace_s=0)
-    state = BrokerState.for_space("A", ["B"], space)
-    metrics = Metrics()
-    return Controls(settings, state, Inbox("A", Topics("dls"), state, metrics), metrics)
+    return _controls(tmp_path)
 
 
 def _labels(controls: Controls, *xs: float) -> np.ndarray:
@@ -251,3 +246,61 @@ def test_replay_rebuilds_the_state_and_reports_nothing(controls: Controls) -> No
     controls.finalize()
     assert len(controls.state) == 1
     assert controls.metrics.control_in == 0 and controls.metrics.labels_advertised == 0
+
+
+# -- a run of subscriptions read at once (connectors.serde.label_runs) ----------------------
+def _run_with_rows(controls: Controls, n: int, seed: int) -> list[Message]:
+    rng = np.random.default_rng(seed)
+    space = ContentSpace.from_json(controls.settings.space)
+    msgs = []
+    for i in range(n):
+        lo = float(rng.uniform(0, 90))
+        hi = lo + float(rng.uniform(0, 10))
+        labels = np.array(sorted({event_label(space, {"x": x})
+                                  for x in np.linspace(lo, hi, 5)}), dtype=np.uint64)
+        msgs.append(Message(topic=SUB, partition=0, offset=i, timestamp=(1, 0),
+                            value=encode_label_subscription(
+                                f"c{i % 3}", f"s{i}", labels, f"x between {lo} and {hi}",
+                                struct.pack("<2d", lo, hi))))
+    return msgs
+
+
+def _outcome(controls: Controls, msgs: list[Message]) -> tuple:
+    out = controls.apply(msgs, replay=False)
+    edge = controls.edge
+    assert edge is not None
+    ids = [f"s{i}" for i in range(len(msgs))]
+    clients = [controls.state.subscription(s)[0] for s in ids]
+    rows = edge.export(clients, ids)
+    return (out.acks, out.clients, [(m.to, m.kind, m.labels.tolist()) for m in out.links],
+            [controls.state.subscription(s)[1].tolist() for s in ids], rows.bounds.tolist(),
+            controls.metrics.control_in, len(edge), edge.index is not None
+            and len(edge.index.labels))
+
+
+@pytest.mark.skipif(not _jit.ENABLED, reason=f"kernels off: {_jit.REASON}")
+def test_a_run_read_at_once_changes_what_one_by_one_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same run, read at once and (the fast path off) message by message: the same
+    state, rows, index, acknowledgements and advertisements."""
+    import broker_node.controls as module
+
+    fast, slow = _controls(tmp_path / "a"), _controls(tmp_path / "b")
+    taken = []
+    real = module.read_run
+    monkeypatch.setattr(module, "read_run", lambda *a: taken.append(real(*a)) or taken[-1])
+    got_fast = _outcome(fast, _run_with_rows(fast, 40, 7))
+    assert taken and taken[-1] is not None  # the run was read at once
+    monkeypatch.setattr(module, "read_run", lambda *a: None)
+    assert _outcome(slow, _run_with_rows(slow, 40, 7)) == got_fast
+
+
+def _controls(where: Path) -> Controls:
+    where.mkdir(exist_ok=True)
+    path = where / "space.json"
+    path.write_text(json.dumps(SPEC))
+    space = ContentSpace.from_json(path)
+    settings = NodeSettings(node="A", neighbours=("B",), space=path, unsubscribe_grace_s=0)
+    state = BrokerState.for_space("A", ["B"], space)
+    metrics = Metrics()
+    return Controls(settings, state, Inbox("A", Topics("dls"), state, metrics), metrics)
