@@ -160,14 +160,14 @@ class NodeSettings(BaseSettings):
         description="once the state is rebuilt at start, move every live object into "
                     "Python's permanent generation (gc.freeze): full collections then scan "
                     "only what came later, not the whole state "
-                    "(docs/architecture.md#garbage-collection)")
+                    "(docs/architecture.md#the-node-loop)")
     gc_young_threshold: int = Field(
         default=50_000, ge=0,
         description="Python's generation-0 collection threshold for the node process "
                     "(gc.set_threshold): a batch keeps thousands of short-lived objects "
                     "alive (each message and its header list), so Python's default of 700 "
                     "would collect many times per batch "
-                    "(docs/architecture.md#garbage-collection); 0 keeps the default")
+                    "(docs/architecture.md#the-node-loop); 0 keeps the default")
     snapshot_every_messages: int = Field(
         default=1_000, ge=0,
         description="write a snapshot of the state to <prefix>.node.<node>.snapshot once "
