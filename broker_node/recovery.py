@@ -517,7 +517,8 @@ class Snapshotter:
     Due when ``snapshot_every_messages`` control messages (or 1/:data:`LIVE_SHARE` of the
     live subscriptions, if more) were applied since the last one (those replayed at start
     count), or ``snapshot_interval_s`` has passed with at least one; and at least
-    :data:`PAUSE_SHARE` times the last snapshot's pause after it. Safe right after a
+    :data:`PAUSE_SHARE` times the last snapshot's pause after it (after a start, times the
+    recovery's time, at most ``snapshot_interval_s``). Safe right after a
     synchronous commit: the node's loop calls :meth:`after_batch` between batches; at least
     once, it commits synchronously first (flushing the outputs), and the snapshot is taken
     only when the group coordinator's committed offsets of the control topics equal the
@@ -536,7 +537,10 @@ class Snapshotter:
         self.tail = recovered.replayed  # control messages applied since the last snapshot
         self.seen = metrics.control_in
         self.last = time.monotonic()
-        self.gap = 0.0  # the least time between two snapshots (PAUSE_SHARE times a pause)
+        # the least time between two snapshots (PAUSE_SHARE times a pause); after a start
+        # the recovery's time stands for the pause: a restarted node routes its backlog
+        # first (at a million subscriptions a snapshot pauses the loop for seconds)
+        self.gap = min(PAUSE_SHARE * recovered.seconds, s.snapshot_interval_s)
         self.carried = 0  # the tail the snapshot being written covers
         self.retry_at = 0.0
 
