@@ -132,7 +132,7 @@ def capture(state: BrokerState, controls: Controls, *, group: str,
         retiring=dict(controls.retiring), applied_seq=dict(controls.progress.applied_seq),
         link_epoch=dict(controls.link_epoch),
         edge=None if controls.edge is None else controls.edge.export(
-            [names[i] for i in owners.tolist()], ids),
+            list(map(names.__getitem__, owners.tolist())), ids),
         filters=state.resizer.sizes(state))
 
 
