@@ -167,5 +167,6 @@ def simple_held(space: ContentSpace, numeric: list[int], discrete: list[int],
                      np.array([a.n_cells for a in space.attributes], dtype=np.int64),
                      space.cell_bits, space.app_id if space.app_id is not None else 0,
                      offsets, held, kinds, cols)
-    k = int(offsets[-1])
-    return offsets, held[:k], kinds[:k], cols[:k]
+    k = int(offsets[-1])  # all held: ``held`` was never written (the kernel's text)
+    return (offsets, labels.astype(np.uint64, copy=False) if k == n else held[:k],
+            kinds[:k], cols[:k])

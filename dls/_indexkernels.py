@@ -216,7 +216,8 @@ def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, nume
     numeric attribute ``numeric[j]``; ``masks[r]`` the discrete attributes' cell masks side
     by side (attribute ``k`` from word ``word_off[k]``). A label that is not one of the
     space's cells (another app, a cell past an attribute's last) is held wholly. The numpy
-    reference is :meth:`broker_node.edge.EdgeTable._index_rows`'s.
+    reference is :meth:`broker_node.edge.EdgeTable._index_rows`'s. While every label is
+    held, ``held`` is not written (it would equal ``labels``; fresh memory is slow to touch).
     """
     n_attr = shifts.shape[0]
     cells = np.empty(n_attr, dtype=np.int64)
@@ -253,10 +254,13 @@ def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, nume
                     if not (word >> np.uint64(c & 63)) & np.uint64(1):
                         h = False
             if h:
-                held[k] = lab
+                if k < t - 1:  # a label was left out before: from here ``held`` differs
+                    held[k] = lab
                 kinds[k] = 0 if w else 1
                 cols[k] = first
                 k += 1
+            elif k == t - 1:  # the first left out: the labels before it are held as they are
+                held[:k] = labels[:k]
     offsets[sizes.shape[0]] = k
 
 

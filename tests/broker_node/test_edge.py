@@ -136,9 +136,12 @@ def test_the_kernels_and_the_numpy_reference_give_the_same_verdicts(t, rnd):
 @pytest.mark.skipif(not _jit.ENABLED, reason=f"kernels off: {_jit.REASON}")
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
-def test_the_index_entries_kernel_and_the_numpy_reference_agree(t):
+@pytest.mark.parametrize("foreign", [False, True])
+def test_the_index_entries_kernel_and_the_numpy_reference_agree(foreign, t):
     """A batch of subscriptions listed in the label index: the kinds and cut columns the
-    kernel lists (dls/_indexkernels.held_entries) are the numpy path's."""
+    kernel lists (dls/_indexkernels.held_entries) are the numpy path's; with ``foreign``,
+    each subscription also carries the next one's labels, of which its row holds only some
+    (the kernel writes its held labels only from the first one left out)."""
     space, subs, _ = t
     got = []
     for compiled in (True, False):
@@ -150,8 +153,12 @@ def test_the_index_entries_kernel_and_the_numpy_reference_agree(t):
         add = table.index.labels.add
         table.index.labels.add = lambda *a, _seen=seen, _add=add: (_seen.append(a), _add(*a))[1]
         simple = [(c, s, sub) for c, s, sub in subs if len(sub.alternatives) == 1]
+        labels = [sub.labels() for _, _, sub in simple]
+        if foreign and labels:
+            labels = [np.union1d(own, nxt) for own, nxt in zip(labels, [*labels[1:], labels[0]],
+                                                               strict=True)]
         table.add_many([c for c, _, _ in simple], [s for _, s, _ in simple],
-                       [sub for _, _, sub in simple], [sub.labels() for _, _, sub in simple])
+                       [sub for _, _, sub in simple], labels)
         got.append([[np.asarray(x).tolist() for x in call] for call in seen])
     assert got[0] == got[1]
 
