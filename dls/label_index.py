@@ -65,6 +65,10 @@ class IndexMatch:
 
 #: entries an insert lays out at once rather than append, if the index holds fewer
 BULK = 1 << 16
+#: an insert of at least 1/BULK_SHARE of the entries held lays the pool out again at once:
+#: appending costs more per entry than copying one (lists move and the pool grows);
+#: measured at a million subscriptions, 239,000 more took 9.6 s appended, 5.2 s laid out
+BULK_SHARE = 4
 
 
 class LabelIndex:
@@ -148,9 +152,9 @@ class LabelIndex:
             raise DLSError(f"owner {wrong} outside 0..{MAX_OWNERS - 1}", field="owners",
                            value=wrong)
         labels = np.asarray(labels, dtype=np.uint64)
-        # a batch at least as large as what the index holds (a restore, the first
-        # subscriptions) is laid out at once, its entries composed in place
-        bulk = self.compiled and len(labels) >= max(self._live, BULK)
+        # a batch large beside what the index holds (a restore, the first subscriptions,
+        # a replayed tail) is laid out at once, its entries composed in place
+        bulk = self.compiled and len(labels) >= max(self._live // BULK_SHARE, BULK)
         if bulk:
             idx = np.zeros(self.n_labels, dtype=np.int64)  # entries per label
             first_bad = _ik.label_counts(labels, self.base, self.n_labels, idx)
