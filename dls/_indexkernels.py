@@ -113,7 +113,7 @@ def _sort_owners(out_owner: Any, first: int, k: int) -> None:
 @njit
 def _inside(values: Any, e: int, rec: Any, s: int) -> bool:
     """Whether event ``e``'s values lie within slot ``s``'s bounds (``rec[s, 1:]``)."""
-    for j in range(values.shape[1]):
+    for j in range((rec.shape[1] - 1) // 2):
         v = values[e, j]
         if v < rec[s, 1 + 2 * j] or v > rec[s, 2 + 2 * j]:
             return False
@@ -121,24 +121,68 @@ def _inside(values: Any, e: int, rec: Any, s: int) -> bool:
 
 
 @njit
+def _candidates(e: int, at: int, n: int, oe: int, okv: bool, tag: int, values: Any,
+                pool: Any, cut: Any, alive_bits: Any, seen: Any, removed: Any,
+                keep: Any) -> Any:
+    """One pass over a list for event ``e``: its candidates, and the entries left to read.
+
+    Every live entry of an owner but ``oe`` makes its owner a candidate (``seen``), counted
+    once in ``removed``; the positions of those that may deliver (held wholly, cut with
+    values unread, or with the cut column's value within the entry's float32 bounds) go
+    to ``keep``. Written without branches on the data: most entries of a long list fail
+    the cut column, half of them on each side, which a branch would mispredict. Returns
+    ``(kept, new candidates, values compared, delivered by label)``.
+    """
+    m = 0
+    fresh = 0
+    cutting = 0
+    for t in range(at, at + n):
+        ent = pool[t]
+        o = ent >> OWNER_SHIFT
+        s = (ent >> 1) & SLOT_MASK
+        cand = ((alive_bits[s >> 3] >> (s & 7)) & 1) == 1
+        cand = cand & (o != oe)
+        sn = seen[o]
+        new = cand & (sn != tag)
+        removed[o] += new
+        fresh += new
+        seen[o] = tag if cand else sn
+        cuts = (ent & 1) == 1
+        col = ((ent >> COL_SHIFT) & 63) - 1
+        v = values[e, max(col, 0)]
+        out = (v < cut[t, 0]) | (v > cut[t, 1])
+        cutting += cand & cuts
+        keep[m] = t
+        m += cand & ((not cuts) | (col < 0) | (not okv) | (not out))
+    return m, fresh, cutting > 0 and okv, cutting > 0 and not okv
+
+
+@njit
 def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
-          start: Any, size: Any, alive: Any, rec: Any, stamp: Any, seen: Any, tag0: int,
-          out_start: Any, out_owner: Any, removed: Any, pend_event: Any, pend_slot: Any,
-          counts: Any) -> None:
+          start: Any, size: Any, alive_bits: Any, rec: Any, stamp: Any, seen: Any,
+          tag0: int, out_start: Any, out_owner: Any, removed: Any, pend_event: Any,
+          pend_slot: Any, counts: Any) -> None:
     """Who each event goes to: its label's entries, deduplicated by owner.
 
     ``labels[e]``: event ``e``'s list (-1: none); ``origin[e]``: an owner it never goes
     to (-1: none); ``ok[e]``: its ``values[e]`` could be read (else a cut cell delivers
-    by label). ``alive[s]``: slot ``s`` is live; ``rec[s]``: general (1.0), then bounds
-    (lo, hi per value). A cutting entry delivers when every value lies in the slot's
-    bounds, its cut column first (the entry's float32 bounds: most entries of a long
-    list fail there, before the stamp and record are read); a general slot's pair whose
-    values lie in its hull is left to the caller (``pend_*``). Owners delivered to go to
-    ``out_owner[out_start[e]:out_start[e + 1]]``, ascending. ``removed[o]`` (zeros
-    given) counts events for which owner ``o`` had live entries and got nothing.
-    ``stamp``/``seen``: scratch by owner, never reset (tags from ``tag0``). ``counts``:
-    delivered, removed, pending, events compared by value, events delivered by label.
+    by label; ``values`` has at least one column). ``alive_bits``: bit ``s`` set when
+    slot ``s`` is live; ``rec[s]``: general (1.0), then bounds (lo, hi per value). A
+    first pass (:func:`_candidates`) finds the candidates and drops the cutting entries
+    whose cut column's float32 bounds exclude the event; the second reads the slot's
+    record for the rest: a cutting entry delivers when every value lies in the slot's
+    bounds, and a general slot's pair whose values lie in its hull is left to the caller
+    (``pend_*``). Owners delivered to go to ``out_owner[out_start[e]:out_start[e + 1]]``,
+    ascending. ``removed[o]`` (zeros given) counts events for which owner ``o`` had live
+    entries and got nothing. ``stamp``/``seen``: scratch by owner, never reset (tags from
+    ``tag0``). ``counts``: delivered, removed, pending, events compared by value, events
+    delivered by label.
     """
+    longest = 0
+    for e in range(labels.shape[0]):
+        if labels[e] >= 0:
+            longest = max(longest, size[labels[e]])
+    keep = np.empty(longest, dtype=np.int64)
     k = 0
     g = 0
     r_n = 0
@@ -152,40 +196,24 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
         tag = tag0 + e
         first = k
         okv = ok[e]
-        oe = origin[e]
-        read = False
-        blind = False
-        at = start[lab]
-        for t in range(at, at + size[lab]):
-            ent = pool[t]
-            s = (ent >> 1) & SLOT_MASK
-            if not alive[s]:
-                continue
+        m, fresh, read, blind = _candidates(e, start[lab], size[lab], origin[e], okv, tag,
+                                            values, pool, cut, alive_bits, seen, removed,
+                                            keep)
+        r_n += fresh
+        for i in range(m):
+            ent = pool[keep[i]]
             o = ent >> OWNER_SHIFT
-            if seen[o] != tag:
-                if o == oe:
-                    continue
-                seen[o] = tag  # a candidate: removed until it is delivered to
-                removed[o] += 1
-                r_n += 1
-            if ent & 1 and not okv:
-                blind = True
-            elif ent & 1:
-                read = True
-                col = ((ent >> COL_SHIFT) & 63) - 1
-                if col >= 0:
-                    v = values[e, col]
-                    if v < cut[t, 0] or v > cut[t, 1]:
-                        continue  # outside the cut column's bounds: no match
-                if stamp[o] == tag or not _inside(values, e, rec, s):
+            if stamp[o] == tag:
+                continue
+            if ent & 1 and okv:
+                s = (ent >> 1) & SLOT_MASK
+                if not _inside(values, e, rec, s):
                     continue
                 if rec[s, 0] > 0.0:
                     pend_event[g] = e
                     pend_slot[g] = s
                     g += 1
                     continue
-            if stamp[o] == tag:
-                continue
             stamp[o] = tag
             removed[o] -= 1
             r_n -= 1

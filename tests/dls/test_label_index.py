@@ -82,9 +82,10 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
             sizes = [len(d) for _, _, d in arg]
             labels = [BASE + lab for _, _, d in arg for lab in d]
             kinds = [k for _, _, d in arg for k in d.values()]
+            cols = rng.integers(-1, N_COLS, size=len(kinds))  # the column an entry keeps
             slots = ix.add(np.array(owners), np.array(rows), bounds[rows], general[rows],
                            np.r_[0, np.cumsum(sizes)], np.array(labels, dtype=np.uint64),
-                           np.array(kinds))
+                           np.array(kinds), cols)
             assert not set(slots.tolist()) & set(model)  # a live slot is never given twice
             for s, (o, r, d) in zip(slots.tolist(), arg, strict=True):
                 model[s] = (o, r, dict(d))
@@ -103,6 +104,12 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
             m = ix.match(labels, origins, ok, values)
             got, removed = _resolved(m, decide, len(arg), lambda s: model[s][0])
             want_removed = []
+            cutting = [any(o != origin and entries.get(lab) == CUTS
+                           for o, _, entries in model.values())
+                       for lab, origin, *_ in arg]
+            oks = [k for _, _, k, _ in arg]
+            assert m.checked == sum(c and k for c, k in zip(cutting, oks, strict=True))
+            assert m.unread == sum(c and not k for c, k in zip(cutting, oks, strict=True))
             for e, (lab, o, k, v) in enumerate(arg):
                 want, gone = _expected(model, bounds, general, lab, o, k, v, decide)
                 assert got[e] == want, (e, lab)
