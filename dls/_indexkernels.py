@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
 
 __all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "held_entries", "insert",
@@ -183,6 +184,8 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
         if labels[e] >= 0:
             longest = max(longest, size[labels[e]])
     keep = np.empty(longest, dtype=np.int64)
+    width = rec.shape[1]
+    flat = rec.reshape(-1)
     k = 0
     g = 0
     r_n = 0
@@ -200,6 +203,12 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
                                             values, pool, cut, alive_bits, seen, removed,
                                             keep)
         r_n += fresh
+        for i in range(m):  # the records lie far apart in memory: their misses overlap
+            ent = pool[keep[i]]
+            if ent & 1 and okv:
+                at = ((ent >> 1) & SLOT_MASK) * width
+                _prefetch(flat, at)
+                _prefetch(flat, at + width - 1)
         for i in range(m):
             ent = pool[keep[i]]
             o = ent >> OWNER_SHIFT
