@@ -11,6 +11,8 @@ from dls.label_index import CUTS, HOLDS, LabelIndex
 
 BASE, N_LABELS, N_COLS = 1 << 16, 24, 2
 USED = 5  # labels the programs use (few: events meet entries often)
+# values on the bounds, and between a bound (0.1; 0.1 + 0.2) and its float32 rounded outwards
+VALUES = [-1.0, 0.0, 0.099999997, 0.1, 0.3, 0.300000005, 0.5, 1.0, 2.0]
 
 
 def _expected(model, bounds, general, label, origin, ok, values, decide):
@@ -50,7 +52,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("match"), st.lists(st.tuples(
         st.sampled_from([-1, N_LABELS, *range(USED)]), st.integers(-1, 5),
         st.sampled_from([True, True, True, False]),
-        st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0]), min_size=N_COLS,
+        st.lists(st.sampled_from(VALUES), min_size=N_COLS,
                  max_size=N_COLS)), min_size=1, max_size=12)),
     st.tuples(st.just("compact"), st.just(0)),
 ), max_size=30)
@@ -66,8 +68,8 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
     """``bulk`` 0: every batch at least as large as the index is laid out at once."""
     monkeypatch.setattr(label_index, "BULK", bulk)
     rng = np.random.default_rng(seed)
-    lo = rng.choice([-1.0, 0.0, 0.5], size=(8, N_COLS))
-    bounds = np.stack([lo, lo + rng.choice([0.0, 0.5, 1.0], size=(8, N_COLS))], axis=2)
+    lo = rng.choice([-1.0, 0.0, 0.1, 0.5], size=(8, N_COLS))  # 0.1, 0.3: not float32's
+    bounds = np.stack([lo, lo + rng.choice([0.0, 0.2, 0.5, 1.0], size=(8, N_COLS))], axis=2)
     general = rng.random(8) < 0.3
     ix = LabelIndex(BASE, N_LABELS, N_COLS, compiled=compiled)
     model: dict[int, tuple[int, int, dict[int, int]]] = {}
