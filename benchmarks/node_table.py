@@ -65,12 +65,16 @@ def route_rows(doc: dict[str, Any]) -> list[str]:
         p, n = r["params"], r["events_per_round"]
         parts = r["node_parts_s"]
         us = {k: 1e6 * v / n for k, v in parts.items()}
+        peers = [("–" if r[k] is None else f"{r[k]:,.0f}")  # not timed at this size
+                 for k in ("plans_events_per_s", "brute_events_per_s")]
+        exact = "yes" if r["exact"] else "NO"
+        if "sample" in r:
+            exact += f" ({r['sample']['events']} events)"
         rows.append(
-            f"| {p['n_subs']:,} | {p['fanout']:g} | {us.get('inbox', 0):.1f} | "
-            f"{us.get('plans', 0):.1f} | {us.get('match', 0):.1f} | "
-            f"{us.get('produce', 0):.1f} | {us['total']:.1f} | "
-            f"{r['node_events_per_s']:,.0f} | {r['plans_events_per_s']:,.0f} | "
-            f"{r['brute_events_per_s']:,.0f} | {'yes' if r['exact'] else 'NO'} |")
+            f"| {p['n_subs']:,} | {p['n_clients']:,} | {p['fanout']:g} | "
+            f"{us.get('inbox', 0):.1f} | {us.get('plans', 0):.1f} | "
+            f"{us.get('match', 0):.1f} | {us.get('produce', 0):.1f} | {us['total']:.1f} | "
+            f"{r['node_events_per_s']:,.0f} | {peers[0]} | {peers[1]} | {exact} |")
     return rows
 
 
@@ -89,10 +93,12 @@ def tables(node: list[dict[str, Any]] | None, route: dict[str, Any] | None) -> s
         out += ["The node's own work by part, in one process without a broker "
                 "(`benchmarks.route_path`, `benchmarks/results/route_path.json`; µs per event "
                 "from a profiled pass, events/s from the timed rounds; `plans`: the same node "
-                "without its label index; `brute`: numpy over every subscription):", "",
-                "| subscriptions | fan-out | inbox µs | plans µs | match µs | produce µs | "
-                "total µs | node ev/s | plans path ev/s | brute ev/s | exact |",
-                "|---|---|---|---|---|---|---|---|---|---|---|", *route_rows(route), ""]
+                "without its label index; `brute`: numpy over every subscription, – where "
+                "not timed; exact: the node's deliveries are brute force's, on every round "
+                "or on a sample of events):", "",
+                "| subscriptions | clients | fan-out | inbox µs | plans µs | match µs | "
+                "produce µs | total µs | node ev/s | plans path ev/s | brute ev/s | exact |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|", *route_rows(route), ""]
     out.append(END)
     return "\n".join(out)
 
