@@ -151,6 +151,6 @@ test-containers: setup ## The container tests (engine and `make images` first): 
 	DLS_TEST_KAFKA=testcontainers $(PY) -X faulthandler -m pytest -rA --durations=10 $(CONTAINER_TESTS) tests/test_compose.py $(PYTEST_ARGS)
 
 .PHONY: bench-node
-bench-node: setup ## dlsroute node vs a quixstreams router vs a passthrough on the quotes workload, 10K-1M subscriptions, not in CI (long; KAFKA_PORT; SIZES=10000,100000@380) -> benchmarks/results/node.json
+bench-node: setup ## dlsroute node vs a quixstreams router vs a passthrough on the quotes workload, 10K-1M subscriptions, not in CI (long; KAFKA_PORT) -> benchmarks/results/node.json; SIZES=10000,100000@380 -> .cache/bench/node-sizes.json (the committed results stay those of one whole run)
 	KAFKA_PORT=$(or $(KAFKA_PORT),9092) PYTHON=$(PY) $(KAFKA_SH) up
-	$(PY) -m benchmarks.node --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out benchmarks/results/node.json $(if $(SIZES),--sizes $(SIZES))
+	$(PY) -m benchmarks.node --bootstrap 127.0.0.1:$(or $(KAFKA_PORT),9092) --out $(if $(SIZES),.cache/bench/node-sizes.json --sizes $(SIZES),benchmarks/results/node.json)
