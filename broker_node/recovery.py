@@ -517,13 +517,14 @@ class Snapshotter:
     Due when ``snapshot_every_messages`` control messages (or 1/:data:`LIVE_SHARE` of the
     live subscriptions, if more) were applied since the last one (those replayed at start
     count), or ``snapshot_interval_s`` has passed with at least one; and at least
-    :data:`PAUSE_SHARE` times the last snapshot's pause after it (after a start, times the
-    recovery's time, at most ``snapshot_interval_s``). Safe right after a
-    synchronous commit: the node's loop calls :meth:`after_batch` between batches; at least
-    once, it commits synchronously first (flushing the outputs), and the snapshot is taken
-    only when the group coordinator's committed offsets of the control topics equal the
-    consumer's positions (the state holds exactly what is committed). A write that fails
-    leaves the previous snapshot, and the tail it would have covered counts again.
+    :data:`PAUSE_SHARE` times the last snapshot's pause after it (after a start that
+    restored anything, times the recovery's time, at most ``snapshot_interval_s``). Safe
+    right after a synchronous commit: the node's loop calls :meth:`after_batch` between
+    batches; at least once, it commits synchronously first (flushing the outputs), and the
+    snapshot is taken only when the group coordinator's committed offsets of the control
+    topics equal the consumer's positions (the state holds exactly what is committed). A
+    write that fails leaves the previous snapshot, and the tail it would have covered
+    counts again.
     """
 
     def __init__(self, s: NodeSettings, consumer: Consumer, committer: Committer,
@@ -537,10 +538,10 @@ class Snapshotter:
         self.tail = recovered.replayed  # control messages applied since the last snapshot
         self.seen = metrics.control_in
         self.last = time.monotonic()
-        # the least time between two snapshots (PAUSE_SHARE times a pause); after a start
-        # the recovery's time stands for the pause: a restarted node routes its backlog
-        # first (at a million subscriptions a snapshot pauses the loop for seconds)
-        self.gap = min(PAUSE_SHARE * recovered.seconds, s.snapshot_interval_s)
+        # the least time between snapshots; after a restart the recovery's time stands for a
+        # pause: the backlog is routed first (at 1M a snapshot pauses the loop for seconds)
+        self.gap = (min(PAUSE_SHARE * recovered.seconds, s.snapshot_interval_s)
+                    if recovered.used or recovered.replayed > 0 else 0.0)
         self.carried = 0  # the tail the snapshot being written covers
         self.retry_at = 0.0
 
