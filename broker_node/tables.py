@@ -93,8 +93,12 @@ class DenseLabelTable:
         self.counts[idx] = self.counts[idx] + deltas
 
     def nonzero(self) -> np.ndarray:
-        """Sorted labels whose count is not zero."""
-        return np.flatnonzero(self.counts).astype(np.uint64) + self.base
+        """Sorted labels whose count is not zero.
+
+        Reads a copy: a thread that reads while the node's thread writes (a test, a probe)
+        sees one state or the other, never numpy's error for a count that changed mid-call.
+        """
+        return np.flatnonzero(self.counts.copy()).astype(np.uint64) + self.base
 
     def memory_bytes(self) -> int:
         """Memory of the count array."""
@@ -125,8 +129,8 @@ class SparseLabelTable:
                 c.pop(x, None)
 
     def nonzero(self) -> np.ndarray:
-        """Sorted labels whose count is not zero."""
-        return np.sort(np.fromiter(self.counts, dtype=np.uint64, count=len(self.counts)))
+        """Sorted labels whose count is not zero (from a copy of the keys, as above)."""
+        return np.sort(np.array(list(self.counts), dtype=np.uint64))
 
     def memory_bytes(self) -> int:
         """Rough memory of the dict (about 100 bytes an entry)."""

@@ -45,3 +45,30 @@ def test_unique_counts_dense_path_equals_sort_path():
     a = unique_counts(labels)
     b = unique_counts(labels, base=1000, size=100)
     assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+
+
+@pytest.mark.parametrize("make", [lambda: DenseLabelTable(0, 1 << 16), SparseLabelTable])
+def test_nonzero_read_from_another_thread_while_the_owner_writes(make):
+    # A test or a probe reads a node's tables from its own thread; numpy's nonzero on an
+    # array that changes mid-call raises (CI saw it once in test_operators).
+    import threading
+
+    table = make()
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            label = np.array([(i * 7) % (1 << 16)], dtype=np.uint64)
+            table.add(label, 1 if i % 2 == 0 else -1)
+            i += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(200):
+            got = table.nonzero()
+            assert got.dtype == np.uint64 and np.all(np.diff(got.astype(np.int64)) > 0)
+    finally:
+        stop.set()
+        writer.join()
