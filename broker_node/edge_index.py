@@ -55,16 +55,18 @@ class EdgeIndex:
             self.labels.retire(np.array([slot]))
 
     def match_run(self, labels: np.ndarray, origins: np.ndarray,
-                  values: Sequence[bytes | None]) -> IndexMatch:
+                  values: Sequence[bytes | None], deferred: bool = False) -> IndexMatch:
         """Who each event of a run goes to (:meth:`LabelIndex.match`).
 
         ``origins[e]``: the table's number of the client that published event ``e`` (-1:
         none), never delivered to; ``values[e]``: the event's value, read for cut cells
         (an unreadable one goes by label). General rows' cut cells are decided here.
-        Owners are the table's client numbers.
+        Owners are the table's client numbers. ``deferred``: as
+        :meth:`dls.label_index.LabelIndex.match` (the rest of ``removed`` comes from
+        ``labels.fold()``).
         """
         numbers, ok = self._reader.read(values)
-        m = self.labels.match(labels, origins, ok, numbers)
+        m = self.labels.match(labels, origins, ok, numbers, deferred)
         if not len(m.pending[0]):
             return m
         return self._decide_general(m, values)

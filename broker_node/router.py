@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
@@ -25,16 +24,17 @@ from confluent_kafka import Message
 
 from broker_node.committers import Committer
 from broker_node.config import NodeSettings
-from broker_node.edge import NONE, SURE, EdgeTable
+from broker_node.edge import EdgeTable
 from broker_node.inbox import EventRun, Key, publication_ms
 from broker_node.metrics import Metrics
+from broker_node.plan_check import check_run, split_routes
+from broker_node.removed_later import RemovedLater
 from broker_node.state import BrokerState
 from connectors.kafka import source_of
 from connectors.topics import HEADER_CLIENTS, Topics, delivery_partition
 
 __all__ = ["CLIENTS_HEADER_BYTES", "FUTURE_STAMP_MS", "MANY_TOPICS", "Plan", "Router",
-           "RunCheck", "check_run", "many_topics_warning", "plan_bytes", "slots",
-           "split_routes"]
+           "many_topics_warning", "plan_bytes", "slots"]
 
 #: What routing an event of one key produces: (messages, deliveries, neighbour indexes,
 #: the plan's slot in the delivery tally as two ints ``lo, hi``, the candidates the exact
@@ -112,6 +112,7 @@ class Router:
         self._client_name_len = np.zeros(0, dtype=np.int64)
         self._edge_ids = np.zeros(0, dtype=np.int64)  # the edge's number of each client
         self._edge_ids_of = (-1, -1)  # (clients, edge clients) when it was made
+        self.removed_later: RemovedLater | None = None  # a node's: see defer_removed()
 
     @property
     def cache_bytes(self) -> int:
@@ -247,16 +248,27 @@ class Router:
         ids = self._client_ids()
         cids = np.where(origin >= 0, ids[np.maximum(origin, 0)] if len(ids) else -1, -1)
         assert edge.index is not None  # noqa: S101 - indexed
-        m = edge.index.match_run(labels, cids, values)
+        later = self.removed_later
+        m = edge.index.match_run(labels, cids, values, later is not None)
         to_state = self._state_ids(ids)
         clients = to_state[m.owners]
         metrics.edge_checked += m.checked
         metrics.edge_unreadable += m.unread
+        if later is not None:  # deliveries now, removed ones when settled
+            metrics.per_client.add_counts(clients, clients[:0])
+            later.add(edge.index.labels, m.removed)
+            return m.offsets, clients
         gone = np.flatnonzero(m.removed)  # the edge's numbers of clients removed from
         metrics.edge_removed += int(m.removed[gone].sum())
         if len(clients) or len(gone):
             metrics.per_client.add_counts(clients, to_state[gone], m.removed[gone])
         return m.offsets, clients
+
+    def defer_removed(self) -> RemovedLater:
+        """Count the removed deliveries of events with no origin later (what a node does)."""
+        self.removed_later = RemovedLater(self.metrics,
+                                          lambda: self._state_ids(self._client_ids()))
+        return self.removed_later
 
     def _state_ids(self, ids: np.ndarray) -> np.ndarray:
         """The state's index of each of the edge's clients (the inverse of ``ids``).
@@ -309,7 +321,7 @@ class Router:
         """The plan of each event ``(label, origin client, origin neighbour)`` of a run.
 
         A plan is ``(messages, deliveries, neighbours, slot lo, slot hi, checks, removed)``
-        (the last two: :func:`broker_node.edge.split_routes`). Messages are
+        (the last two: :func:`broker_node.plan_check.split_routes`). Messages are
         ``(partition, (HEADER_CLIENTS, value))`` pairs with a shared delivery topic, else
         the client indexes to deliver to; neighbours are the indexes of those to forward
         to. Each use of a plan is counted in the per-client delivery tally.
@@ -501,83 +513,6 @@ class Router:
         self._client_names = np.concatenate([self._client_names, np.array(new, dtype=object)])
         self._client_name_len = np.concatenate([
             self._client_name_len, np.array([len(b) for b in new], dtype=np.int64)])
-
-
-def split_routes(edge: EdgeTable, ids: np.ndarray, labels: list[int], offsets: np.ndarray,
-                 clients: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray | None], np.ndarray]:
-    """Split routed candidates (``clients[offsets[e]:offsets[e + 1]]`` for ``labels[e]``).
-
-    ``ids``: the table's number of each of the state's clients (:meth:`EdgeTable.client_ids`).
-    Returns the SURE candidates in the same form; per event, its CHECK candidates as a
-    ``(2, rows)`` int32 array (the client index and a row it must satisfy one of; None
-    when there is none); and the NONE ones (the filters' false positives, removed) as
-    offsets per event into the flat client indexes that follow them.
-    """
-    n = len(labels)
-    checks: list[np.ndarray | None] = [None] * n
-    if not len(clients):
-        return offsets, clients, checks, np.zeros((2, 0), dtype=np.int64)
-    kinds, rows, owner = edge.classify(np.asarray(labels, dtype=np.uint64), offsets,
-                                       ids[clients])
-    event_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
-    if len(rows):
-        ev = event_of[owner]
-        pairs = np.stack([clients[owner], rows]).astype(np.int32)
-        cut = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
-        for e, part in zip(ev[cut].tolist(), np.split(pairs, cut[1:], axis=1), strict=True):
-            checks[e] = part
-    keep = kinds == SURE
-    gone = kinds == NONE
-    new_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(event_of[keep], minlength=n), out=new_offsets[1:])
-    removed = np.stack([event_of[gone], clients[gone]])
-    return new_offsets, clients[keep], checks, removed
-
-
-@dataclass
-class RunCheck:
-    """What :func:`check_run` decided for a run's checked events."""
-
-    passed: dict[int, list[int]]  # event -> the clients it goes to (checked ones)
-    removed: list[int]  # client indexes the check removed (one per removed delivery)
-    values_read: int  # events whose value was decoded
-    unreadable: int  # of those, the ones that could not be read (delivered by label)
-
-
-def check_run(edge: EdgeTable, events: list[int], checks: list[np.ndarray],
-              values: list[bytes | None]) -> RunCheck:
-    """The CHECK candidates of a run: ``checks[i]`` (a plan's) for event ``events[i]``.
-
-    ``values[i]``: that event's value, decoded here (an unreadable one goes to all its
-    candidates). Every named row is gathered and compared at once.
-    """
-    out = RunCheck({}, [], len(events), 0)
-    read = [edge.read(v) for v in values]
-    good = [i for i, r in enumerate(read) if r is not None]
-    for i, r in enumerate(read):
-        if r is None:
-            out.unreadable += 1
-            out.passed[events[i]] = np.unique(checks[i][0]).tolist()
-    if not good:
-        return out
-    parts = [checks[i] for i in good]
-    sizes = np.fromiter((p.shape[1] for p in parts), np.int64, len(parts))
-    pairs = np.concatenate(parts, axis=1).astype(np.int64)
-    at = np.repeat(np.arange(len(good), dtype=np.int64), sizes)
-    values_of = np.stack([read[i][1] for i in good])  # type: ignore[index]
-    attrs = [read[i][0] for i in good]  # type: ignore[index]
-    ok = edge.passes(pairs[1], values_of, attrs, at)
-    width = int(pairs[0].max()) + 1
-    every = np.unique(at * width + pairs[0])
-    hit = np.unique(at[ok] * width + pairs[0][ok])
-    out.removed = (np.setdiff1d(every, hit, assume_unique=True) % width).tolist()
-    if len(hit):
-        cut = np.flatnonzero(np.r_[True, hit[1:] // width != hit[:-1] // width])
-        for e, part in zip((hit[cut] // width).tolist(), np.split(hit % width, cut[1:]),
-                           strict=True):
-            out.passed[events[good[e]]] = part.tolist()
-    return out
 
 
 def _split_groups(new_group: np.ndarray, ends: np.ndarray) -> np.ndarray:

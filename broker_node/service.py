@@ -132,6 +132,7 @@ class NodeService(ClientInputs):
         self._probe_due = bool(s.neighbours)
         self._reacks: list[tuple[str, str]] = []
         self.router = Router(s, t, self.state, self.metrics, self.controls.edge)
+        self._removed = self.router.defer_removed()  # settled when idle, at least every 30 s
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
         self.committer: Committer | None = None  # made at start (or by connect)
@@ -284,6 +285,7 @@ class NodeService(ClientInputs):
         restart, never a loss. Each failure is logged; every step runs under the watchdog.
         """
         committer, consumer = self.committer, self._consumer
+        self._removed.settle()
         if committer is not None and consumer is not None:
             self._closing("the final commit", committer.finish)
         if consumer is not None:
@@ -337,6 +339,7 @@ class NodeService(ClientInputs):
                                         every_s=4 * self.settings.heartbeat_s)
             if not (msgs or expired or beats or self._probe_due
                     or self.controls.finalizable() or self._acks_due()):
+                self._removed.settle()
                 out.idle()
                 continue
             out.begin()

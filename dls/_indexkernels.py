@@ -26,8 +26,8 @@ import numpy as np
 from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
 
-__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "held_entries", "insert",
-           "label_counts", "label_slots", "lay_out", "match"]
+__all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "fold", "held_entries",
+           "insert", "label_counts", "label_slots", "lay_out", "match"]
 
 SLOT_MASK = (1 << 32) - 1
 COL_SHIFT, OWNER_SHIFT = 33, 39
@@ -159,10 +159,72 @@ def _candidates(e: int, at: int, n: int, oe: int, okv: bool, tag: int, values: A
 
 
 @njit
+def _kept(e: int, at: int, n: int, okv: bool, values: Any, pool: Any, cut: Any,
+          alive_bits: Any, keep: Any) -> Any:
+    """:func:`_candidates` for an event whose owners are counted later (no origin).
+
+    Returns ``(kept, values compared, delivered by label)``.
+    """
+    m = 0
+    cutting = 0
+    for t in range(at, at + n):
+        ent = pool[t]
+        s = (ent >> 1) & SLOT_MASK
+        cand = ((alive_bits[s >> 3] >> (s & 7)) & 1) == 1
+        cuts = (ent & 1) == 1
+        col = ((ent >> COL_SHIFT) & 63) - 1
+        v = values[e, max(col, 0)]
+        out = (v < cut[t, 0]) | (v > cut[t, 1])
+        cutting += cand & cuts
+        keep[m] = t
+        m += cand & ((not cuts) | (col < 0) | (not okv) | (not out))
+    return m, cutting > 0 and okv, cutting > 0 and not okv
+
+
+@njit
+def _deliver(e: int, m: int, keep: Any, okv: bool, tag: int, values: Any, pool: Any,
+             rec: Any, stamp: Any, out_owner: Any, k: int, pend_event: Any, pend_slot: Any,
+             g: int, removed: Any) -> Any:
+    """The second pass: the kept entries of event ``e`` delivered, read or left pending.
+
+    Each owner delivered to takes one from its ``removed``. Returns ``(k, g)`` moved on.
+    """
+    width = rec.shape[1]
+    flat = rec.reshape(-1)
+    for i in range(m):  # the records lie far apart in memory: their misses overlap
+        ent = pool[keep[i]]
+        if ent & 1 and okv:
+            at = ((ent >> 1) & SLOT_MASK) * width
+            _prefetch(flat, at)
+            _prefetch(flat, at + width - 1)
+    first = k
+    for i in range(m):
+        ent = pool[keep[i]]
+        o = ent >> OWNER_SHIFT
+        if stamp[o] == tag:
+            continue
+        if ent & 1 and okv:
+            s = (ent >> 1) & SLOT_MASK
+            if not _inside(values, e, rec, s):
+                continue
+            if rec[s, 0] > 0.0:
+                pend_event[g] = e
+                pend_slot[g] = s
+                g += 1
+                continue
+        stamp[o] = tag
+        removed[o] -= 1
+        out_owner[k] = o
+        k += 1
+    _sort_owners(out_owner, first, k)
+    return k, g
+
+
+@njit
 def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
           start: Any, size: Any, alive_bits: Any, rec: Any, stamp: Any, seen: Any,
           tag0: int, out_start: Any, out_owner: Any, removed: Any, pend_event: Any,
-          pend_slot: Any, counts: Any) -> None:
+          pend_slot: Any, counts: Any, hits: Any, dirty: Any) -> None:
     """Who each event goes to: its label's entries, deduplicated by owner.
 
     ``labels[e]``: event ``e``'s list (-1: none); ``origin[e]``: an owner it never goes
@@ -175,17 +237,19 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
     bounds, and a general slot's pair whose values lie in its hull is left to the caller
     (``pend_*``). Owners delivered to go to ``out_owner[out_start[e]:out_start[e + 1]]``,
     ascending. ``removed[o]`` (zeros given) counts events for which owner ``o`` had live
-    entries and got nothing. ``stamp``/``seen``: scratch by owner, never reset (tags from
-    ``tag0``). ``counts``: delivered, removed, pending, events compared by value, events
-    delivered by label.
+    entries, less those it got. With ``hits`` (per label; empty: none) an event with no
+    origin is not counted by owner: its label's ``hits`` go up (a label whose hits leave
+    zero is appended to ``dirty[1:]``, ``dirty[0]`` of them) and :func:`fold` counts them
+    later, by owner, once per list. ``stamp``/``seen``: scratch by owner, never reset
+    (tags from ``tag0``). ``counts``: delivered, removed, pending, events compared by
+    value, events delivered by label.
     """
     longest = 0
     for e in range(labels.shape[0]):
         if labels[e] >= 0:
             longest = max(longest, size[labels[e]])
     keep = np.empty(longest, dtype=np.int64)
-    width = rec.shape[1]
-    flat = rec.reshape(-1)
+    defer = hits.shape[0] > 0
     k = 0
     g = 0
     r_n = 0
@@ -197,38 +261,23 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
         if lab < 0:
             continue
         tag = tag0 + e
-        first = k
         okv = ok[e]
-        m, fresh, read, blind = _candidates(e, start[lab], size[lab], origin[e], okv, tag,
-                                            values, pool, cut, alive_bits, seen, removed,
-                                            keep)
-        r_n += fresh
-        for i in range(m):  # the records lie far apart in memory: their misses overlap
-            ent = pool[keep[i]]
-            if ent & 1 and okv:
-                at = ((ent >> 1) & SLOT_MASK) * width
-                _prefetch(flat, at)
-                _prefetch(flat, at + width - 1)
-        for i in range(m):
-            ent = pool[keep[i]]
-            o = ent >> OWNER_SHIFT
-            if stamp[o] == tag:
-                continue
-            if ent & 1 and okv:
-                s = (ent >> 1) & SLOT_MASK
-                if not _inside(values, e, rec, s):
-                    continue
-                if rec[s, 0] > 0.0:
-                    pend_event[g] = e
-                    pend_slot[g] = s
-                    g += 1
-                    continue
-            stamp[o] = tag
-            removed[o] -= 1
-            r_n -= 1
-            out_owner[k] = o
-            k += 1
-        _sort_owners(out_owner, first, k)
+        if defer and origin[e] < 0:
+            if hits[lab] == 0:
+                dirty[0] += 1
+                dirty[dirty[0]] = lab
+            hits[lab] += 1
+            m, read, blind = _kept(e, start[lab], size[lab], okv, values, pool, cut,
+                                   alive_bits, keep)
+        else:
+            m, fresh, read, blind = _candidates(e, start[lab], size[lab], origin[e], okv,
+                                                tag, values, pool, cut, alive_bits, seen,
+                                                removed, keep)
+            r_n += fresh
+        before = k
+        k, g = _deliver(e, m, keep, okv, tag, values, pool, rec, stamp, out_owner, k,
+                        pend_event, pend_slot, g, removed)
+        r_n -= k - before
         checked += read
         unread += blind
     out_start[labels.shape[0]] = k
@@ -237,6 +286,33 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
     counts[2] = g
     counts[3] = checked
     counts[4] = unread
+
+
+@njit
+def fold(hits: Any, dirty: Any, pool: Any, start: Any, size: Any, alive_bits: Any,
+         seen: Any, tag0: int, removed: Any) -> int:
+    """Count the events :func:`match` left in ``hits`` by owner, once per list.
+
+    For each label of ``dirty[1:dirty[0] + 1]``, every owner with a live entry in its list
+    gets the label's hits in ``removed``; the hits and ``dirty`` are then cleared. Only
+    right while each list's live owners are those the events found (fold before a list
+    or a slot's liveness changes). Returns the tags used (from ``tag0``).
+    """
+    n = dirty[0]
+    for i in range(n):
+        lab = dirty[1 + i]
+        h = hits[lab]
+        tag = tag0 + i
+        for t in range(start[lab], start[lab] + size[lab]):
+            ent = pool[t]
+            o = ent >> OWNER_SHIFT
+            s = (ent >> 1) & SLOT_MASK
+            if ((alive_bits[s >> 3] >> (s & 7)) & 1) == 1 and seen[o] != tag:
+                seen[o] = tag
+                removed[o] += h
+        hits[lab] = 0
+    dirty[0] = 0
+    return n
 
 
 @njit

@@ -108,6 +108,11 @@ class LabelIndex:
         self._stamp = np.full(0, -1, dtype=np.int64)
         self._seen = np.full(0, -1, dtype=np.int64)
         self._tag = 0
+        # events matched with ``deferred`` and not yet counted by owner (:meth:`fold`):
+        # per label, and the labels with any (``_dirty[0]`` of them, from ``_dirty[1]``)
+        self._hits = np.zeros(0, dtype=np.int64)
+        self._dirty = np.zeros(1, dtype=np.int64)
+        self._folded = np.zeros(0, dtype=np.int64)  # by owner: folded, not yet taken
 
     def __len__(self) -> int:
         """How many live subscriptions (slots) the index holds."""
@@ -123,7 +128,8 @@ class LabelIndex:
         return int(sum(a.nbytes for a in (self._start, self._size, self._cap, self._pool,
                                           self._cut, self._alive, self._alive_bits,
                                           self._owner, self._row, self._slot_n,
-                                          self._stamp, self._seen, self._rec)))
+                                          self._stamp, self._seen, self._rec, self._hits,
+                                          self._dirty, self._folded)))
 
     def owner_of(self, slot: int) -> int:
         """The owner of a slot."""
@@ -153,6 +159,7 @@ class LabelIndex:
             raise DLSError(f"owner {wrong} outside 0..{MAX_OWNERS - 1}", field="owners",
                            value=wrong)
         labels = np.asarray(labels, dtype=np.uint64)
+        self._fold_into()  # lists and liveness change below
         # a batch large beside what the index holds (a restore, the first subscriptions,
         # a replayed tail) is laid out at once, its entries composed in place
         bulk = self.compiled and len(labels) >= max(self._live // BULK_SHARE, BULK)
@@ -235,6 +242,7 @@ class LabelIndex:
             bad = int(slots[np.flatnonzero(~self._alive[slots])[0]])
             raise DLSError(f"slot {bad} is not a live subscription of the index",
                            field="slot", value=bad)
+        self._fold_into()
         self._alive[slots] = False
         self._pack_alive(slots)
         n = int(self._slot_n[slots].sum())
@@ -265,25 +273,57 @@ class LabelIndex:
 
     # -- matching ---------------------------------------------------------------------------
     def match(self, labels: np.ndarray, origins: np.ndarray, ok: np.ndarray,
-              values: np.ndarray) -> IndexMatch:
+              values: np.ndarray, deferred: bool = False) -> IndexMatch:
         """Who events of ``labels`` go to (see :class:`IndexMatch`).
 
         ``origins[e]``: an owner event ``e`` never goes to (-1: none); ``values[e]`` its
         values (``columns`` of them), read when ``ok[e]``: a cut cell delivers when every
         value lies in the slot's bounds, or, for a general slot, is left to the caller. A
         label outside the index's range goes to nobody.
+
+        ``deferred``: an event with no origin is counted in ``removed`` only for the
+        owners it goes to (one taken from each); the events that had each owner's entries
+        are counted by :meth:`fold`, once per label however many events it had. ``removed``
+        of the match and of the folds add up to the counts without ``deferred``. Counting
+        by owner at each event would touch every live owner of the label, most of a
+        long list's cost; a fold touches them once for all the label's events.
         """
         ls = np.asarray(labels, dtype=np.uint64)
         idx = ls.astype(np.int64) - self.base
         idx[(ls < np.uint64(self.base)) | (idx >= self.n_labels) | (idx < 0)] = -1
         origins = np.asarray(origins, dtype=np.int64)
         if self.compiled:
-            return self._match_compiled(idx, origins, ok, values)
-        return self._match_reference(idx, origins, ok, values)
+            return self._match_compiled(idx, origins, ok, values, deferred)
+        return self._match_reference(idx, origins, ok, values)  # counts every event now
+
+    def fold(self) -> np.ndarray:
+        """By owner, the events :meth:`match` deferred that had the owner's live entries.
+
+        Counts every label's deferred events since the last fold (the index also folds
+        before each change of its lists or liveness, which would change whose they are)
+        and clears them: an array as long as the owners known, zeros if nothing was.
+        """
+        self._fold_into()
+        out = np.zeros(len(self._stamp), dtype=np.int64)
+        out[:len(self._folded)] = self._folded
+        self._folded[:] = 0
+        return out
+
+    def _fold_into(self) -> None:
+        """Fold the deferred events into ``_folded`` (the kernel; nothing if none)."""
+        if not self._dirty[0]:
+            return
+        if len(self._folded) < len(self._stamp):
+            self._folded = _grown(self._folded, len(self._stamp))
+        self._tag += _ik.fold(self._hits, self._dirty, self._pool, self._start, self._size,
+                              self._alive_bits, self._seen, self._tag, self._folded)
 
     def _match_compiled(self, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
-                        values: np.ndarray) -> IndexMatch:
+                        values: np.ndarray, deferred: bool) -> IndexMatch:
         n = len(idx)
+        if deferred and not len(self._hits):  # memory for labels only once asked
+            self._hits = np.zeros(self.n_labels, dtype=np.int64)
+            self._dirty = np.zeros(self.n_labels + 1, dtype=np.int64)
         valid = idx >= 0
         room = int(self._size[idx[valid]].sum())
         out_start = np.zeros(n + 1, dtype=np.int64)
@@ -296,7 +336,8 @@ class LabelIndex:
             values = np.zeros((n, 1), dtype=np.float64)
         _ik.match(idx, origins, ok, values, self._pool, self._cut, self._start, self._size,
                   self._alive_bits, self._rec, self._stamp, self._seen, self._tag, out_start,
-                  owners, removed, pend_e, pend_s, counts)
+                  owners, removed, pend_e, pend_s, counts,
+                  self._hits if deferred else self._hits[:0], self._dirty)
         self._tag += n
         k, _, g, checked, unread = counts.tolist()
         return IndexMatch(out_start, owners[:k], removed, (pend_e[:g], pend_s[:g]),

@@ -79,6 +79,7 @@ class _Node:
                                     (HEADER_ORIGIN, b"A/pub"),
                                     (HEADER_EVENT_ID, b"e%d" % self.n)]))
         self.svc.process(msgs)
+        self.svc.router.removed_later.settle()  # as the node's loop does when idle
         value_x = {m.value(): (i if isinstance(x, dict) else x)
                    for i, (m, x) in enumerate(zip(msgs, xs, strict=True))}
         out = []
