@@ -212,7 +212,7 @@ class Metrics:
     batches: int = _counter("batches committed")
     edge_removed: int = _counter(
         "candidate deliveries the exact check removed (false positives of the filters; "
-        "with a label index counted when idle and at least every 30 s)")
+        "with a label index counted when the node has slack, at least every 30 s)")
     edge_checked: int = _counter("events whose value the exact check read")
     edge_unreadable: int = _counter(
         "events the exact check could not read (not a RawEvent, or a numeric attribute "
@@ -299,7 +299,7 @@ class NodeCollector:
         labels = ["node", "client"]
         docs = ("deliveries to the client", "deliveries the exact check removed (label "
                 "matches that no subscription of the client matches; a node with a label "
-                "index counts them when idle and at least every 30 s)",
+                "index counts them when it has slack, at least every 30 s)",
                 "share of set positions in the client's filter (0 while the label index "
                 "finds the clients: the bank is not kept then)",
                 "estimated false-positive rate of the client's filter (fill ** k; 0 for a "

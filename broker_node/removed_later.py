@@ -8,7 +8,9 @@ an event goes to (one taken from each) and leaves the rest in a per-label count 
 a fold (:meth:`dls.label_index.LabelIndex.fold`) counts those by owner once per label,
 however many events it had. :class:`RemovedLater` holds the part counted at routing and
 adds it to the fold's when it settles, so the metrics only ever move up and are, once
-settled, as if every event had been counted when routed.
+settled, as if every event had been counted when routed. A node settles after each batch
+short of its ``batch_size`` (it has slack: a fold then costs at most what counting each
+event did) and at least every :data:`SETTLE_EVERY_S`: only a saturated node defers long.
 """
 
 from __future__ import annotations

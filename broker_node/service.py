@@ -132,7 +132,8 @@ class NodeService(ClientInputs):
         self._probe_due = bool(s.neighbours)
         self._reacks: list[tuple[str, str]] = []
         self.router = Router(s, t, self.state, self.metrics, self.controls.edge)
-        self._removed = self.router.defer_removed()  # settled when idle, at least every 30 s
+        # removed matches counted by fold while the node has slack, at least every 30 s
+        self._removed = self.router.defer_removed()
         self.watchdog = Watchdog(s.node, s.watchdog_bound_s, on_stuck=on_stuck,
                                  hard=hard_watchdog)
         self.committer: Committer | None = None  # made at start (or by connect)
@@ -356,6 +357,8 @@ class NodeService(ClientInputs):
                 out.abort(exc)
                 raise
             self.metrics.batches += 1
+            if len(msgs) < self.settings.batch_size:  # slack: fold now, after the commit
+                self._removed.settle()
 
     # -- processing -------------------------------------------------------------------------
     def process(self, msgs: Sequence[Message]) -> None:
