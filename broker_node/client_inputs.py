@@ -24,7 +24,7 @@ from connectors.topics import Topics
 
 __all__ = ["ClientInputs"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 
 class ClientInputs:

@@ -51,7 +51,7 @@ __all__ = [
     "open_producer",
 ]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: One output message: (partition, the header that completes the carried ones).
 Spread = Sequence[tuple[int, tuple[str, bytes]]]

@@ -74,7 +74,7 @@ from dls.exceptions import DLSError
 from dls.predicates import Subscription
 from dls.space import ContentSpace
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 __all__ = ["CANCELLED_MEMORY", "LINK_LABELS", "Controls", "Outcome", "link_chunks",
            "link_labels", "probe_links"]

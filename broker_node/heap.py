@@ -13,7 +13,7 @@ import time
 
 __all__ = ["freeze_heap", "set_young_threshold"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 
 def freeze_heap(node: str) -> int:

@@ -67,7 +67,7 @@ __all__ = [
     "topic_of",
 ]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: How many routed events (at least) the node remembers to drop repeats.
 ROUTED_MEMORY = 100_000

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DeliveryTally", "Metrics", "MetricsServer", "NodeCollector", "node_registry"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 
 class DeliveryTally:

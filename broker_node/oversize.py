@@ -45,7 +45,7 @@ __all__ = ["BATCH_FRAMING_BYTES", "DEAD_LETTER_HEADER_BYTES", "DEAD_LETTER_RAW_B
            "MessageLimit", "halves", "is_too_large", "limit_of", "node_limit",
            "read_message_limit", "refusal_hint"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: The node producer's ``message.max.bytes``: 40,000 bytes above librdkafka's default (a
 #: publisher's), 8,588 below a broker's default ``message.max.bytes`` (1,048,588), which

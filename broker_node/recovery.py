@@ -82,7 +82,7 @@ __all__ = [
     "snapshots_enabled",
 ]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: Settings of a node's snapshot topic: compacted (only the latest value of each chunk key
 #: and the latest manifest matter), in segments small enough to be compacted soon.

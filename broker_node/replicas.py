@@ -46,7 +46,7 @@ from dls.space import ContentSpace
 
 __all__ = ["Engine", "ReplicaSet"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: How long the process waits for an engine to stop when its shard is taken away (s).
 STOP_TIMEOUT_S = 120.0

@@ -58,7 +58,7 @@ from dls.hashing import PositionFn
 __all__ = ["CLIENTS", "MAX_FILTER_BYTES", "RESCAN_GROWTH", "FilterResizer", "Rebuild",
            "check_target", "expected_rate", "grown_size", "spec_size"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: The name of the client bank in logs and metrics (an ERT's is ``ert:<neighbour>``).
 CLIENTS = "clients"

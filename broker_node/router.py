@@ -44,7 +44,7 @@ Plan = tuple[tuple[Any, ...], int, tuple[int, ...], int, int, np.ndarray | None,
 
 _lo, _hi = itemgetter(3), itemgetter(4)
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: Bytes of client names one shared-topic delivery message may name (plus one name): the
 #: names of an event's partition past it go in further messages of the event.

@@ -33,7 +33,7 @@ from confluent_kafka import Message
 
 __all__ = ["CONTROL_RUN_BYTES", "EVENT_RUN_EVENTS", "TIMEOUT_SHARE", "checkpoint", "runs"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: Values of control messages in one run at most (about 500,000 labels): cut beyond.
 CONTROL_RUN_BYTES = 4 * 2**20

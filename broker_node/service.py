@@ -72,7 +72,7 @@ from dls.space import ContentSpace
 
 __all__ = ["ENDS_KEPT", "FOREVER", "WAITING_POLL_S", "NodeService"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: Topic settings of the control topics (kept forever: recovery reads them again).
 FOREVER = dict(CONTROL_TOPIC_CONFIG)

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 __all__ = ["STUCK_EXIT_CODE", "Watchdog", "exit_stuck"]
 
-log = logging.getLogger("dlsroute.node")
+log = logging.getLogger(__name__)
 
 #: The exit status of a node that ended itself because a Kafka call was stuck (EX_TEMPFAIL:
 #: a restart is the remedy).

@@ -87,7 +87,7 @@ from dls.predicates import Subscription
 from dls.shards import check_shards, label_shard, label_shards
 from dls.space import ContentSpace
 
-_log = logging.getLogger("dlsroute.client")
+_log = logging.getLogger(__name__)
 
 __all__ = ["CANCELLED_MEMORY", "MAX_SUBSCRIPTION_BYTES", "SEEN_MEMORY", "Client", "Delivery",
            "DeliveryFailedError"]

@@ -56,7 +56,7 @@ __all__ = [
     "encode_stored",
 ]
 
-_log = logging.getLogger("dlsroute.client")
+_log = logging.getLogger(__name__)
 
 SUBSCRIPTIONS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 """Settings of a client's subscriptions topic: the latest record of each id is kept forever."""

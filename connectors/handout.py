@@ -25,7 +25,7 @@ from connectors.topics import source_of
 
 __all__ = ["COUNTERS", "HandOut", "counters", "forget", "release", "rewind"]
 
-_log = logging.getLogger("dlsroute.client")
+_log = logging.getLogger(__name__)
 
 #: The client's counters of what it read, restored by :func:`rewind`.
 COUNTERS = ("delivered", "false_positives", "duplicates", "undecodable")

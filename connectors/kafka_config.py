@@ -21,12 +21,11 @@ of Spark's Kafka source and sink).
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from confluent_kafka import KafkaException, Producer
 
 from connectors.exceptions import ConnectorSettingError
 
@@ -110,6 +109,8 @@ def parse_kafka_config(text: str, source: str = "<text>") -> dict[str, str]:
 
 def _probe(conf: Mapping[str, str]) -> str | None:
     """The complaint of librdkafka about ``conf`` (a producer is made and dropped), or None."""
+    from confluent_kafka import KafkaException, Producer  # here: the CLI's options need none
+
     try:
         Producer({**conf, "log_level": 0})
     except KafkaException as exc:
@@ -226,3 +227,14 @@ def spark_options(conf: Mapping[str, str]) -> dict[str, str]:
                                f"ssl.endpoint.identification.algorithm, client.id)",
                                field=key, value=_shown(key, rest[key]))
     return out
+
+
+def add_kafka_config_arg(parser: argparse.ArgumentParser, extra: str = "") -> None:
+    """The ``--kafka-config FILE`` option of every command that talks to Kafka.
+
+    ``extra``: what the option means for this command, appended to the help.
+    """
+    parser.add_argument("--kafka-config", default=None, metavar="FILE",
+                        help="librdkafka settings (key=value lines: security.protocol, "
+                             "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location; "
+                             "`dlsroute access` writes them)" + extra)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from connectors.kafka_config import add_kafka_config_arg
 from dls.exceptions import DLSError
 from dlsroute.exceptions import EventSampleError, OptionError
 
@@ -121,7 +122,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
         stops += 1
         if stops > 1:  # a second Ctrl+C kills
             os._exit(130)
-        logging.getLogger("dlsroute.node").info(
+        logging.getLogger(__name__).info(
             "signal %d: finishing the batch, committing, stopping", signum)
         service.stop()
 
@@ -211,14 +212,6 @@ def add_replication_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--min-insync-replicas", type=int, default=None, metavar="N",
                    help="min.insync.replicas of the topics this creates, at most the "
                         "replication factor (default: the cluster's; 2 with 3 replicas)")
-
-
-def add_kafka_config_arg(s: argparse.ArgumentParser, extra: str = "") -> None:
-    """The ``--kafka-config FILE`` option of every command that talks to Kafka."""
-    s.add_argument("--kafka-config", default=None, metavar="FILE",
-                   help="librdkafka settings (key=value lines: security.protocol, "
-                        "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location; "
-                        "`dlsroute access` writes them)" + extra)
 
 
 def _read_event_sample(path: str, names: Sequence[str], strings: Sequence[str] = ()

@@ -11,9 +11,13 @@ import json
 import sys
 from typing import Any
 
+from connectors.kafka_config import add_kafka_config_arg
 from spark.exceptions import SparkArgumentError
 
 __all__ = ["register"]
+
+#: What --kafka-config is for Spark's commands
+SPARK_CLIENT = "; translated for Spark's Java client"
 
 
 def _nodes(text: str) -> tuple[str, ...]:
@@ -107,13 +111,6 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _kafka_config_arg(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--kafka-config", default=None, metavar="FILE",
-                   help="librdkafka settings of the Kafka (key=value lines: "
-                        "security.protocol, sasl.mechanism, sasl.username, sasl.password, "
-                        "ssl.ca.location), translated for Spark's Java client")
-
-
 def register(sub: Any) -> None:
     """Add this module's subcommands to the ``dlsroute`` subparsers ``sub``."""
     s = sub.add_parser(
@@ -148,7 +145,7 @@ def register(sub: Any) -> None:
     s.add_argument("--space-out", default=None,
                    help="with --bootstrap: also write the space spec to this file")
     s.add_argument("--master", default="local[2]")
-    _kafka_config_arg(s)
+    add_kafka_config_arg(s, SPARK_CLIENT)
     s.set_defaults(func=_cmd_workload)
 
     s = sub.add_parser(
@@ -174,5 +171,5 @@ def register(sub: Any) -> None:
     s.add_argument("--topic-prefix", default="dls",
                    help="with --kafka-config: the network's prefix (the Spark group "
                         "<prefix>-spark-analyze-*)")
-    _kafka_config_arg(s)
+    add_kafka_config_arg(s, SPARK_CLIENT)
     s.set_defaults(func=_cmd_analyze)

@@ -13,6 +13,9 @@ import threading
 import time
 from typing import Any
 
+from connectors.kafka_config import add_kafka_config_arg
+from spark.batch_cli import SPARK_CLIENT
+
 __all__ = ["register"]
 
 
@@ -126,9 +129,5 @@ def register(sub: Any) -> None:
                         "command stops, naming them)")
     s.add_argument("--max-offsets", type=int, default=None,
                    help="at most this many raw records per micro-batch")
-    s.add_argument("--kafka-config", default=None, metavar="FILE",
-                   help="librdkafka settings of the Kafka (key=value lines: "
-                        "security.protocol, sasl.mechanism, sasl.username, sasl.password, "
-                        "ssl.ca.location; `dlsroute access add-mapper` writes them), "
-                        "translated for Spark's Java client")
+    add_kafka_config_arg(s, SPARK_CLIENT)
     s.set_defaults(func=_cmd_spark_map)

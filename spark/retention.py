@@ -34,7 +34,7 @@ from connectors.retention import RetentionGap, first_offsets
 
 __all__ = ["checkpoint_gaps", "checkpoint_starts"]
 
-log = logging.getLogger("dlsroute.spark")
+log = logging.getLogger(__name__)
 
 
 def _batches(folder: Path) -> list[int]:

@@ -33,7 +33,7 @@ from dlsroute.tools.simulate import read_ops
 
 __all__ = ["replay_files"]
 
-log = logging.getLogger("dlsroute.replay")
+log = logging.getLogger(__name__)
 
 _OVERLAY_SETTINGS = ("mode", "client_filter", "routing_filter")
 

@@ -96,7 +96,7 @@ PROFILES = [(0, "direct", "direct"), (2, "direct", "direct"), (0, "cbf", "cbf"),
 @pytest.fixture(scope="module", autouse=True)
 def _quiet() -> Iterator[None]:
     """A dead letter is logged as a warning: thousands of them here, all expected."""
-    log = logging.getLogger("dlsroute.node")
+    log = logging.getLogger("broker_node")
     level = log.level
     log.setLevel(logging.ERROR)
     yield

@@ -145,7 +145,7 @@ def test_a_bad_publication_time_header_is_a_dead_letter(inbox: Inbox, space: Con
 def test_a_repeated_event_is_dropped_counted_and_said(
         inbox: Inbox, space: ContentSpace, caplog: pytest.LogCaptureFixture) -> None:
     label = event_label(space, {"x": 10})
-    with caplog.at_level(logging.WARNING, logger="dlsroute.node"):
+    with caplog.at_level(logging.WARNING, logger="broker_node"):
         first = inbox.events([_event(PUBLISH, 0, _usual(label, b"C/pub", b"same")),
                               _event(PUBLISH, 1, _usual(label, b"C/pub", b"same")),
                               _event(PUBLISH, 2, _usual(label, b"B/pub", b"same"))])

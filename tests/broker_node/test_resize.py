@@ -96,7 +96,7 @@ def test_a_client_bank_past_its_target_is_rebuilt_under_it_and_misses_nothing(
     node = Exact(tiny())
     target = node.state.resizer.client_target
     assert target == 2.0 ** -3  # a config of m and k: the rate they imply
-    caplog.set_level(logging.INFO, logger="dlsroute.node")
+    caplog.set_level(logging.INFO, logger="broker_node")
     for b in range(200):  # batches of subscriptions, routes checked between each
         node.subscribe([(f"c{rng.integers(6)}", f"s{b}.{i}",
                          rng.integers(0, L, rng.integers(1, 6)).tolist()) for i in range(12)])

@@ -342,7 +342,7 @@ def test_the_node_says_once_what_many_delivery_topics_cost(tmp_path: Path,
     def warnings() -> list[str]:
         return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
 
-    caplog.set_level("WARNING", logger="dlsroute.node")
+    caplog.set_level("WARNING", logger="broker_node")
     for i in range(999):
         svc.state.client_index(f"c{i}")
     assert len(router._delivery_topics()) == 999 and warnings() == []

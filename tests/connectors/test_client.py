@@ -114,7 +114,7 @@ def test_take_counts_deliveries_false_positives_and_repeats(
     assert first is not None and first.subscriptions == ("cheap",)
     fp = alice._take(_event(1, 90.0, "e2"), seen)
     assert fp is not None and fp.subscriptions == ()
-    with caplog.at_level(logging.WARNING, logger="dlsroute.client"):
+    with caplog.at_level(logging.WARNING, logger="connectors"):
         assert alice._take(_event(2, 10.0, "e1"), seen) is None  # same origin and id again
     assert (alice.delivered, alice.false_positives, alice.duplicates) == (2, 1, 1)
     assert f"client alice: 1 repeated event(s) skipped, the latest 'e1' of B/bob at " \
@@ -133,7 +133,7 @@ def test_take_skips_and_counts_what_does_not_decode(
             "c", "s", np.array([1], dtype=np.uint64))),  # another schema
         _event(10, 10.0, label=False, headers=[(HEADER_LABEL, b"\x01\x02\x03")]),
     ]
-    with caplog.at_level(logging.WARNING, logger="dlsroute.client"):
+    with caplog.at_level(logging.WARNING, logger="connectors"):
         assert [alice._take(m, seen) for m in bad] == [None] * 4
         good = alice._take(_event(11, 10.0, "e9"), seen)  # and the next one goes through
     assert good is not None and good.event_id == "e9"

@@ -116,7 +116,7 @@ def test_stored_records_become_the_live_subscriptions(
         StoredSubscription("s4", [{"attr": "colour", "op": "=", "value": 1}], "A", True,
                            "t[0]@5"),  # the space changed since
     ]
-    with caplog.at_level(logging.WARNING, logger="dlsroute.client"):
+    with caplog.at_level(logging.WARNING, logger="connectors"):
         assert alice._apply_stored(records, resend=True)
     assert sorted(alice.subscriptions) == ["local", "s2", "s3"]
     assert str(alice.subscriptions["s2"]) == "price < 45"

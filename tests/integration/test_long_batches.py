@@ -84,7 +84,7 @@ def test_a_long_batch_is_committed_in_parts_and_loses_nothing(
         assert raw.flush(30) == 0
         last = feed.publish({"x": 6})
         feed.flush()
-        with caplog.at_level(logging.INFO, logger="dlsroute.node"):
+        with caplog.at_level(logging.INFO, logger="broker_node"):
             _run_until(svc, lambda: svc.metrics.events_in == 2)
             svc.run(max_seconds=0.5)  # the last batch is committed
         assert len(svc.state) == 1 + BROAD

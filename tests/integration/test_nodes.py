@@ -485,7 +485,7 @@ def test_a_client_reading_the_wrong_place_is_warned(net_shared: Net,
 
     lost = Client(net_shared.bootstrap, "A", "lost", net_shared.space,
                   topic_prefix=net_shared.prefix)
-    with caplog.at_level("WARNING", logger="dlsroute.client"):
+    with caplog.at_level("WARNING", logger="connectors"):
         assert collect(lost, 1, max_idle=0.5) == []
     assert any("shared_delivery_partitions" in r.getMessage() and "lost" in r.getMessage()
                for r in caplog.records), caplog.text

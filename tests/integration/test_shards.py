@@ -231,14 +231,14 @@ def test_a_sharded_node_says_when_its_unsharded_inputs_hold_messages(
     settings = NodeSettings(node="A", space=space_path, bootstrap=kafka_bootstrap,
                             topic_prefix=topic_prefix, shards=SHARDS)
     rs = ReplicaSet(settings)
-    with caplog.at_level("ERROR", logger="dlsroute.node"):
+    with caplog.at_level("ERROR", logger="broker_node"):
         rs._misdirected()  # noqa: SLF001
     assert not caplog.records  # nothing written there: nothing said
     unsharded = Client(kafka_bootstrap, "A", "x", ContentSpace.from_json(space_path),
                        topic_prefix=topic_prefix)  # shards=1: the wrong setting
     unsharded.publish({"sym": "IBM", "price": 1.0})
     unsharded.flush()
-    with caplog.at_level("ERROR", logger="dlsroute.node"):
+    with caplog.at_level("ERROR", logger="broker_node"):
         rs._misdirected()  # noqa: SLF001
     (rec,) = caplog.records
     assert Topics(topic_prefix).node_publish("A") in rec.getMessage()

@@ -82,7 +82,7 @@ def test_a_checkpoint_behind_retention_stops_the_command_or_goes_on_when_told(
     done = admin.delete_records([TopicPartition(topics.raw_events, 0, 7)])  # 3..6 deleted
     next(iter(done.values())).result(10)
 
-    with caplog.at_level(logging.ERROR, logger="dlsroute.spark"):
+    with caplog.at_level(logging.ERROR, logger="spark"):
         (gap,) = checkpoint_gaps(checkpoint, kafka_bootstrap)
     assert (gap.topic, gap.partition, gap.start, gap.first) == (topics.raw_events, 0, 3, 7)
     assert f"spark-map: {topics.raw_events}[0] offsets 3 to 6 were deleted" in caplog.text
