@@ -19,10 +19,13 @@ from dls._murmur import _F1, _F2
 from dls.exceptions import DLSError
 from dls.hashing import _fmix64
 
-__all__ = ["check_shards", "label_shard", "label_shards"]
+__all__ = ["FMIX_MULTIPLIERS", "check_shards", "label_shard", "label_shards"]
 
 _M64 = (1 << 64) - 1
-_F1_INT, _F2_INT = int(_F1), int(_F2)
+#: The finaliser's two multipliers, for the other implementations of a label's shard (the
+#: Catalyst expressions of :mod:`spark.catalyst.shards`)
+FMIX_MULTIPLIERS = (int(_F1), int(_F2))
+_F1_INT, _F2_INT = FMIX_MULTIPLIERS
 
 
 def check_shards(shards: Any) -> int:

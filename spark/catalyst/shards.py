@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dls._murmur import _F1, _F2
+from dls.shards import FMIX_MULTIPLIERS
 from spark.catalyst.columns import fns
 from spark.catalyst.sqlfns import Expr, select
 
@@ -70,8 +70,9 @@ def umod(x: Column, n: int) -> Column:
 
 
 def _steps(shards: int) -> list[Callable[[Column], Column]]:
-    return [xorshift33, lambda x: mul64(x, int(_F1)), xorshift33,
-            lambda x: mul64(x, int(_F2)), xorshift33, lambda x: umod(x, shards)]
+    f1, f2 = FMIX_MULTIPLIERS
+    return [xorshift33, lambda x: mul64(x, f1), xorshift33,
+            lambda x: mul64(x, f2), xorshift33, lambda x: umod(x, shards)]
 
 
 def with_label_shards(df: DataFrame, labels: Column, out: str, shards: int) -> DataFrame:
