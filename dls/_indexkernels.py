@@ -122,6 +122,20 @@ def _inside(values: Any, e: int, rec: Any, s: int) -> bool:
 
 
 @njit
+def _admits(ent: int, e: int, t: int, okv: bool, values: Any, cut: Any) -> Any:
+    """Entry ``pool[t] = ent`` for event ``e``: ``(cuts, may deliver)``, without a branch.
+
+    It may deliver when it holds the cell wholly, keeps no cut column, the values were
+    not read, or the cut column's value lies within its float32 bounds ``cut[t]``.
+    """
+    cuts = (ent & 1) == 1
+    col = ((ent >> COL_SHIFT) & 63) - 1
+    v = values[e, max(col, 0)]
+    out = (v < cut[t, 0]) | (v > cut[t, 1])
+    return cuts, (not cuts) | (col < 0) | (not okv) | (not out)
+
+
+@njit
 def _candidates(e: int, at: int, n: int, oe: int, okv: bool, tag: int, values: Any,
                 pool: Any, cut: Any, alive_bits: Any, seen: Any, removed: Any,
                 keep: Any) -> Any:
@@ -148,13 +162,10 @@ def _candidates(e: int, at: int, n: int, oe: int, okv: bool, tag: int, values: A
         removed[o] += new
         fresh += new
         seen[o] = tag if cand else sn
-        cuts = (ent & 1) == 1
-        col = ((ent >> COL_SHIFT) & 63) - 1
-        v = values[e, max(col, 0)]
-        out = (v < cut[t, 0]) | (v > cut[t, 1])
+        cuts, may = _admits(ent, e, t, okv, values, cut)
         cutting += cand & cuts
         keep[m] = t
-        m += cand & ((not cuts) | (col < 0) | (not okv) | (not out))
+        m += cand & may
     return m, fresh, cutting > 0 and okv, cutting > 0 and not okv
 
 
@@ -171,13 +182,10 @@ def _kept(e: int, at: int, n: int, okv: bool, values: Any, pool: Any, cut: Any,
         ent = pool[t]
         s = (ent >> 1) & SLOT_MASK
         cand = ((alive_bits[s >> 3] >> (s & 7)) & 1) == 1
-        cuts = (ent & 1) == 1
-        col = ((ent >> COL_SHIFT) & 63) - 1
-        v = values[e, max(col, 0)]
-        out = (v < cut[t, 0]) | (v > cut[t, 1])
+        cuts, may = _admits(ent, e, t, okv, values, cut)
         cutting += cand & cuts
         keep[m] = t
-        m += cand & ((not cuts) | (col < 0) | (not okv) | (not out))
+        m += cand & may
     return m, cutting > 0 and okv, cutting > 0 and not okv
 
 
