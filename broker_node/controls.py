@@ -172,8 +172,8 @@ class Controls:
         #: the subscribe topic was read up to the end the broker had at this monotonic time
         self.subscribe_read_at = float("-inf")
         #: the exact check of local deliveries (None: off); its subscriptions follow the state
-        self.edge = (EdgeTable(ContentSpace.from_json(settings.space))
-                     if settings.exact_delivery else None)
+        self.edge = (EdgeTable(ContentSpace.from_json(settings.space),
+                               settings.index_slices) if settings.exact_delivery else None)
         # the node finds its clients by the edge's index: the client bank waits (the
         # router turns it back on should the index ever not serve)
         state.defer_client_bank(self.edge is not None and self.edge.index is not None)

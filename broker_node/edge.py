@@ -35,6 +35,7 @@ from broker_node.edge_rows import (
     EdgeRows,
     SimpleParts,
     Verdict,
+    cut_columns,
     general_row,
     has_label,
     hull,
@@ -62,8 +63,8 @@ _EMPTY32 = np.zeros(0, dtype=np.int32)
 class EdgeTable:
     """Each local subscription's exact constraints, by client (rows reused after removal)."""
 
-    def __init__(self, space: ContentSpace) -> None:
-        """An empty table for ``space``."""
+    def __init__(self, space: ContentSpace, slices: int = 0) -> None:
+        """An empty table for ``space`` (``slices``: its index's, see ``EdgeIndex``)."""
         self.space = space
         attrs = space.attributes
         self._numeric = [i for i, a in enumerate(attrs) if a.kind == "numeric"]
@@ -101,7 +102,7 @@ class EdgeTable:
         #: label -> the subscriptions touching its cell (None: a label space too large to
         #: address; plans then name candidates' rows, :meth:`classify`)
         self.index = (EdgeIndex(space, self.numeric_names, self._optional,
-                                self._general_matches)
+                                self._general_matches, slices)
                       if space.label_space_size <= MAX_LABELS else None)
 
     def __len__(self) -> int:
@@ -235,7 +236,7 @@ class EdgeTable:
             # the usual batch (and a restore): one kernel lists the held labels
             offsets, held, kinds, cols = simple_held(
                 self.space, self._numeric, self._discrete, self._word_off, self._span,
-                self._masks, flat, rows, sizes)
+                self._masks, flat, rows, sizes, self.index.sliced_column)
             self.index.add(keys, cids, rows, self._bounds[rows], general, offsets, held,
                            kinds, cols)
             return
@@ -251,8 +252,7 @@ class EdgeTable:
             if self._numeric:  # the first numeric attribute each cut cell is cut in
                 cn, span = cells[:, self._numeric], self._span[at[simple]]
                 inside = (span[:, :, 2] <= cn) & (cn <= span[:, :, 3])
-                cols[simple] = np.where(inside.all(axis=1) | ~valid, -1,
-                                        np.argmax(~inside, axis=1))
+                cols[simple] = cut_columns(inside, valid, self.index.sliced_column)
         if general.any():
             first = np.cumsum(sizes) - sizes
             for i in np.flatnonzero(general).tolist():

@@ -18,7 +18,8 @@ import numpy as np
 
 from connectors.serde.raw_numbers import NumericReader, read_event
 from dls.label_index import IndexMatch, LabelIndex
-from dls.space import ContentSpace
+from dls.label_slices import Slicing
+from dls.space import ContentSpace, UniformAttribute
 
 __all__ = ["EdgeIndex"]
 
@@ -29,17 +30,32 @@ class EdgeIndex:
     """The label index of one edge table, by (client, id)."""
 
     def __init__(self, space: ContentSpace, names: Sequence[str], optional: Sequence[bool],
-                 general_matches: Callable[[int, dict[str, Any]], bool]) -> None:
+                 general_matches: Callable[[int, dict[str, Any]], bool],
+                 slices: int = 0) -> None:
         """An empty index of ``space``'s labels.
 
         ``names``/``optional``: the numeric attributes in the order of a row's bounds;
-        ``general_matches(row, attrs)``: whether an event matches the general row ``row``.
+        ``general_matches(row, attrs)``: whether an event matches the general row ``row``;
+        ``slices``: per cell of the first required numeric attribute cut into equal cells
+        (:mod:`dls.label_slices`; 0: as the index chooses, 1: one list per label).
         """
-        self.labels = LabelIndex(space.app_prefix, space.label_space_size, len(names))
+        by = space.by_name
+        cut = [j for j, name in enumerate(names)
+               if isinstance(by[name], UniformAttribute) and not optional[j]]
+        slicing = (Slicing.of(space, cut[0], names[cut[0]], max(slices, 1))
+                   if cut and slices != 1 else None)
+        self.labels = LabelIndex(space.app_prefix, space.label_space_size, len(names),
+                                 slicing=slicing, auto_slices=slices == 0)
         self._names, self._optional = tuple(names), list(optional)
         self._reader = NumericReader(self._names, self._optional)
         self._general_matches = general_matches
         self._slots: dict[Key, int] = {}
+
+    @property
+    def sliced_column(self) -> int:
+        """The value column the index slices cells in (-1: none)."""
+        sl = self.labels.slicing
+        return sl.column if sl.lists > 1 else -1
 
     def add(self, keys: Sequence[Key], owners: np.ndarray, rows: np.ndarray,
             bounds: np.ndarray, general: np.ndarray, offsets: np.ndarray, labels: np.ndarray,

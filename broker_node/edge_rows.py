@@ -24,8 +24,8 @@ from dls.predicates import NumericConstraint, Subscription
 from dls.space import ContentSpace
 
 __all__ = ["CHECK", "NONE", "SURE", "EdgeRows", "RowChecker", "SimpleParts", "Verdict",
-           "general_row", "has_label", "hull", "label_cells", "row_cells", "simple_parts",
-           "values_match"]
+           "cut_columns", "general_row", "has_label", "hull", "label_cells", "row_cells",
+           "simple_held", "simple_parts", "values_match"]
 
 #: What the edge does with a candidate client for a label: deliver, check its values, drop.
 SURE, CHECK, NONE = 0, 1, 2
@@ -142,16 +142,30 @@ def label_cells(space: ContentSpace, labels: np.ndarray) -> tuple[np.ndarray, np
     return cells, valid
 
 
+def cut_columns(inside: np.ndarray, valid: np.ndarray, avoid: int) -> np.ndarray:
+    """Per entry the numeric column its row cuts its cell in, as :func:`simple_held`'s.
+
+    ``inside[i, j]``: entry ``i``'s cell lies wholly within its row's range of numeric
+    column ``j``; ``valid[i]``: its label is one of the space's cells.
+    """
+    others = inside.copy()  # the column ``avoid`` only if no other cuts
+    if avoid >= 0:
+        others[:, avoid] = True
+    return np.where(inside.all(axis=1) | ~valid, -1,
+                    np.where(others.all(axis=1), avoid, np.argmax(~others, axis=1)))
+
+
 def simple_held(space: ContentSpace, numeric: list[int], discrete: list[int],
                 word_off: np.ndarray, span: np.ndarray, masks: np.ndarray, labels: np.ndarray,
-                rows: np.ndarray, sizes: np.ndarray
+                rows: np.ndarray, sizes: np.ndarray, avoid: int = -1
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Simple rows' index entries, compiled: ``(offsets, labels, kinds, cols)``.
 
     Row ``rows[i]`` has the next ``sizes[i]`` of ``labels``; of those, the ones whose
     cell it holds are ``labels[offsets[i]:offsets[i + 1]]`` of the result, each of kind
     :data:`dls.label_index.HOLDS` (wholly) or ``CUTS``, with the first numeric column that
-    cuts it (``cols``, -1: none). ``span``: the rows' cells (:func:`row_cells`), ``masks``
+    cuts it (``cols``, -1: none; ``avoid`` only when no other does). ``span``: the rows'
+    cells (:func:`row_cells`), ``masks``
     their discrete masks side by side (attribute ``k`` from word ``word_off[k]``). The
     numpy reference is :meth:`broker_node.edge.EdgeTable._index_rows`'s.
     """
@@ -166,7 +180,7 @@ def simple_held(space: ContentSpace, numeric: list[int], discrete: list[int],
                      np.array(space.bits, dtype=np.int64),
                      np.array([a.n_cells for a in space.attributes], dtype=np.int64),
                      space.cell_bits, space.app_id if space.app_id is not None else 0,
-                     offsets, held, kinds, cols)
+                     offsets, held, kinds, cols, avoid)
     k = int(offsets[-1])  # all held: ``held`` was never written (the kernel's text)
     return (offsets, labels.astype(np.uint64, copy=False) if k == n else held[:k],
             kinds[:k], cols[:k])

@@ -25,9 +25,10 @@ import numpy as np
 
 from dls._intrinsics import prefetch as _prefetch
 from dls._jit import njit
+from dls._slicekernels import entry_lists, part
 
 __all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "fold", "held_entries",
-           "insert", "label_counts", "label_slots", "lay_out", "match"]
+           "insert", "label_room", "label_slots", "lay_out", "match"]
 
 SLOT_MASK = (1 << 32) - 1
 COL_SHIFT, OWNER_SHIFT = 33, 39
@@ -138,17 +139,17 @@ def _admits(ent: int, e: int, t: int, okv: bool, values: Any, cut: Any) -> Any:
 @njit
 def _candidates(e: int, at: int, n: int, oe: int, okv: bool, tag: int, values: Any,
                 pool: Any, cut: Any, alive_bits: Any, seen: Any, removed: Any,
-                keep: Any) -> Any:
+                keep: Any, m: int, kept: bool) -> Any:
     """One pass over a list for event ``e``: its candidates, and the entries left to read.
 
     Every live entry of an owner but ``oe`` makes its owner a candidate (``seen``), counted
     once in ``removed``; the positions of those that may deliver (held wholly, cut with
     values unread, or with the cut column's value within the entry's float32 bounds) go
-    to ``keep``. Written without branches on the data: most entries of a long list fail
-    the cut column, half of them on each side, which a branch would mispredict. Returns
-    ``(kept, new candidates, values compared, delivered by label)``.
+    to ``keep`` from ``keep[m]`` (when ``kept``: else the list is only counted). Written
+    without branches on the data: most entries of a long list fail the cut column, half
+    of them on each side, which a branch would mispredict. Returns ``(kept, new
+    candidates, values compared, delivered by label)``.
     """
-    m = 0
     fresh = 0
     cutting = 0
     for t in range(at, at + n):
@@ -163,20 +164,19 @@ def _candidates(e: int, at: int, n: int, oe: int, okv: bool, tag: int, values: A
         fresh += new
         seen[o] = tag if cand else sn
         cuts, may = _admits(ent, e, t, okv, values, cut)
-        cutting += cand & cuts
+        cutting += cand & cuts & kept
         keep[m] = t
-        m += cand & may
+        m += cand & may & kept
     return m, fresh, cutting > 0 and okv, cutting > 0 and not okv
 
 
 @njit
 def _kept(e: int, at: int, n: int, okv: bool, values: Any, pool: Any, cut: Any,
-          alive_bits: Any, keep: Any) -> Any:
+          alive_bits: Any, keep: Any, m: int) -> Any:
     """:func:`_candidates` for an event whose owners are counted later (no origin).
 
     Returns ``(kept, values compared, delivered by label)``.
     """
-    m = 0
     cutting = 0
     for t in range(at, at + n):
         ent = pool[t]
@@ -229,33 +229,58 @@ def _deliver(e: int, m: int, keep: Any, okv: bool, tag: int, values: Any, pool: 
 
 
 @njit
+def _lists_read(e: int, lab: int, okv: bool, values: Any, base: int, sf: Any,
+                si: Any) -> Any:
+    """The lists event ``e`` of label place ``lab`` reads: ``(whole, slice)``.
+
+    The slice is -1 for every list of the label (values not read); unsliced, ``whole`` is
+    the label's one list.
+    """
+    lists = si[0]
+    if lists == 1:
+        return lab, 0
+    v = values[e, si[2]]
+    if not okv or v != v:
+        return lab * lists, -1
+    return lab * lists, lab * lists + 1 + part(v, ((base + lab) >> si[3]) & si[4], sf, si)
+
+
+@njit
 def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
           start: Any, size: Any, alive_bits: Any, rec: Any, stamp: Any, seen: Any,
           tag0: int, out_start: Any, out_owner: Any, removed: Any, pend_event: Any,
-          pend_slot: Any, counts: Any, hits: Any, dirty: Any) -> None:
+          pend_slot: Any, counts: Any, hits: Any, dirty: Any, base: int, sf: Any,
+          si: Any) -> None:
     """Who each event goes to: its label's entries, deduplicated by owner.
 
-    ``labels[e]``: event ``e``'s list (-1: none); ``origin[e]``: an owner it never goes
-    to (-1: none); ``ok[e]``: its ``values[e]`` could be read (else a cut cell delivers
-    by label; ``values`` has at least one column). ``alive_bits``: bit ``s`` set when
-    slot ``s`` is live; ``rec[s]``: general (1.0), then bounds (lo, hi per value). A
-    first pass (:func:`_candidates`) finds the candidates and drops the cutting entries
-    whose cut column's float32 bounds exclude the event; the second reads the slot's
-    record for the rest: a cutting entry delivers when every value lies in the slot's
-    bounds, and a general slot's pair whose values lie in its hull is left to the caller
-    (``pend_*``). Owners delivered to go to ``out_owner[out_start[e]:out_start[e + 1]]``,
-    ascending. ``removed[o]`` (zeros given) counts events for which owner ``o`` had live
-    entries, less those it got. With ``hits`` (per label; empty: none) an event with no
-    origin is not counted by owner: its label's ``hits`` go up (a label whose hits leave
-    zero is appended to ``dirty[1:]``, ``dirty[0]`` of them) and :func:`fold` counts them
-    later, by owner, once per list. ``stamp``/``seen``: scratch by owner, never reset
-    (tags from ``tag0``). ``counts``: delivered, removed, pending, events compared by
-    value, events delivered by label.
+    ``labels[e]``: event ``e``'s label place (-1: none); ``origin[e]``: an owner it never
+    goes to (-1: none); ``ok[e]``: its ``values[e]`` could be read (else a cut cell
+    delivers by label; ``values`` has at least one column). With slicing (``sf``, ``si``:
+    :meth:`dls.label_slices.Slicing.params`; ``base`` the first label) it reads its
+    label's whole list and its value's slice (every list when not read: an entry listed
+    under several slices then delivers once). ``alive_bits``: bit ``s`` set when slot
+    ``s`` is live; ``rec[s]``: general (1.0), then bounds (lo, hi per value). A first
+    pass (:func:`_candidates`) finds the candidates and drops the cutting entries whose
+    cut column's float32 bounds exclude the event; the second reads the slot's record for
+    the rest: a cutting entry delivers when every value lies in the slot's bounds, and a
+    general slot's pair whose values lie in its hull is left to the caller (``pend_*``).
+    Owners delivered to go to ``out_owner[out_start[e]:out_start[e + 1]]``, ascending.
+    ``removed[o]`` (zeros given) counts events for which owner ``o`` had live entries,
+    less those it got. With ``hits`` (per label; empty: none) an event with no origin is
+    not counted by owner: its label's ``hits`` go up (a label whose hits leave zero is
+    appended to ``dirty[1:]``, ``dirty[0]`` of them) and :func:`fold` counts them later,
+    by owner, once per list. ``stamp``/``seen``: scratch by owner, never reset (tags from
+    ``tag0``). ``counts``: delivered, removed, pending, events compared by value, events
+    delivered by label.
     """
+    lists = si[0]
     longest = 0
     for e in range(labels.shape[0]):
         if labels[e] >= 0:
-            longest = max(longest, size[labels[e]])
+            n = 0
+            for q in range(labels[e] * lists, (labels[e] + 1) * lists):
+                n += size[q]
+            longest = max(longest, n)
     keep = np.empty(longest, dtype=np.int64)
     defer = hits.shape[0] > 0
     k = 0
@@ -270,18 +295,30 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
             continue
         tag = tag0 + e
         okv = ok[e]
-        if defer and origin[e] < 0:
+        whole, part = _lists_read(e, lab, okv, values, base, sf, si)
+        uncounted = defer and origin[e] < 0
+        # counting now reads every list of the label (an owner counts whatever its slice)
+        n_read = 2 if part >= 0 and lists > 1 and uncounted else lists
+        if uncounted:
             if hits[lab] == 0:
                 dirty[0] += 1
                 dirty[dirty[0]] = lab
             hits[lab] += 1
-            m, read, blind = _kept(e, start[lab], size[lab], okv, values, pool, cut,
-                                   alive_bits, keep)
-        else:
-            m, fresh, read, blind = _candidates(e, start[lab], size[lab], origin[e], okv,
-                                                tag, values, pool, cut, alive_bits, seen,
-                                                removed, keep)
-            r_n += fresh
+        m = 0
+        read = False
+        blind = False
+        for q in range(n_read):
+            li = whole + q if part < 0 or not uncounted or q == 0 else part
+            if uncounted:
+                m, r, b = _kept(e, start[li], size[li], okv, values, pool, cut, alive_bits,
+                                keep, m)
+            else:
+                m, fresh, r, b = _candidates(e, start[li], size[li], origin[e], okv, tag,
+                                             values, pool, cut, alive_bits, seen, removed,
+                                             keep, m, part < 0 or q == 0 or li == part)
+                r_n += fresh
+            read |= r
+            blind |= b
         before = k
         k, g = _deliver(e, m, keep, okv, tag, values, pool, rec, stamp, out_owner, k,
                         pend_event, pend_slot, g, removed)
@@ -297,27 +334,39 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
 
 
 @njit
-def fold(hits: Any, dirty: Any, pool: Any, start: Any, size: Any, alive_bits: Any,
-         seen: Any, tag0: int, removed: Any) -> int:
-    """Count the events :func:`match` left in ``hits`` by owner, once per list.
+def label_room(labels: Any, size: Any, lists: int) -> int:
+    """Entries of every list of the events' labels (place -1: none), summed."""
+    n = 0
+    for e in range(labels.shape[0]):
+        if labels[e] >= 0:
+            for q in range(labels[e] * lists, (labels[e] + 1) * lists):
+                n += size[q]
+    return n
 
-    For each label of ``dirty[1:dirty[0] + 1]``, every owner with a live entry in its list
-    gets the label's hits in ``removed``; the hits and ``dirty`` are then cleared. Only
-    right while each list's live owners are those the events found (fold before a list
-    or a slot's liveness changes). Returns the tags used (from ``tag0``).
+
+@njit
+def fold(hits: Any, dirty: Any, pool: Any, start: Any, size: Any, alive_bits: Any,
+         seen: Any, tag0: int, removed: Any, lists: int) -> int:
+    """Count the events :func:`match` left in ``hits`` by owner, once per label.
+
+    For each label of ``dirty[1:dirty[0] + 1]``, every owner with a live entry in its
+    ``lists`` lists gets the label's hits in ``removed``; the hits and ``dirty`` are then
+    cleared. Only right while each list's live owners are those the events found (fold
+    before a list or a slot's liveness changes). Returns the tags used (from ``tag0``).
     """
     n = dirty[0]
     for i in range(n):
         lab = dirty[1 + i]
         h = hits[lab]
         tag = tag0 + i
-        for t in range(start[lab], start[lab] + size[lab]):
-            ent = pool[t]
-            o = ent >> OWNER_SHIFT
-            s = (ent >> 1) & SLOT_MASK
-            if ((alive_bits[s >> 3] >> (s & 7)) & 1) == 1 and seen[o] != tag:
-                seen[o] = tag
-                removed[o] += h
+        for t0 in range(lab * lists, (lab + 1) * lists):
+            for t in range(start[t0], start[t0] + size[t0]):
+                ent = pool[t]
+                o = ent >> OWNER_SHIFT
+                s = (ent >> 1) & SLOT_MASK
+                if ((alive_bits[s >> 3] >> (s & 7)) & 1) == 1 and seen[o] != tag:
+                    seen[o] = tag
+                    removed[o] += h
         hits[lab] = 0
     dirty[0] = 0
     return n
@@ -327,12 +376,13 @@ def fold(hits: Any, dirty: Any, pool: Any, start: Any, size: Any, alive_bits: An
 def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, numeric: Any,
                  discrete: Any, word_off: Any, shifts: Any, widths: Any, n_cells: Any,
                  cell_bits: int, app: int, offsets: Any, held: Any, kinds: Any,
-                 cols: Any) -> None:
+                 cols: Any, avoid: int) -> None:
     """The index entries of simple rows: the labels each holds, their kinds and cut columns.
 
     Row ``rows[i]`` has the next ``sizes[i]`` of ``labels``; those whose cell it holds go
     to ``held[offsets[i]:offsets[i + 1]]``, with kind 0 (held wholly) or 1 (cut) and the
-    first numeric column (by position in ``numeric``) that cuts the cell (-1: none).
+    first numeric column (by position in ``numeric``) that cuts the cell, column
+    ``avoid`` (the index slices cells in it) only if no other does (-1: none).
     ``span[r, j]``: row ``r``'s cells held ``[0]..[1]`` and held wholly ``[2]..[3]`` of
     numeric attribute ``numeric[j]``; ``masks[r]`` the discrete attributes' cell masks side
     by side (attribute ``k`` from word ``word_off[k]``). A label that is not one of the
@@ -360,6 +410,7 @@ def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, nume
             h = True
             w = True
             first = -1
+            last = -1  # ``avoid``, when it cuts
             if valid:
                 for j in range(numeric.shape[0]):
                     c = cells[numeric[j]]
@@ -367,8 +418,12 @@ def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, nume
                         h = False
                     if c < span[r, j, 2] or c > span[r, j, 3]:
                         w = False
-                        if first < 0:
+                        if j == avoid:
+                            last = j
+                        elif first < 0:
                             first = j
+                if first < 0:
+                    first = last
                 for q in range(discrete.shape[0]):
                     c = cells[discrete[q]]
                     word = masks[r, word_off[q] + (c >> 6)]
@@ -388,12 +443,13 @@ def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, nume
 @njit
 def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: Any,
             base: int, offsets: Any, owners: Any, slots: Any, kinds: Any, cols: Any, lo: Any,
-            hi: Any, out: Any, out_cut: Any) -> None:
+            hi: Any, sb: Any, sf: Any, si: Any, out: Any, out_cut: Any) -> None:
     """A bulk insert: every list copied to its new place, then the new entries composed.
 
     List ``l`` goes to ``new_start[l]`` in ``out``; then the entries of subscription ``i``
-    (see :func:`compose`) are written at the ends of the lists of their labels (label
-    ``labels[t]`` is list ``labels[t] - base``); the caller sized the lists, so none moves.
+    (see :func:`compose`) are written at the ends of their lists (label ``labels[t]`` is
+    place ``labels[t] - base``, its lists those of :func:`entry_lists`); the caller sized
+    the lists, so none moves.
     """
     for lab in range(start.shape[0]):
         a, b = start[lab], new_start[lab]
@@ -408,31 +464,18 @@ def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: 
         for t in range(offsets[i], offsets[i + 1]):
             k = np.int64(kinds[t])
             c = np.int64(cols[t]) if k == 1 else np.int64(-1)
-            li = np.int64(labels[t] - ub)
-            p = new_start[li] + size[li]
-            size[li] += 1
-            if 0 <= c < ncol:
-                out_cut[p, 0] = lo[i, c]
-                out_cut[p, 1] = hi[i, c]
-            else:
-                out_cut[p, 0] = -np.inf
-                out_cut[p, 1] = np.inf
-            out[p] = head | (c + 1) << COL_SHIFT | k
-
-
-@njit
-def label_counts(labels: Any, base: int, n_labels: int, counts: Any) -> int:
-    """Entries per label place (``counts``, added to); the first label outside, or -1.
-
-    Counts are complete when every label is inside.
-    """
-    ub = np.uint64(base)
-    for i in range(labels.shape[0]):
-        lab = labels[i]
-        if lab < ub or lab - ub >= np.uint64(n_labels):
-            return i
-        counts[np.int64(lab - ub)] += 1
-    return -1
+            f, n = entry_lists(np.int64(labels[t] - ub), k == 1, sb[i, 0], sb[i, 1], base,
+                               sf, si)
+            for li in range(f, f + n):
+                p = new_start[li] + size[li]
+                size[li] += 1
+                if 0 <= c < ncol:
+                    out_cut[p, 0] = lo[i, c]
+                    out_cut[p, 1] = hi[i, c]
+                else:
+                    out_cut[p, 0] = -np.inf
+                    out_cut[p, 1] = np.inf
+                out[p] = head | (c + 1) << COL_SHIFT | k
 
 
 @njit

@@ -20,8 +20,8 @@ again.
 
 The lists live in one pool (:mod:`dls._indexkernels`): appending is amortised O(1), a full
 list moves to the pool's end with twice the room. With :data:`dls._jit.ENABLED` False the
-same structure is updated and read by numpy code (``*_reference``), which the tests hold
-equal to the kernels.
+same structure is updated and read by numpy code (:mod:`dls.label_index_numpy`), which
+the tests hold equal to the kernels.
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ import numpy as np
 
 from dls import _indexkernels as _ik
 from dls import _jit
+from dls import _slicekernels as _sk
+from dls import label_index_numpy as _np
 from dls.exceptions import DLSError
+from dls.label_index_numpy import outwards
+from dls.label_slices import Slicing
 
 __all__ = ["CUTS", "HOLDS", "MAX_LABELS", "MAX_OWNERS", "IndexMatch", "LabelIndex"]
 
@@ -69,26 +73,46 @@ BULK = 1 << 16
 #: appending costs more per entry than copying one (lists move and the pool grows);
 #: measured at a million subscriptions, 239,000 more took 9.6 s appended, 5.2 s laid out
 BULK_SHARE = 4
+#: with automatic slicing, a cell is sliced so that an event reads about this many entries
+#: of its label (a long list's first pass costs more than the rest of an event past it)
+READ_TARGET = 256
+#: the most slices automatic slicing cuts a cell into
+MAX_AUTO_PARTS = 16
+#: automatic slicing first looks at this many entries (then at each doubling or eighth)
+TUNE_FIRST = 1 << 16
 
 
 class LabelIndex:
     """Label -> entries of live subscriptions (slots), for labels ``base .. base + size``."""
 
     def __init__(self, base: int, n_labels: int, columns: int,
-                 compiled: bool | None = None) -> None:
+                 compiled: bool | None = None, slicing: Slicing | None = None,
+                 auto_slices: bool = False) -> None:
         """An empty index of ``n_labels`` labels from ``base`` (at most :data:`MAX_LABELS`).
 
         ``columns``: the values an event brings for cut cells; ``compiled``: the kernels
-        (None: when :data:`dls._jit.ENABLED`) or numpy.
+        (None: when :data:`dls._jit.ENABLED`) or numpy; ``slicing``: how cells are sliced
+        in one of the columns (:mod:`dls.label_slices`; None: one list per label, ever);
+        ``auto_slices``: the index chooses the slices as its lists grow and shrink
+        (:data:`READ_TARGET`), from ``slicing``'s.
         """
         if not 0 < n_labels <= MAX_LABELS:
             raise DLSError(f"a label index addresses 1 to {MAX_LABELS} labels, got "
                            f"{n_labels}", field="n_labels", value=n_labels)
+        self.slicing = slicing or Slicing(0, 0, 0, 0, 0.0, 1.0, 1)
+        self._sliceable = slicing is not None
+        self.auto_slices = bool(auto_slices) and self._sliceable
+        if self._sliceable and self.slicing.column >= columns:
+            raise DLSError(f"slicing column {self.slicing.column} is not one of the index's "
+                           f"{columns} columns", field="column", value=self.slicing.column)
         self.base, self.n_labels = int(base), int(n_labels)
         self.compiled = _jit.ENABLED if compiled is None else compiled
-        self._start = np.zeros(n_labels, dtype=np.int64)
-        self._size = np.zeros(n_labels, dtype=np.int64)
-        self._cap = np.zeros(n_labels, dtype=np.int64)
+        self._lists = self.slicing.lists  # lists per label
+        self._sf, self._si = self.slicing.params()
+        n_lists = n_labels * self._lists
+        self._start = np.zeros(n_lists, dtype=np.int64)
+        self._size = np.zeros(n_lists, dtype=np.int64)
+        self._cap = np.zeros(n_lists, dtype=np.int64)
         self._pool = np.zeros(1024, dtype=np.int64)
         self._cut = np.zeros((1024, 2), dtype=np.float32)  # per entry: its cut column's
         self._end = 0
@@ -102,6 +126,9 @@ class LabelIndex:
         #: per slot: 1.0 if general, then lo, hi of each column
         self._rec = np.zeros((0, 1 + 2 * self.columns), dtype=np.float64)
         self._slot_n = np.zeros(0, dtype=np.int64)  # entries per slot
+        self._slot_d = np.zeros(0, dtype=np.int64)  # its labels (entries less copies)
+        self._distinct = 0  # labels of live slots
+        self._tune_at = TUNE_FIRST  # automatic slicing looks again when _distinct passes it
         self._free: list[int] = []  # slots with no entry left
         self._swept: list[int] = []  # retired slots whose entries a compaction will drop
         self._slots_used = 0
@@ -120,7 +147,7 @@ class LabelIndex:
 
     @property
     def entries(self) -> int:
-        """Entries of live subscriptions."""
+        """Entries of live subscriptions (one listed under several slices: each time)."""
         return self._live
 
     def memory_bytes(self) -> int:
@@ -159,13 +186,22 @@ class LabelIndex:
             raise DLSError(f"owner {wrong} outside 0..{MAX_OWNERS - 1}", field="owners",
                            value=wrong)
         labels = np.asarray(labels, dtype=np.uint64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        kinds = np.asarray(kinds)
+        if not np.issubdtype(kinds.dtype, np.integer):
+            kinds = kinds.astype(np.int64)
+        sb = self._slice_bounds(n, bounds)
+        per_sub = np.zeros(n, dtype=np.int64)  # list entries of each subscription
         self._fold_into()  # lists and liveness change below
         # a batch large beside what the index holds (a restore, the first subscriptions,
         # a replayed tail) is laid out at once, its entries composed in place
         bulk = self.compiled and len(labels) >= max(self._live // BULK_SHARE, BULK)
+        if bulk and self.auto_slices:  # sliced as the lists will be, before they are laid
+            self._tune_for(labels, offsets)
         if bulk:
-            idx = np.zeros(self.n_labels, dtype=np.int64)  # entries per label
-            first_bad = _ik.label_counts(labels, self.base, self.n_labels, idx)
+            idx = np.zeros(len(self._size), dtype=np.int64)  # entries per list
+            first_bad = _sk.list_counts(labels, self.base, self.n_labels, offsets, kinds, sb,
+                                        self._sf, self._si, idx, per_sub)
         elif self.compiled:
             idx = np.empty(len(labels), dtype=np.int64)
             first_bad = _ik.label_slots(labels, self.base, self.n_labels, idx)
@@ -186,35 +222,59 @@ class LabelIndex:
         general = np.asarray(general, dtype=bool)
         self._rec[slots, 0] = general
         self._rec[slots, 1:] = np.asarray(bounds, dtype=np.float64).reshape(n, -1)
-        sizes: np.ndarray = np.diff(np.asarray(offsets, dtype=np.int64)).astype(np.int64)
-        self._slot_n[slots] = sizes
         self._grow_owners(int(owners.max()) + 1 if n else 0)
-        kinds = np.asarray(kinds)
-        if not np.issubdtype(kinds.dtype, np.integer):
-            kinds = kinds.astype(np.int64)
-        if self.compiled:
-            if bulk:
-                self._lay_out(idx, n, labels, offsets, owners, slots, bounds, kinds, cols)
-            else:
+        if bulk:
+            self._lay_out(idx, n, labels, offsets, owners, slots, bounds, kinds, cols, sb)
+        else:
+            lists, src = self._spread(idx, offsets, kinds, sb, per_sub)
+            if self.compiled:
                 entries, cuts = self._compose(n, offsets, owners, slots, bounds, kinds, cols)
-                self._insert_compiled(idx, entries, cuts)
-            self._slot_n[slots] = sizes  # a compaction on the way counted part of them
-            self._live += len(labels)
-            return slots
-        col = (np.full(len(idx), -1, dtype=np.int64) if cols is None
-               else np.where(kinds == CUTS, np.asarray(cols, dtype=np.int64), -1))
-        sub = np.repeat(np.arange(n), sizes)
-        cuts = np.empty((len(idx), 2), dtype=np.float32)
-        cuts[:, 0], cuts[:, 1] = -np.inf, np.inf
-        if self.columns and (col >= 0).any():
-            at = np.flatnonzero(col >= 0)
-            b = np.asarray(bounds, dtype=np.float64)[sub[at], col[at]]
-            cuts[at, 0], cuts[at, 1] = _outwards(b[:, 0], -np.inf), _outwards(b[:, 1], np.inf)
-        entries = (np.repeat(owners, sizes) << _ik.OWNER_SHIFT | (col + 1) << _ik.COL_SHIFT
-                   | np.repeat(slots, sizes) << 1 | kinds)
-        self._insert_reference(idx, entries, cuts)
-        self._live += len(entries)
+            else:
+                entries, cuts = _np.compose(n, offsets, owners, slots, bounds, kinds, cols,
+                                           self.columns)
+            if src is not None:
+                entries, cuts = entries[src], cuts[src]
+            if self.compiled:
+                self._insert_compiled(lists, entries, cuts)
+            else:
+                _np.insert(self, lists, entries, cuts)
+        self._slot_n[slots] = per_sub  # a compaction on the way counted part of them
+        self._slot_d[slots] = np.diff(offsets)
+        self._live += int(per_sub.sum())
+        self._distinct += len(labels)
+        self._tune()
         return slots
+
+    def _slice_bounds(self, n: int, bounds: np.ndarray) -> np.ndarray:
+        """Per subscription its bounds in the sliced column (zeros if none)."""
+        if not self._sliceable:
+            return np.zeros((n, 2), dtype=np.float64)
+        b = np.asarray(bounds, dtype=np.float64).reshape(n, self.columns, 2)
+        return np.ascontiguousarray(b[:, self.slicing.column, :])
+
+    def _spread(self, places: np.ndarray, offsets: np.ndarray, kinds: np.ndarray,
+                sb: np.ndarray, per_sub: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Entries at label ``places`` spread over their lists: ``(list, entry)`` pairs.
+
+        Entry None: each entry once, in order. ``per_sub`` gets each subscription's pairs.
+        """
+        if self._lists == 1:
+            per_sub[:] = np.diff(offsets)
+            return places, None
+        if self.compiled:
+            first = np.empty(len(places), dtype=np.int64)
+            count = np.empty(len(places), dtype=np.int64)
+            _sk.entry_spans(places, offsets, kinds, sb, self.base, self._sf, self._si, first,
+                            count)
+        else:
+            sub = np.repeat(np.arange(len(per_sub)), np.diff(offsets))
+            first, count = self.slicing.entry_lists(places, self.base, kinds == CUTS,
+                                                    sb[sub, 0], sb[sub, 1])
+        ends = np.zeros(len(count) + 1, dtype=np.int64)
+        np.cumsum(count, out=ends[1:])
+        per_sub[:] = ends[offsets[1:]] - ends[offsets[:-1]]
+        src = np.repeat(np.arange(len(places)), count)
+        return np.repeat(first - ends[:-1], count) + np.arange(int(ends[-1])), src
 
     def _compose(self, n: int, offsets: np.ndarray, owners: np.ndarray, slots: np.ndarray,
                  bounds: np.ndarray, kinds: np.ndarray, cols: np.ndarray | None
@@ -231,7 +291,7 @@ class LabelIndex:
     def _cut_bounds(self, n: int, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per subscription and column its bounds as float32, rounded outwards."""
         b = np.asarray(bounds, dtype=np.float64).reshape(n, self.columns, 2)
-        return _outwards(b[:, :, 0], -np.inf), _outwards(b[:, :, 1], np.inf)
+        return outwards(b[:, :, 0], -np.inf), outwards(b[:, :, 1], np.inf)
 
     def retire(self, slots: np.ndarray) -> None:
         """Retire subscriptions (their slots); compacts when dead entries outnumber live."""
@@ -248,9 +308,90 @@ class LabelIndex:
         n = int(self._slot_n[slots].sum())
         self._live -= n
         self._dead += n
+        self._distinct -= int(self._slot_d[slots].sum())
         self._swept += slots.tolist()
         if self._dead > max(self._live, 1 << 16):
             self.compact()
+        self._tune()
+
+    # -- slices -----------------------------------------------------------------------------
+    def reslice(self, parts: int) -> None:
+        """List every live entry again with ``parts`` slices a cell, in the same column.
+
+        Drops the retired slots' entries, as :meth:`compact` does.
+        """
+        if not self._sliceable:
+            raise DLSError("this index was made without slicing", field="parts",
+                           value=parts)
+        new = self.slicing.with_parts(parts)
+        self._fold_into()  # the lists change
+        if self.compiled:
+            self._reslice_compiled(new)
+        else:
+            _np.reslice(self, new)
+        self.slicing, self._lists = new, new.lists
+        self._sf, self._si = new.params()
+        self._live = int(self._size.sum())
+        self._dead = 0
+        self._free += self._swept
+        self._swept = []
+
+    def _reslice_compiled(self, new: Slicing) -> None:
+        """:meth:`reslice` by the kernel: lists counted, sized, then filled."""
+        sf2, si2 = new.params()
+        counts = np.zeros(self.n_labels * new.lists, dtype=np.int64)
+        none, none_cut = np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.float32)
+        args = (self._pool, self._cut, self._start, self._size, self._alive, self._rec,
+                self.base, self._sf, self._si, sf2, si2, counts, self._slot_n)
+        _sk.reslice(*args, none, none_cut, none)
+        cap = counts + counts // 4 + 2 * (counts > 0)
+        start = np.zeros(len(cap) + 1, dtype=np.int64)
+        np.cumsum(cap, out=start[1:])
+        end = int(start[-1])
+        out = np.zeros(end + 1024, dtype=np.int64)
+        out_cut = np.zeros((end + 1024, 2), dtype=np.float32)
+        counts[:] = 0
+        _sk.reslice(*args, out, out_cut, start)
+        self._pool, self._cut, self._start, self._size = out, out_cut, start[:-1], counts
+        self._cap, self._end = cap, end
+
+    def _parts_for(self, distinct: int, used: int) -> int:
+        """The slices automatic slicing wants for ``distinct`` entries over ``used`` labels.
+
+        It moves only on a change of at least twice up or four times down.
+        """
+        per, want = distinct / max(used, 1), 1
+        while want < MAX_AUTO_PARTS and per > READ_TARGET * want:
+            want *= 2
+        now = self.slicing.parts
+        return want if want >= 2 * now or 4 * want <= now else now
+
+    def _used_labels(self) -> np.ndarray:
+        """Entries per label, copies included."""
+        return self._size.reshape(self.n_labels, self._lists).sum(axis=1)
+
+    def _tune(self) -> None:
+        """Automatic slicing, when the entries have doubled or fallen to an eighth."""
+        if not self.auto_slices or self._tune_at // 8 < self._distinct < self._tune_at:
+            return
+        self._tune_at = max(2 * self._distinct, TUNE_FIRST)
+        parts = self._parts_for(self._distinct, int(np.count_nonzero(self._used_labels())))
+        if parts != self.slicing.parts:
+            self.reslice(parts)
+
+    def _tune_for(self, labels: np.ndarray, offsets: np.ndarray) -> None:
+        """Automatic slicing for a bulk insert of ``labels``, before it is laid out."""
+        per_label = self._used_labels()
+        unsliced_f, unsliced_i = self.slicing.with_parts(1).params()
+        kinds, sb = np.zeros(len(labels), dtype=np.int8), np.zeros((len(offsets), 2))
+        if _sk.list_counts(labels, self.base, self.n_labels, offsets, kinds, sb, unsliced_f,
+                           unsliced_i, per_label, np.zeros(len(offsets), dtype=np.int64)) >= 0:
+            return  # a label outside: refused next, nothing changes
+        distinct = self._distinct + len(labels)
+        parts = self._parts_for(distinct, int(np.count_nonzero(per_label)))
+        self._tune_at = max(2 * distinct, TUNE_FIRST)
+        if parts != self.slicing.parts:
+            self.reslice(parts)
 
     def compact(self, inserting: int = 0) -> None:
         """Drop the entries of retired slots (their slots are given out again).
@@ -258,14 +399,14 @@ class LabelIndex:
         ``inserting``: entries of an insert under way, in the pool but not yet counted live.
         """
         live = self._live + inserting
-        size = max(1024, 2 * live + 2 * self.n_labels)
+        size = max(1024, 2 * live + 2 * len(self._size))
         out = np.zeros(size, dtype=np.int64)
         out_cut = np.zeros((size, 2), dtype=np.float32)
         if self.compiled:
             self._end = _ik.compact(self._pool, self._cut, self._start, self._size, self._cap,
                                     self._alive, self._slot_n, out, out_cut)
         else:
-            self._end = self._compact_reference(out, out_cut)
+            self._end = _np.compact(self, out, out_cut)
         self._pool, self._cut = out, out_cut
         self._dead = 0
         self._free += self._swept
@@ -294,7 +435,7 @@ class LabelIndex:
         origins = np.asarray(origins, dtype=np.int64)
         if self.compiled:
             return self._match_compiled(idx, origins, ok, values, deferred)
-        return self._match_reference(idx, origins, ok, values)  # counts every event now
+        return _np.match(self, idx, origins, ok, values)  # counts every event now
 
     def fold(self) -> np.ndarray:
         """By owner, the events :meth:`match` deferred that had the owner's live entries.
@@ -316,7 +457,8 @@ class LabelIndex:
         if len(self._folded) < len(self._stamp):
             self._folded = _grown(self._folded, len(self._stamp))
         self._tag += _ik.fold(self._hits, self._dirty, self._pool, self._start, self._size,
-                              self._alive_bits, self._seen, self._tag, self._folded)
+                              self._alive_bits, self._seen, self._tag, self._folded,
+                              self._lists)
 
     def _match_compiled(self, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
                         values: np.ndarray, deferred: bool) -> IndexMatch:
@@ -324,8 +466,7 @@ class LabelIndex:
         if deferred and not len(self._hits):  # memory for labels only once asked
             self._hits = np.zeros(self.n_labels, dtype=np.int64)
             self._dirty = np.zeros(self.n_labels + 1, dtype=np.int64)
-        valid = idx >= 0
-        room = int(self._size[idx[valid]].sum())
+        room = _ik.label_room(idx, self._size, self._lists)
         out_start = np.zeros(n + 1, dtype=np.int64)
         owners = np.empty(room, dtype=np.int64)
         removed = np.zeros(len(self._stamp), dtype=np.int64)
@@ -337,44 +478,12 @@ class LabelIndex:
         _ik.match(idx, origins, ok, values, self._pool, self._cut, self._start, self._size,
                   self._alive_bits, self._rec, self._stamp, self._seen, self._tag, out_start,
                   owners, removed, pend_e, pend_s, counts,
-                  self._hits if deferred else self._hits[:0], self._dirty)
+                  self._hits if deferred else self._hits[:0], self._dirty, self.base, self._sf,
+                  self._si)
         self._tag += n
         k, _, g, checked, unread = counts.tolist()
         return IndexMatch(out_start, owners[:k], removed, (pend_e[:g], pend_s[:g]),
                           checked, unread)
-
-    def _match_reference(self, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
-                         values: np.ndarray) -> IndexMatch:
-        """Numpy: every entry of every event gathered, checked and deduplicated at once."""
-        n = len(idx)
-        valid = idx >= 0
-        sizes = np.where(valid, self._size[np.where(valid, idx, 0)], 0)
-        first = np.cumsum(sizes) - sizes
-        ev = np.repeat(np.arange(n, dtype=np.int64), sizes)
-        at = np.repeat(self._start[np.where(valid, idx, 0)] - first, sizes) + np.arange(
-            int(sizes.sum()))
-        ent = self._pool[at]
-        slot, cut = (ent >> 1) & _ik.SLOT_MASK, (ent & 1).astype(bool)
-        o = ent >> _ik.OWNER_SHIFT
-        keep = self._alive[slot] & (o != origins[ev])
-        ev, slot, cut, o = ev[keep], slot[keep], cut[keep], o[keep]
-        rec = self._rec[slot]
-        test = cut & ok[ev]
-        inside = np.ones(len(ev), dtype=bool)
-        if len(ev) and self.columns:
-            b, v = rec[:, 1:].reshape(len(ev), self.columns, 2), values[ev]
-            inside = ((b[:, :, 0] <= v) & (v <= b[:, :, 1])).all(axis=1)
-        pend = test & inside & (rec[:, 0] > 0)
-        deliver = ~test | (inside & ~pend)
-        width = int(o.max()) + 1 if len(o) else 1
-        every = np.unique(ev * width + o)
-        hit = np.unique(ev[deliver] * width + o[deliver])
-        gone = np.bincount(np.setdiff1d(every, hit, assume_unique=True) % width,
-                           minlength=len(self._stamp))
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(hit // width, minlength=n), out=offsets[1:])
-        return IndexMatch(offsets, hit % width, gone, (ev[pend], slot[pend]),
-                          len(np.unique(ev[test])), len(np.unique(ev[cut & ~ok[ev]])))
 
     # -- inside -----------------------------------------------------------------------------
     def _take_slots(self, n: int) -> np.ndarray:
@@ -395,6 +504,7 @@ class LabelIndex:
             rec[:len(self._rec)] = self._rec
             self._rec = rec
             self._slot_n = _grown(self._slot_n, size)
+            self._slot_d = _grown(self._slot_d, size)
         return np.concatenate([np.asarray(got, dtype=np.int64), fresh])
 
     def _pack_alive(self, slots: np.ndarray) -> None:
@@ -453,11 +563,12 @@ class LabelIndex:
 
     def _lay_out(self, counts: np.ndarray, n: int, labels: np.ndarray, offsets: np.ndarray,
                  owners: np.ndarray, slots: np.ndarray, bounds: np.ndarray,
-                 kinds: np.ndarray, cols: np.ndarray | None) -> None:
+                 kinds: np.ndarray, cols: np.ndarray | None, sb: np.ndarray) -> None:
         """A bulk insert: each list sized once, the new entries composed in their places.
 
         Every list gets room for what it gets and a quarter more; the old lists are copied
-        once (:func:`dls._indexkernels.lay_out`). ``counts``: new entries per label.
+        once (:func:`dls._indexkernels.lay_out`). ``counts``: new entries per list;
+        ``sb``: the subscriptions' bounds in the sliced column.
 
         Nothing of the batch's size is made beside the new pool: at a million subscriptions
         each array of one number per entry is half a gigabyte, and fresh memory is slow to
@@ -471,42 +582,10 @@ class LabelIndex:
         out_cut = np.zeros((total + 1024, 2), dtype=np.float32)
         lo, hi = self._cut_bounds(n, bounds)
         _ik.lay_out(self._pool, self._cut, self._start, self._size, start, labels, self.base,
-                    np.asarray(offsets, dtype=np.int64), owners, slots, kinds,
-                    _columns(cols, len(labels)), lo, hi, out, out_cut)
+                    offsets, owners, slots, kinds, _columns(cols, len(labels)), lo, hi, sb,
+                    self._sf, self._si, out, out_cut)
         self._pool, self._cut, self._start, self._cap, self._end = out, out_cut, start, cap, total
 
-    def _insert_reference(self, idx: np.ndarray, entries: np.ndarray, cuts: np.ndarray
-                          ) -> None:
-        """Numpy: the pool laid out again with the new entries (lists exactly full)."""
-        old_lab = np.repeat(np.arange(self.n_labels, dtype=np.int64), self._size)
-        old_at = np.repeat(self._start - (np.cumsum(self._size) - self._size),
-                           self._size) + np.arange(int(self._size.sum()))
-        lab = np.concatenate([old_lab, idx])
-        ent = np.concatenate([self._pool[old_at], entries])
-        cut = np.concatenate([self._cut[old_at], cuts])
-        order = np.argsort(lab, kind="stable")
-        self._size = np.bincount(lab, minlength=self.n_labels).astype(np.int64)
-        self._cap = self._size.copy()
-        self._start = np.cumsum(self._size) - self._size
-        self._pool = np.concatenate([ent[order], np.zeros(1, dtype=np.int64)])
-        self._cut = np.concatenate([cut[order], np.zeros((1, 2), dtype=np.float32)])
-        self._end = len(ent)
-
-    def _compact_reference(self, out: np.ndarray, out_cut: np.ndarray) -> int:
-        at = np.repeat(self._start - (np.cumsum(self._size) - self._size),
-                       self._size) + np.arange(int(self._size.sum()))
-        lab = np.repeat(np.arange(self.n_labels, dtype=np.int64), self._size)
-        ent, cut = self._pool[at], self._cut[at]
-        keep = self._alive[(ent >> 1) & _ik.SLOT_MASK]
-        ent, lab, cut = ent[keep], lab[keep], cut[keep]
-        self._size = np.bincount(lab, minlength=self.n_labels).astype(np.int64)
-        self._cap = self._size.copy()
-        self._start = np.cumsum(self._size) - self._size
-        self._slot_n[:] = np.bincount((ent >> 1) & _ik.SLOT_MASK,
-                                      minlength=len(self._slot_n))[:len(self._slot_n)]
-        out[:len(ent)] = ent
-        out_cut[:len(ent)] = cut
-        return len(ent)
 
 
 def _columns(cols: np.ndarray | None, n: int) -> np.ndarray:
@@ -522,10 +601,3 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
     out[:len(a)] = a
     return out
 
-
-def _outwards(x: np.ndarray, towards: float) -> np.ndarray:
-    """``x`` as float32, moved one step ``towards`` where rounding went the other way."""
-    f = x.astype(np.float32)
-    wrong = f > x if towards < 0 else f < x
-    f[wrong] = np.nextafter(f[wrong], np.float32(towards))
-    return f

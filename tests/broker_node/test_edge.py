@@ -136,8 +136,9 @@ def test_the_kernels_and_the_numpy_reference_give_the_same_verdicts(t, rnd):
 @pytest.mark.skipif(not _jit.ENABLED, reason=f"kernels off: {_jit.REASON}")
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
+@pytest.mark.parametrize("slices", [1, 4])
 @pytest.mark.parametrize("foreign", [False, True])
-def test_the_index_entries_kernel_and_the_numpy_reference_agree(foreign, t):
+def test_the_index_entries_kernel_and_the_numpy_reference_agree(foreign, slices, t):
     """A batch of subscriptions listed in the label index: the kinds and cut columns the
     kernel lists (dls/_indexkernels.held_entries) are the numpy path's; with ``foreign``,
     each subscription also carries the next one's labels, of which its row holds only some
@@ -145,7 +146,7 @@ def test_the_index_entries_kernel_and_the_numpy_reference_agree(foreign, t):
     space, subs, _ = t
     got = []
     for compiled in (True, False):
-        table = EdgeTable(space)
+        table = EdgeTable(space, slices)
         if table.index is None:
             return  # a label space too large to index
         table.compiled_kinds = compiled

@@ -53,11 +53,11 @@ class _Producer:
         return 0
 
 
-def _node(space_file: Path, *, cache: float, partitions: int, delivery: str
-          ) -> NodeService:
+def _node(space_file: Path, *, cache: float, partitions: int, delivery: str,
+          **settings: Any) -> NodeService:
     svc = NodeService(NodeSettings(node="A", neighbours=("B",), space=space_file,
                                    route_cache_mb=cache, delivery=delivery,
-                                   shared_delivery_partitions=partitions))
+                                   shared_delivery_partitions=partitions, **settings))
     svc.connect(_Producer())  # type: ignore[arg-type]
     return svc
 

@@ -6,12 +6,15 @@ The producer records what it is given (tests/broker_node/test_router.py's)."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from confluent_kafka import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,12 +40,12 @@ SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
 
 class _Node:
     def __init__(self, tmp_path: Path, cache: float = 1.0, partitions: int = 0,
-                 spec: dict[str, Any] | None = None) -> None:
+                 spec: dict[str, Any] | None = None, slices: int = 0) -> None:
         space_file = tmp_path / "space.json"
         space_file.write_text(json.dumps(spec or SPEC))
         self.space = ContentSpace.from_json(space_file)
         self.svc: NodeService = _node(space_file, cache=cache, partitions=partitions,
-                                      delivery="exactly_once")
+                                      delivery="exactly_once", index_slices=slices)
         assert self.svc.router.edge is not None
         self.edge = self.svc.router.edge
         self.n = 0
@@ -90,6 +93,34 @@ class _Node:
             elif topic.startswith("dls.deliver."):
                 out.append((topic, value_x[v]))
         return sorted(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ranges=st.lists(st.tuples(st.sampled_from(["ann", "bob", "cy"]),
+                                 st.integers(0, 199), st.integers(0, 30)),
+                       min_size=1, max_size=8),
+       xs=st.lists(st.one_of(st.integers(0, 100).map(float),
+                             st.floats(0, 100, allow_nan=False)), min_size=1, max_size=30),
+       slices=st.sampled_from([0, 1, 2, 8]), then=st.sampled_from([None, 1, 4]))
+def test_a_sliced_index_delivers_what_brute_force_does(tmp_path: Path, ranges, xs,
+                                                       slices, then) -> None:
+    """Ranges a few slices wide and values on slice and cell edges (cells 12.5 wide, a
+    slice 12.5 / ``slices``; 0: as the index chooses): each event goes to exactly the
+    clients it matches, before and after the index is sliced ``then`` ways."""
+    (here := tmp_path / uuid.uuid4().hex).mkdir()  # one node per example
+    node = _Node(here, slices=slices)
+    assert node.edge.index is not None
+    assert node.edge.index.sliced_column == (0 if slices > 1 else -1)
+    for n, (client, lo, width) in enumerate(ranges):
+        node.subscribe(client, f"s{n}", f"x between {lo / 2} and {(lo + width) / 2}")
+    want = sorted((f"dls.deliver.{c}", x) for x in xs
+                  for c in {c for c, lo, w in ranges if lo / 2 <= x <= (lo + w) / 2})
+    assert node.publish(xs) == want
+    if then and slices != 1:
+        node.edge.index.labels.reslice(then)
+        assert node.edge.index.sliced_column == (0 if then > 1 else -1)
+        assert node.publish(xs) == want
 
 
 @pytest.mark.parametrize("partitions", [0, 1, 3])

@@ -8,11 +8,15 @@ from hypothesis import strategies as st
 from dls import _jit, label_index
 from dls.exceptions import DLSError
 from dls.label_index import CUTS, HOLDS, LabelIndex
+from dls.label_slices import Slicing
 
 BASE, N_LABELS, N_COLS = 1 << 16, 24, 2
 USED = 5  # labels the programs use (few: events meet entries often)
 # values on the bounds, and between a bound (0.1; 0.1 + 0.2) and its float32 rounded outwards
 VALUES = [-1.0, 0.0, 0.099999997, 0.1, 0.3, 0.300000005, 0.5, 1.0, 2.0]
+#: column 0's cells ``[-1 + c, c)`` (cell ``place & 3``, the fourth not a value cell), each
+#: in four slices; events' values and labels are drawn apart, as a mapper that disagrees
+SLICED = Slicing(column=0, shift=0, width=2, cells=3, low=-1.0, scale=4.0, parts=4)
 
 
 def _expected(model, bounds, general, label, origin, ok, values, decide):
@@ -43,6 +47,24 @@ def _resolved(m, decide, n, owner_of):
     return out, removed
 
 
+def _read(ix, lab, ok, v):
+    """The lists an event of label place ``lab`` reads."""
+    lists = ix.slicing.lists
+    if lists == 1:
+        return {lab}
+    if not ok:
+        return set(range(lab * lists, (lab + 1) * lists))
+    part = int(ix.slicing.part(np.array([v[0]]), ix.slicing.cell_of(np.array([lab]), BASE))[0])
+    return {lab * lists, lab * lists + 1 + part}
+
+
+def _listed(ix, lab, kind, bounds):
+    """The lists an entry of label place ``lab`` goes to."""
+    first, count = ix.slicing.entry_lists(np.array([lab]), BASE, np.array([kind == CUTS]),
+                                          bounds[:1, 0], bounds[:1, 1])
+    return set(range(int(first[0]), int(first[0] + count[0])))
+
+
 def _eight(counts):
     """Counts by owner as 8 (the owners the programs use), any past them zero."""
     assert not np.any(counts[8:])
@@ -68,23 +90,36 @@ ops = st.lists(st.one_of(
                  max_size=N_COLS)), min_size=1, max_size=12), st.booleans()),  # deferred
     st.tuples(st.just("compact"), st.just(0)),
     st.tuples(st.just("fold"), st.just(0)),
+    st.tuples(st.just("reslice"), st.sampled_from([1, 2, 4, 8])),
 ), max_size=30)
 
 
+@pytest.mark.parametrize("slicing", [None, SLICED, "auto"], ids=["one-list", "sliced", "auto"])
 @pytest.mark.parametrize(("compiled", "bulk"), [(False, label_index.BULK)] + (
     [(True, label_index.BULK), (True, 0)] if _jit.ENABLED else []))
 @settings(max_examples=150, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # the patch holds for all
 @given(program=ops, seed=st.integers(0, 2**16))
 def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
-        compiled, bulk, program, seed, monkeypatch):
-    """``bulk`` 0: every batch at least as large as the index is laid out at once."""
+        compiled, bulk, slicing, program, seed, monkeypatch):
+    """``bulk`` 0: every batch at least as large as the index is laid out at once; "auto"
+    slicing looks from the first entry on, to slice so that an event reads one entry."""
     monkeypatch.setattr(label_index, "BULK", bulk)
+    auto = slicing == "auto"
+    if auto:
+        monkeypatch.setattr(label_index, "TUNE_FIRST", 1)
+        monkeypatch.setattr(label_index, "READ_TARGET", 1)
+        monkeypatch.setattr(label_index, "MAX_AUTO_PARTS", 8)
+        slicing = SLICED.with_parts(1)
     rng = np.random.default_rng(seed)
-    lo = rng.choice([-1.0, 0.0, 0.1, 0.5], size=(8, N_COLS))  # 0.1, 0.3: not float32's
-    bounds = np.stack([lo, lo + rng.choice([0.0, 0.2, 0.5, 1.0], size=(8, N_COLS))], axis=2)
+    lo = rng.choice([-np.inf, -1.0, 0.0, 0.1, 0.5], size=(8, N_COLS))  # 0.1, 0.3: not
+    width = rng.choice([0.0, 0.2, 0.5, 1.0, 3.0, np.inf], size=(8, N_COLS))  # float32's
+    hi = lo + np.where(np.isinf(width), 0.0, width)
+    hi[np.isinf(width)] = np.inf
+    bounds = np.stack([lo, hi], axis=2)
     general = rng.random(8) < 0.3
-    ix = LabelIndex(BASE, N_LABELS, N_COLS, compiled=compiled)
+    ix = LabelIndex(BASE, N_LABELS, N_COLS, compiled=compiled, slicing=slicing,
+                    auto_slices=auto)
     model: dict[int, tuple[int, int, dict[int, int]]] = {}
 
     def decide(slot):  # a general row's own verdict, stable per slot
@@ -116,6 +151,12 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
             del model[s]
         elif kind == "compact":
             ix.compact()
+        elif kind == "reslice" and slicing is None:
+            with pytest.raises(DLSError, match="without slicing"):
+                ix.reslice(arg)
+        elif kind == "reslice":
+            ix.reslice(arg)
+            assert ix.slicing.parts == arg
         elif kind == "fold":
             folded()
         elif kind == "match":
@@ -129,8 +170,9 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
             got_total[:] += _eight(removed)
             want_removed = []
             cutting = [any(o != origin and entries.get(lab) == CUTS
-                           for o, _, entries in model.values())
-                       for lab, origin, *_ in arg]
+                           and _listed(ix, lab, CUTS, bounds[r]) & _read(ix, lab, k, v)
+                           for o, r, entries in model.values())
+                       for lab, origin, k, v in arg]
             oks = [k for _, _, k, _ in arg]
             assert m.checked == sum(c and k for c, k in zip(cutting, oks, strict=True))
             assert m.unread == sum(c and not k for c, k in zip(cutting, oks, strict=True))
@@ -145,7 +187,8 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
                 assert _by_owner(removed) == _by_owner(np.bincount(want_removed,
                                                                    minlength=8))
         assert len(ix) == len(model)
-        assert ix.entries == sum(len(d) for _, _, d in model.values())
+        assert ix.entries == sum(len(_listed(ix, lab, k, bounds[r]))
+                                 for _, r, d in model.values() for lab, k in d.items())
     folded()
 
 
