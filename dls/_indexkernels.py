@@ -443,13 +443,13 @@ def held_entries(labels: Any, sizes: Any, rows: Any, span: Any, masks: Any, nume
 @njit
 def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: Any,
             base: int, offsets: Any, owners: Any, slots: Any, kinds: Any, cols: Any, lo: Any,
-            hi: Any, sb: Any, sf: Any, si: Any, out: Any, out_cut: Any) -> None:
+            hi: Any, sb: Any, sf: Any, si: Any, order: Any, out: Any, out_cut: Any) -> None:
     """A bulk insert: every list copied to its new place, then the new entries composed.
 
     List ``l`` goes to ``new_start[l]`` in ``out``; then the entries of subscription ``i``
-    (see :func:`compose`) are written at the ends of their lists (label ``labels[t]`` is
-    place ``labels[t] - base``, its lists those of :func:`entry_lists`); the caller sized
-    the lists, so none moves.
+    (see :func:`compose`; ``i`` in the order of ``order``) are written at the ends of their
+    lists (label ``labels[t]`` is place ``labels[t] - base``, its lists those of
+    :func:`entry_lists`); the caller sized the lists, so none moves.
     """
     for lab in range(start.shape[0]):
         a, b = start[lab], new_start[lab]
@@ -459,7 +459,8 @@ def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: 
             out_cut[b + t, 1] = cut[a + t, 1]
     ncol = lo.shape[1]
     ub = np.uint64(base)
-    for i in range(owners.shape[0]):
+    for ii in range(owners.shape[0]):
+        i = order[ii]
         head = np.int64(owners[i]) << OWNER_SHIFT | np.int64(slots[i]) << 1
         for t in range(offsets[i], offsets[i + 1]):
             k = np.int64(kinds[t])

