@@ -59,10 +59,12 @@ class Slicing:
         if not 1 <= self.parts <= MAX_PARTS:
             raise DLSError(f"slicing parts must be 1..{MAX_PARTS}, got {self.parts}",
                            field="parts", value=self.parts)
-        if not (np.isfinite(self.low) and np.isfinite(self.scale) and self.scale > 0):
-            raise DLSError(f"slicing needs a finite low and a positive finite scale, got "
-                           f"low={self.low}, scale={self.scale}", field="scale",
-                           value=self.scale)
+        if not np.isfinite(self.low):
+            raise DLSError(f"slicing low must be finite, got {self.low}", field="low",
+                           value=self.low)
+        if not (np.isfinite(self.scale) and self.scale > 0):
+            raise DLSError(f"slicing scale must be positive and finite, got {self.scale}",
+                           field="scale", value=self.scale)
 
     @classmethod
     def of(cls, space: ContentSpace, column: int, attribute: str, parts: int) -> Slicing:
