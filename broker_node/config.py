@@ -83,12 +83,13 @@ class NodeSettings(BaseSettings):
                     "(their where), so that clients receive exactly their matches; false: "
                     "deliver by label, false positives included, as the paper does")
     index_slices: int = Field(
-        default=0, ge=0, le=64,
+        default=1, ge=0, le=64,
         description="with exact delivery, slices per cell of the label index in the first "
                     "required numeric attribute cut into equal cells, so that an event "
-                    "reads only its value's slice of its label's subscriptions; 0: chosen "
-                    "by the index as its lists grow (none until a label holds hundreds); "
-                    "1: one list per label; more: that many from the start")
+                    "reads only its value's slice of its label's subscriptions (about "
+                    "twice as fast a match at a million narrow ranges, slower to take "
+                    "subscriptions); 1: one list per label; 0: chosen by the index as its "
+                    "lists grow, re-listing every entry at each change")
     client_filter: Literal["cbf", "direct"] = "cbf"
     routing_filter: Literal["cbf", "direct"] = "cbf"
     resize_filters: bool = Field(

@@ -63,7 +63,7 @@ _EMPTY32 = np.zeros(0, dtype=np.int32)
 class EdgeTable:
     """Each local subscription's exact constraints, by client (rows reused after removal)."""
 
-    def __init__(self, space: ContentSpace, slices: int = 0) -> None:
+    def __init__(self, space: ContentSpace, slices: int = 1) -> None:
         """An empty table for ``space`` (``slices``: its index's, see ``EdgeIndex``)."""
         self.space = space
         attrs = space.attributes

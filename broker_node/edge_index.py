@@ -31,7 +31,7 @@ class EdgeIndex:
 
     def __init__(self, space: ContentSpace, names: Sequence[str], optional: Sequence[bool],
                  general_matches: Callable[[int, dict[str, Any]], bool],
-                 slices: int = 0) -> None:
+                 slices: int = 1) -> None:
         """An empty index of ``space``'s labels.
 
         ``names``/``optional``: the numeric attributes in the order of a row's bounds;

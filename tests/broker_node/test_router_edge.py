@@ -40,7 +40,7 @@ SPEC = {"attributes": [{"name": "x", "type": "numeric", "low": 0, "high": 100,
 
 class _Node:
     def __init__(self, tmp_path: Path, cache: float = 1.0, partitions: int = 0,
-                 spec: dict[str, Any] | None = None, slices: int = 0) -> None:
+                 spec: dict[str, Any] | None = None, slices: int = 1) -> None:
         space_file = tmp_path / "space.json"
         space_file.write_text(json.dumps(spec or SPEC))
         self.space = ContentSpace.from_json(space_file)
