@@ -626,6 +626,22 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
+#: the parts of the node's loop its metrics time (``dls_loop_<part>_seconds_total``)
+LOOP_PARTS = ("consume", "process", "commit", "settle")
+
+
+def loop_split(m0: dict[str, float], m1: dict[str, float], events: float
+               ) -> dict[str, float]:
+    """Microseconds per event of each part of the node's loop between two scrapes.
+
+    ``consume`` includes the waits for input (and the pause while a round is produced).
+    """
+    return {f"loop_{part}_us_per_event": round(1e6 * (
+        m1.get(f"dls_loop_{part}_seconds_total", 0.0)
+        - m0.get(f"dls_loop_{part}_seconds_total", 0.0)) / max(1.0, events), 2)
+        for part in LOOP_PARTS}
+
+
 def wait_metrics(proc: Proc, port: int, timeout: float) -> float:
     """Wait until the node's metrics page answers (its start is over); the seconds taken."""
     t0 = time.monotonic()
@@ -937,7 +953,8 @@ def one_round(r: SizeRun, rnd: int, order: Sequence[str], ev: RoundEvents,
             hits = (m1.get("dls_route_cache_hits_total", 0)
                     - m0.get("dls_route_cache_hits_total", 0))
             out[system].extra.update(route_cache_hit_rate=hits / max(1.0, events),
-                                     snapshot_log_lines=r.node.count(": snapshot ") - snaps0)
+                                     snapshot_log_lines=r.node.count(": snapshot ") - snaps0,
+                                     **loop_split(m0, m1, events))
             got = node_deliveries(r, d0, end_offset(r.bootstrap, deliver))
         elif system == "quix":
             assert r.peer is not None  # noqa: S101
@@ -1026,7 +1043,10 @@ def run_size(size: Size, s: Settings, bootstrap: str, run_prefix: str, rec: Reco
                     "events, seed " + f"{ev.seed}): " + "; ".join(
                         f"{x} {res[x].rate:,.0f} events/s" for x in systems)
                     + (f" (node route cache hits "
-                       f"{100 * res['node'].extra['route_cache_hit_rate']:.1f} %)"))
+                       f"{100 * res['node'].extra['route_cache_hit_rate']:.1f} %; loop µs "
+                       "per event: " + ", ".join(
+                           f"{part} {res['node'].extra[f'loop_{part}_us_per_event']:.1f}"
+                           for part in LOOP_PARTS) + ")"))
         if s.restart:
             for kill in (False, True):
                 restart_node(r, tmp, producer, kill)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
@@ -219,11 +220,27 @@ class Metrics:
         "missing or not a number): delivered by label")
     edge_unchecked: int = _counter(
         "subscriptions without a where the node could compile: delivered by label")
+    loop_consume_seconds: float = _counter(
+        "seconds of the node's loop spent consuming (waiting for input included)")
+    loop_process_seconds: float = _counter(
+        "seconds of the node's loop spent applying batches: control, routing, producing")
+    loop_commit_seconds: float = _counter(
+        "seconds of the node's loop spent committing batches (a transaction each, exactly "
+        "once)")
+    loop_settle_seconds: float = _counter(
+        "seconds of the node's loop spent counting deferred removed matches (folds)")
     #: deliveries by client (``dls_client_deliveries_total``)
     per_client: DeliveryTally = field(default_factory=DeliveryTally)
 
-    def counters(self) -> dict[str, tuple[int, str]]:
-        """Every int counter by name: (value, doc)."""
+    def lap(self, part: str, since: float) -> float:
+        """Add the seconds from ``since`` (``perf_counter``) to the loop's ``part``; now."""
+        now = time.perf_counter()
+        name = f"loop_{part}_seconds"
+        setattr(self, name, getattr(self, name) + now - since)
+        return now
+
+    def counters(self) -> dict[str, tuple[float, str]]:
+        """Every counter by name: (value, doc)."""
         return {f.name: (getattr(self, f.name), f.metadata["doc"]) for f in fields(self)
                 if f.name != "per_client"}
 

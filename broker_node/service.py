@@ -3,16 +3,10 @@
 One flat loop (:meth:`NodeService.run`): consume a batch from the node's input topics,
 process it (control messages change the state, runs of events are routed as numpy
 batches), produce what it caused (deliveries, forwarded events, link control, dead
-letters) and commit the input offsets. The rooms it uses:
-
-- :mod:`broker_node.inbox`: what a message is (event, control record, dead letter);
-- :mod:`broker_node.controls`: subscriptions, unsubscriptions and link messages applied;
-- :mod:`broker_node.router`: an event's plan (recipients, forwards) and its production;
-- :mod:`broker_node.committers`: how a batch is committed (exactly or at least once);
-- :mod:`broker_node.recovery`: the state rebuilt at start (snapshot, then control tail),
-  and the snapshots taken between batches (:mod:`broker_node.snapshot`);
-- :mod:`broker_node.metrics`: counters and gauges on a Prometheus page;
-- :mod:`broker_node.heap`: the garbage collector tuned for the loop.
+letters) and commit the input offsets; the metrics time each part. It uses the inbox
+(what a message is), controls (subscriptions and links applied), the router (plans and
+their production), committers (exactly or at least once), recovery (the state rebuilt
+at start, snapshots between batches), metrics and heap (the collector tuned).
 """
 
 from __future__ import annotations
@@ -332,7 +326,9 @@ class NodeService(ClientInputs):
             # A batch whose reports wait for its commit: look again soon (at least once).
             wait = (min(self.settings.poll_timeout_s, WAITING_POLL_S) if out.waiting
                     else self.settings.poll_timeout_s)
+            t = time.perf_counter()
             msgs = self._read(consumer, consume_batch(consumer, self.settings.batch_size, wait))
+            t = self.metrics.lap("consume", t)
             expired = self.controls.expired()
             self.progress.durable = out.durable
             beats = self.progress.beats(time.monotonic(),
@@ -352,13 +348,16 @@ class NodeService(ClientInputs):
                 self._finalize()
                 self._send_due_acks()
                 self._send_beats(beats)
+                t = self.metrics.lap("process", t)
                 out.commit(msgs)
             except Exception as exc:  # KafkaException, BufferError, a bug: all the same
                 out.abort(exc)
                 raise
+            t = self.metrics.lap("commit", t)
             self.metrics.batches += 1
             if len(msgs) < self.settings.batch_size:  # slack: fold now, after the commit
                 self._removed.settle()
+                self.metrics.lap("settle", t)
 
     # -- processing -------------------------------------------------------------------------
     def process(self, msgs: Sequence[Message]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -118,3 +119,18 @@ def test_the_server_serves_its_registry_and_stops(space: ContentSpace) -> None:
     assert _samples(page)[("dls_batches_total", (("node", "A"),))] == 2
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=2)  # noqa: S310
+
+
+def test_a_lap_adds_the_seconds_since_to_its_part_of_the_loop(space: ContentSpace) -> None:
+    metrics = Metrics()
+    t0 = time.perf_counter()
+    t1 = metrics.lap("process", t0 - 2.0)  # as if the part began two seconds ago
+    assert t1 >= t0 and 2.0 <= metrics.loop_process_seconds < 3.0
+    assert metrics.lap("commit", t1) >= t1 and metrics.loop_commit_seconds >= 0
+    assert metrics.loop_consume_seconds == metrics.loop_settle_seconds == 0
+    page = generate_latest(node_registry("A", metrics, BrokerState.for_space("A", [], space)))
+    got = _samples(page.decode())
+    assert got[("dls_loop_process_seconds_total", (("node", "A"),))] == (
+        metrics.loop_process_seconds)
+    with pytest.raises(AttributeError):
+        metrics.lap("nap", t1)  # no such part
