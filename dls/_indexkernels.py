@@ -274,14 +274,7 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
     delivered by label.
     """
     lists = si[0]
-    longest = 0
-    for e in range(labels.shape[0]):
-        if labels[e] >= 0:
-            n = 0
-            for q in range(labels[e] * lists, (labels[e] + 1) * lists):
-                n += size[q]
-            longest = max(longest, n)
-    keep = np.empty(longest, dtype=np.int64)
+    keep = np.empty(label_room(labels, size, lists, True), dtype=np.int64)
     defer = hits.shape[0] > 0
     k = 0
     g = 0
@@ -334,14 +327,21 @@ def match(labels: Any, origin: Any, ok: Any, values: Any, pool: Any, cut: Any,
 
 
 @njit
-def label_room(labels: Any, size: Any, lists: int) -> int:
-    """Entries of every list of the events' labels (place -1: none), summed."""
+def label_room(labels: Any, size: Any, lists: int, longest: bool = False) -> int:
+    """Entries of every list of the events' labels (place -1: none), summed.
+
+    ``longest``: the most of one event instead.
+    """
     n = 0
+    most = 0
     for e in range(labels.shape[0]):
         if labels[e] >= 0:
+            m = 0
             for q in range(labels[e] * lists, (labels[e] + 1) * lists):
-                n += size[q]
-    return n
+                m += size[q]
+            n += m
+            most = max(most, m)
+    return most if longest else n
 
 
 @njit

@@ -36,7 +36,7 @@ from dls import _slicekernels as _sk
 from dls import label_index_numpy as _np
 from dls.exceptions import DLSError
 from dls.label_index_numpy import outwards
-from dls.label_slices import Slicing
+from dls.label_slices import AutoSlices, Slicing
 
 __all__ = ["CUTS", "HOLDS", "MAX_LABELS", "MAX_OWNERS", "IndexMatch", "LabelIndex"]
 
@@ -73,13 +73,6 @@ BULK = 1 << 16
 #: appending costs more per entry than copying one (lists move and the pool grows);
 #: measured at a million subscriptions, 239,000 more took 9.6 s appended, 5.2 s laid out
 BULK_SHARE = 4
-#: with automatic slicing, a cell is sliced so that an event reads about this many entries
-#: of its label (a long list's first pass costs more than the rest of an event past it)
-READ_TARGET = 256
-#: the most slices automatic slicing cuts a cell into
-MAX_AUTO_PARTS = 16
-#: automatic slicing first looks at this many entries (then at each doubling or eighth)
-TUNE_FIRST = 1 << 16
 
 
 class LabelIndex:
@@ -94,14 +87,14 @@ class LabelIndex:
         (None: when :data:`dls._jit.ENABLED`) or numpy; ``slicing``: how cells are sliced
         in one of the columns (:mod:`dls.label_slices`; None: one list per label, ever);
         ``auto_slices``: the index chooses the slices as its lists grow and shrink
-        (:data:`READ_TARGET`), from ``slicing``'s.
+        (:class:`dls.label_slices.AutoSlices`), from ``slicing``'s.
         """
         if not 0 < n_labels <= MAX_LABELS:
             raise DLSError(f"a label index addresses 1 to {MAX_LABELS} labels, got "
                            f"{n_labels}", field="n_labels", value=n_labels)
         self.slicing = slicing or Slicing(0, 0, 0, 0, 0.0, 1.0, 1)
         self._sliceable = slicing is not None
-        self.auto_slices = bool(auto_slices) and self._sliceable
+        self._auto = AutoSlices() if auto_slices and self._sliceable else None
         if self._sliceable and self.slicing.column >= columns:
             raise DLSError(f"slicing column {self.slicing.column} is not one of the index's "
                            f"{columns} columns", field="column", value=self.slicing.column)
@@ -128,7 +121,6 @@ class LabelIndex:
         self._slot_n = np.zeros(0, dtype=np.int64)  # entries per slot
         self._slot_d = np.zeros(0, dtype=np.int64)  # its labels (entries less copies)
         self._distinct = 0  # labels of live slots
-        self._tune_at = TUNE_FIRST  # automatic slicing looks again when _distinct passes it
         self._free: list[int] = []  # slots with no entry left
         self._swept: list[int] = []  # retired slots whose entries a compaction will drop
         self._slots_used = 0
@@ -196,7 +188,7 @@ class LabelIndex:
         # a batch large beside what the index holds (a restore, the first subscriptions,
         # a replayed tail) is laid out at once, its entries composed in place
         bulk = self.compiled and len(labels) >= max(self._live // BULK_SHARE, BULK)
-        if bulk and self.auto_slices:  # sliced as the lists will be, before they are laid
+        if bulk and self._auto is not None:  # sliced as the lists will be, before they are laid
             self._tune_for(labels, offsets)
         if bulk:
             idx = np.zeros(len(self._size), dtype=np.int64)  # entries per list
@@ -355,27 +347,16 @@ class LabelIndex:
         self._pool, self._cut, self._start, self._size = out, out_cut, start[:-1], counts
         self._cap, self._end = cap, end
 
-    def _parts_for(self, distinct: int, used: int) -> int:
-        """The slices automatic slicing wants for ``distinct`` entries over ``used`` labels.
-
-        It moves only on a change of at least twice up or four times down.
-        """
-        per, want = distinct / max(used, 1), 1
-        while want < MAX_AUTO_PARTS and per > READ_TARGET * want:
-            want *= 2
-        now = self.slicing.parts
-        return want if want >= 2 * now or 4 * want <= now else now
-
     def _used_labels(self) -> np.ndarray:
         """Entries per label, copies included."""
         return self._size.reshape(self.n_labels, self._lists).sum(axis=1)
 
     def _tune(self) -> None:
-        """Automatic slicing, when the entries have doubled or fallen to an eighth."""
-        if not self.auto_slices or self._tune_at // 8 < self._distinct < self._tune_at:
+        """Automatic slicing, when it is due (:class:`dls.label_slices.AutoSlices`)."""
+        if self._auto is None or not self._auto.due(self._distinct):
             return
-        self._tune_at = max(2 * self._distinct, TUNE_FIRST)
-        parts = self._parts_for(self._distinct, int(np.count_nonzero(self._used_labels())))
+        parts = self._auto.parts(self.slicing.parts, self._distinct,
+                                 int(np.count_nonzero(self._used_labels())))
         if parts != self.slicing.parts:
             self.reslice(parts)
 
@@ -387,9 +368,9 @@ class LabelIndex:
         if _sk.list_counts(labels, self.base, self.n_labels, offsets, kinds, sb, unsliced_f,
                            unsliced_i, per_label, np.zeros(len(offsets), dtype=np.int64)) >= 0:
             return  # a label outside: refused next, nothing changes
-        distinct = self._distinct + len(labels)
-        parts = self._parts_for(distinct, int(np.count_nonzero(per_label)))
-        self._tune_at = max(2 * distinct, TUNE_FIRST)
+        assert self._auto is not None  # noqa: S101 - called when automatic
+        parts = self._auto.parts(self.slicing.parts, self._distinct + len(labels),
+                                 int(np.count_nonzero(per_label)))
         if parts != self.slicing.parts:
             self.reslice(parts)
 

@@ -27,10 +27,17 @@ import numpy as np
 from dls.exceptions import DLSError
 from dls.space import ContentSpace, UniformAttribute
 
-__all__ = ["MAX_PARTS", "Slicing"]
+__all__ = ["MAX_AUTO_PARTS", "MAX_PARTS", "READ_TARGET", "TUNE_FIRST", "AutoSlices", "Slicing"]
 
 #: The most slices a cell is cut into.
 MAX_PARTS = 64
+#: automatic slicing cuts a cell so that an event reads about this many entries of its
+#: label (a long list's first pass costs more than the rest of an event past it)
+READ_TARGET = 256
+#: the most slices automatic slicing cuts a cell into
+MAX_AUTO_PARTS = 16
+#: automatic slicing first looks at this many entries (then at each doubling or eighth)
+TUNE_FIRST = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -131,3 +138,27 @@ class Slicing:
                  | ((p0 == 0) & (p1 == self.parts - 1)))
         first = places * self.lists + np.where(whole, 0, 1 + p0)
         return first, np.where(whole, 1, p1 - p0 + 1)
+
+
+class AutoSlices:
+    """When, and into how many slices, an index slices its cells by itself."""
+
+    def __init__(self) -> None:
+        """Looking first at :data:`TUNE_FIRST` entries."""
+        self.look_at = TUNE_FIRST
+
+    def due(self, entries: int) -> bool:
+        """Whether to look again: the entries doubled, or fell to an eighth, since the last."""
+        return not self.look_at // 8 < entries < self.look_at
+
+    def parts(self, now: int, entries: int, labels: int) -> int:
+        """The slices for ``entries`` (copies not counted) over ``labels`` used, from ``now``.
+
+        About :data:`READ_TARGET` entries read per event; it moves only on a change of at
+        least twice up or four times down.
+        """
+        self.look_at = max(2 * entries, TUNE_FIRST)
+        per, want = entries / max(labels, 1), 1
+        while want < MAX_AUTO_PARTS and per > READ_TARGET * want:
+            want *= 2
+        return want if want >= 2 * now or 4 * want <= now else now

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dls import _jit, label_index
+from dls import _jit, label_index, label_slices
 from dls.exceptions import DLSError
 from dls.label_index import CUTS, HOLDS, LabelIndex
 from dls.label_slices import Slicing
@@ -107,9 +107,9 @@ def test_the_index_delivers_what_brute_force_does_through_adds_and_retires(
     monkeypatch.setattr(label_index, "BULK", bulk)
     auto = slicing == "auto"
     if auto:
-        monkeypatch.setattr(label_index, "TUNE_FIRST", 1)
-        monkeypatch.setattr(label_index, "READ_TARGET", 1)
-        monkeypatch.setattr(label_index, "MAX_AUTO_PARTS", 8)
+        monkeypatch.setattr(label_slices, "TUNE_FIRST", 1)
+        monkeypatch.setattr(label_slices, "READ_TARGET", 1)
+        monkeypatch.setattr(label_slices, "MAX_AUTO_PARTS", 8)
         slicing = SLICED.with_parts(1)
     rng = np.random.default_rng(seed)
     lo = rng.choice([-np.inf, -1.0, 0.0, 0.1, 0.5], size=(8, N_COLS))  # 0.1, 0.3: not

@@ -4,13 +4,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dls import _jit
 from dls import _slicekernels as _sk
 from dls.exceptions import DLSError
-from dls.label_slices import Slicing
+from dls.label_slices import MAX_AUTO_PARTS, TUNE_FIRST, AutoSlices, Slicing
 from dls.space import ContentSpace
 
 SPACE = ContentSpace.from_spec({"attributes": [
@@ -50,6 +50,7 @@ def test_only_an_attribute_of_equal_cells_is_sliced():
         assert e.value.field == "attribute" and e.value.value == name
 
 
+@settings(deadline=None)  # the kernels compile on the first example
 @given(a=values, v=values, b=values, cell=st.integers(0, 70), parts=st.sampled_from([2, 3, 8]))
 def test_a_value_inside_a_range_lies_in_the_range_s_slices(a, v, b, cell, parts):
     """Whatever the cell (a label's cell and the value may disagree), clipped."""
@@ -79,3 +80,15 @@ def test_an_entry_that_holds_its_cell_or_covers_every_slice_is_listed_whole():
     # a label past the attribute's cells (no slices)
     assert first.tolist() == [whole[0], whole[1], whole[2] + 1, whole[3]]
     assert count.tolist() == [1, 1, 1, 1]
+
+
+def test_automatic_slicing_moves_on_doubling_up_or_a_fourth_down():
+    auto = AutoSlices()
+    assert auto.due(TUNE_FIRST) and not auto.due(TUNE_FIRST - 1)
+    assert auto.parts(1, 244 * 1000, 1000) == 1  # 244 entries a label: one list
+    assert not auto.due(244 * 1000 + 1) and auto.due(2 * 244 * 1000)
+    assert auto.parts(1, 1800 * 1000, 1000) == 8  # 225 read an event
+    assert auto.parts(8, 1100 * 1000, 1000) == 8  # wants 8 still
+    assert auto.parts(8, 600 * 1000, 1000) == 8  # wants 4: not a fourth
+    assert auto.parts(8, 300 * 1000, 1000) == 2  # wants 2: moves
+    assert auto.parts(1, 10**12, 1) == MAX_AUTO_PARTS
