@@ -31,6 +31,7 @@ __all__ = ["OWNER_SHIFT", "SLOT_MASK", "compact", "compose", "fold", "held_entri
            "insert", "label_room", "label_slots", "lay_out", "match"]
 
 SLOT_MASK = (1 << 32) - 1
+HOLDS, CUTS = 0, 1  # an entry's kind: its subscription holds the cell wholly, or cuts it
 COL_SHIFT, OWNER_SHIFT = 33, 39
 
 

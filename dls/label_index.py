@@ -40,7 +40,7 @@ from dls.label_slices import AutoSlices, Slicing
 
 __all__ = ["CUTS", "HOLDS", "MAX_LABELS", "MAX_OWNERS", "IndexMatch", "LabelIndex"]
 
-HOLDS, CUTS = 0, 1
+HOLDS, CUTS = _ik.HOLDS, _ik.CUTS
 #: The largest label space the index addresses directly (4 arrays of this many ints).
 MAX_LABELS = 1 << 22
 #: Owners are numbered below this (an entry holds its owner in 24 bits).
@@ -416,7 +416,7 @@ class LabelIndex:
         origins = np.asarray(origins, dtype=np.int64)
         if self.compiled:
             return self._match_compiled(idx, origins, ok, values, deferred)
-        return _np.match(self, idx, origins, ok, values)  # counts every event now
+        return IndexMatch(*_np.match(self, idx, origins, ok, values))  # counts at once
 
     def fold(self) -> np.ndarray:
         """By owner, the events :meth:`match` deferred that had the owner's live entries.

@@ -8,16 +8,16 @@ arrays, as its methods would.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from dls import _indexkernels as _ik
-from dls import label_index as _li  # the index imports this module: read at call time
+from dls.label_slices import Slicing
 
-if TYPE_CHECKING:
-    from dls.label_index import IndexMatch, LabelIndex
-    from dls.label_slices import Slicing
+#: the index these functions read and write (:class:`dls.label_index.LabelIndex`, which
+#: imports this module)
+LabelIndex = Any
 
 __all__ = ["compact", "compose", "insert", "lists_read", "match", "outwards", "reslice"]
 
@@ -28,7 +28,7 @@ def compose(n: int, offsets: np.ndarray, owners: np.ndarray, slots: np.ndarray,
     """The entries and cut bounds of :meth:`LabelIndex.add`'s subscriptions."""
     sizes = np.diff(offsets)
     col = (np.full(len(kinds), -1, dtype=np.int64) if cols is None
-           else np.where(kinds == _li.CUTS, np.asarray(cols, dtype=np.int64), -1))
+           else np.where(kinds == _ik.CUTS, np.asarray(cols, dtype=np.int64), -1))
     sub = np.repeat(np.arange(n), sizes)
     cuts = np.empty((len(kinds), 2), dtype=np.float32)
     cuts[:, 0], cuts[:, 1] = -np.inf, np.inf
@@ -42,8 +42,8 @@ def compose(n: int, offsets: np.ndarray, owners: np.ndarray, slots: np.ndarray,
 
 
 def match(ix: LabelIndex, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
-          values: np.ndarray) -> IndexMatch:
-    """Who events of label places ``idx`` go to (:meth:`LabelIndex.match`, counting now).
+          values: np.ndarray) -> tuple[Any, ...]:
+    """Who events of label places ``idx`` go to: ``IndexMatch``'s fields, counting now.
 
     Every entry of every list of each event's label gathered (an owner counts in
     ``removed`` whatever its slice), checked and deduplicated at once; only the lists the
@@ -81,9 +81,8 @@ def match(ix: LabelIndex, idx: np.ndarray, origins: np.ndarray, ok: np.ndarray,
                        minlength=len(ix._stamp))
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(hit // width, minlength=n), out=offsets[1:])
-    return _li.IndexMatch(offsets, hit % width, gone, (ev[pend], slot[pend]),
-                      len(np.unique(ev[test])),
-                      len(np.unique(ev[cut & ~ok[ev] & reads])))
+    return (offsets, hit % width, gone, (ev[pend], slot[pend]), len(np.unique(ev[test])),
+            len(np.unique(ev[cut & ~ok[ev] & reads])))
 
 
 def lists_read(ix: LabelIndex, idx: np.ndarray, ok: np.ndarray, values: np.ndarray
