@@ -450,7 +450,9 @@ def lay_out(pool: Any, cut: Any, start: Any, size: Any, new_start: Any, labels: 
     List ``l`` goes to ``new_start[l]`` in ``out``; then the entries of subscription ``i``
     (see :func:`compose`; ``i`` in the order of ``order``) are written at the ends of their
     lists (label ``labels[t]`` is place ``labels[t] - base``, its lists those of
-    :func:`entry_lists`); the caller sized the lists, so none moves.
+    :func:`entry_lists`); the caller sized the lists, so none moves. The entry is composed
+    here as :func:`compose` does, not by a shared helper: at a million subscriptions the
+    call doubled the lay-out's time (7.0 s, 12-14 s).
     """
     for lab in range(start.shape[0]):
         a, b = start[lab], new_start[lab]

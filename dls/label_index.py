@@ -189,7 +189,7 @@ class LabelIndex:
         # a replayed tail) is laid out at once, its entries composed in place
         bulk = self.compiled and len(labels) >= max(self._live // BULK_SHARE, BULK)
         if bulk and self._auto is not None:  # sliced as the lists will be, before they are laid
-            self._tune_for(labels, offsets)
+            self._tune_for(labels, offsets, kinds, sb)
         if bulk:
             idx = np.zeros(len(self._size), dtype=np.int64)  # entries per list
             first_bad = _sk.list_counts(labels, self.base, self.n_labels, offsets, kinds, sb,
@@ -360,11 +360,11 @@ class LabelIndex:
         if parts != self.slicing.parts:
             self.reslice(parts)
 
-    def _tune_for(self, labels: np.ndarray, offsets: np.ndarray) -> None:
+    def _tune_for(self, labels: np.ndarray, offsets: np.ndarray, kinds: np.ndarray,
+                  sb: np.ndarray) -> None:
         """Automatic slicing for a bulk insert of ``labels``, before it is laid out."""
-        per_label = self._used_labels()
+        per_label = self._used_labels()  # counted unsliced: one list a label
         unsliced_f, unsliced_i = self.slicing.with_parts(1).params()
-        kinds, sb = np.zeros(len(labels), dtype=np.int8), np.zeros((len(offsets), 2))
         if _sk.list_counts(labels, self.base, self.n_labels, offsets, kinds, sb, unsliced_f,
                            unsliced_i, per_label, np.zeros(len(offsets), dtype=np.int64)) >= 0:
             return  # a label outside: refused next, nothing changes
