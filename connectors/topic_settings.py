@@ -99,11 +99,16 @@ def record_batch_limits(bootstrap: str, names: Iterable[str], *, prefix: str | N
         return {}, {"the cluster": f"cannot read its metadata: {exc}"}
     wanted = [n for n in dict.fromkeys(names) if n in md.topics]
     wanted += sorted(n for n in md.topics if prefix and n.startswith(prefix))
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in dict.fromkeys(wanted)]
-    resources += [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in sorted(md.brokers)]
+    topics = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in dict.fromkeys(wanted)]
+    # A call may name one broker only (librdkafka sends it to that broker): one call each.
+    calls = [topics, *([ConfigResource(ConfigResource.Type.BROKER, str(b))]
+                       for b in sorted(md.brokers))]
+    futures = {res: future for call in calls if call
+               for res, future in client.describe_configs(call,
+                                                          request_timeout=timeout).items()}
     unread: dict[str, str] = {}
     limits: dict[str, int] = {}
-    for res, future in client.describe_configs(resources, request_timeout=timeout).items():
+    for res, future in futures.items():
         topic = res.restype == ConfigResource.Type.TOPIC
         name, key = (res.name, TOPIC_LIMIT) if topic else (f"broker {res.name}", BROKER_LIMIT)
         try:

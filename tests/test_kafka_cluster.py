@@ -26,6 +26,7 @@ from confluent_kafka.admin import ConfigResource
 
 from connectors.kafka import admin, ensure_topics, producer_config
 from connectors.local_kafka import KAFKA_SCRIPT, ensure_local_kafka, free_ports
+from connectors.topic_settings import record_batch_limits
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +112,10 @@ def test_three_brokers_replicate_and_survive_one_kill(cluster: tuple[str, int]) 
         conf = confs[0]
         assert conf["min.insync.replicas"].value == "2"
     _produce(bootstrap, "rf3.given", 100)
+    # what a node reads at start: every server's message.max.bytes (one broker a call)
+    limits, unread = record_batch_limits(bootstrap, ["rf3.given"])
+    assert unread == {}
+    assert sorted(limits) == ["broker 1", "broker 2", "broker 3", "rf3.given"]
 
     leader = md.topics["rf3.given"].partitions[0].leader
     os.kill(_pid(port, leader), signal.SIGKILL)
