@@ -343,12 +343,18 @@ def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
     """
     ensure_topics(bootstrap, [name], partitions=partitions, timeout=timeout, kafka=kafka,
                   replication=replication, min_insync=min_insync)
-    try:
-        client = admin(bootstrap, **(kafka or {}))
-        meta = client.list_topics(name, timeout=timeout).topics.get(name)
-    except KafkaException as exc:
-        raise ConnectorError(f"cannot read topic metadata from {bootstrap}: {exc}") from exc
-    found = len(meta.partitions) if meta is not None else 0
+    deadline = _Deadline(timeout)
+    while True:
+        try:
+            client = admin(bootstrap, **(kafka or {}))
+            meta = client.list_topics(name, timeout=deadline.left()).topics.get(name)
+        except KafkaException as exc:
+            raise ConnectorError(f"cannot read topic metadata from {bootstrap}: {exc}") from exc
+        found = len(meta.partitions) if meta is not None and meta.error is None else 0
+        # None yet: another process created it a moment ago and this broker has not heard
+        if found or deadline.passed():
+            break
+        time.sleep(0.2)
     if found != partitions:
         raise ConnectorError(
             f"topic {name!r} has {found} partitions, this network is configured for "
