@@ -143,17 +143,20 @@ class Controls:
 
     def __init__(self, settings: NodeSettings, state: BrokerState, inbox: Inbox,
                  metrics: Metrics, progress: Progress | None = None,
-                 label_budget: int | None = None) -> None:
+                 label_budget: int | None = None, space: ContentSpace | None = None
+                 ) -> None:
         """Controls of one node (its inbox reads the messages).
 
         ``label_budget``: the most labels a subscription may carry (default: the
-        ``filters.label_budget`` of the space file of ``settings``).
+        ``filters.label_budget`` of the space); ``space``: the node's (default: read from
+        the space file of ``settings``).
         """
+        space = space or ContentSpace.from_json(settings.space)
         self.settings, self.state, self.inbox, self.metrics = settings, state, inbox, metrics
         self.progress = progress or Progress(state.neighbours,
                                              publish_delay_s=settings.publish_delay_s,
                                              clock_skew_s=settings.clock_skew_s)
-        self.label_budget = (ContentSpace.from_json(settings.space).filters.label_budget
+        self.label_budget = (space.filters.label_budget
                              if label_budget is None else label_budget)
         #: Unsubscriptions waiting for their subscription, by (client, id): another
         #: client's cancellation of the same id is another (bad) one, not a replacement.
@@ -172,14 +175,13 @@ class Controls:
         #: the subscribe topic was read up to the end the broker had at this monotonic time
         self.subscribe_read_at = float("-inf")
         #: the exact check of local deliveries (None: off); its subscriptions follow the state
-        self.edge = (EdgeTable(ContentSpace.from_json(settings.space),
-                               settings.index_slices) if settings.exact_delivery else None)
+        self.edge = (EdgeTable(space, settings.index_slices)
+                     if settings.exact_delivery else None)
         # the node finds its clients by the edge's index: the client bank waits (the
         # router turns it back on should the index ever not serve)
         state.defer_client_bank(self.edge is not None and self.edge.index is not None)
         self._compiled: dict[str, Subscription] = {}  # recent where texts, compiled
-        self._layout = RowLayout(ContentSpace.from_json(settings.space)
-                                 if self.edge is None else self.edge.space)
+        self._layout = RowLayout(space)
         self._header = SERDE.header("LabelSubscription")  # of runs read at once
         self._named: set[str] = set()  # client names known to make a delivery topic
 

@@ -36,12 +36,12 @@ from prometheus_client.metrics_core import Metric
 from broker_node.config import NodeSettings
 from broker_node.exceptions import BrokerError
 from broker_node.metrics import MetricsServer, NodeCollector
+from broker_node.rehearsal import rehearse
 from broker_node.service import NodeService
 from connectors.closing import close_consumer
 from connectors.exceptions import ConnectorError
 from connectors.kafka import consumer_config, ensure_partitioned_topic
 from connectors.topics import Topics
-from dls.bank import warm_up_kernels
 from dls.space import ContentSpace
 
 __all__ = ["Engine", "ReplicaSet"]
@@ -160,7 +160,7 @@ class ReplicaSet:
         """
         s = self.settings
         # The compiled kernels once, before the engines start together on their threads.
-        if warm_s := warm_up_kernels():
+        if warm_s := rehearse(NodeService):
             log.info("node %s: compiled kernels ready in %.2f s", s.node, warm_s)
         try:
             ensure_partitioned_topic(s.bootstrap, self.topic, s.shards,

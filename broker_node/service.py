@@ -36,6 +36,7 @@ from broker_node.metrics import Metrics, MetricsServer, node_registry
 from broker_node.oversize import MessageLimit, node_limit
 from broker_node.progress import Progress
 from broker_node.recovery import Snapshotter, recover
+from broker_node.rehearsal import rehearse
 from broker_node.router import Router
 from broker_node.runs import EVENT_RUN_EVENTS, checkpoint, runs
 from broker_node.state import BrokerState, LinkMessage
@@ -61,7 +62,6 @@ from connectors.topics import (
     HEARTBEAT_KEY,
     delivery_partition,
 )
-from dls.bank import warm_up_kernels
 from dls.space import ContentSpace
 
 __all__ = ["ENDS_KEPT", "FOREVER", "WAITING_POLL_S", "NodeService"]
@@ -110,7 +110,7 @@ class NodeService(ClientInputs):
         self.progress = Progress(s.neighbours, publish_delay_s=s.publish_delay_s,
                                  clock_skew_s=s.clock_skew_s)
         self.controls = Controls(s, self.state, self.inbox, self.metrics, self.progress,
-                                 label_budget=self.space.filters.label_budget)
+                                 space=self.space)
         self._next_check = 0.0  # when to look again how far the inputs are read
         self._starts: dict[str, int] = {}  # the group's committed offsets, asked once
         self._gaps = GapWatch(f"node {s.node}")  # what retention deleted unread
@@ -177,9 +177,9 @@ class NodeService(ClientInputs):
         """Create topics, open clients, rebuild the state from the committed offsets."""
         s, t = self.settings, self.topics
         log.info("node %s starting with settings %s", s.node, s.masked())
-        # The core's compiled kernels, before recovery and the first batch need them (about
-        # 5 s with an empty disk cache, a fraction of a second with a warm one).
-        if warm_s := warm_up_kernels():
+        # Every kernel the node calls, compiled before recovery and the first batch need them
+        # (about 30 s with an empty disk cache, under a second with a warm one).
+        if warm_s := rehearse(type(self)):
             log.info("node %s: compiled kernels ready in %.2f s", s.node, warm_s)
         # Control topics, in and out, keep everything: whoever creates one first (this node,
         # a neighbour, a client, the Spark job) creates it so, and a wrong one is repaired.

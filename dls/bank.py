@@ -62,11 +62,12 @@ _WARM_UP = threading.Lock()
 
 
 def warm_up_kernels() -> float:
-    """Compile (or load from the disk cache) every kernel, for the types a broker passes.
+    """Compile (or load from the disk cache) the filters' kernels, for the types a broker passes.
 
-    A node calls it at start, so that its first batches do not wait for compilation (about
-    19 s with an empty cache on this project's machine, 0.3 s to load a warm one:
-    docs/architecture.md, "Start").
+    A node calls it at start through :func:`broker_node.rehearsal.rehearse`, which then
+    walks the node's own path for the edge's kernels, so that no batch waits for
+    compilation (about 19 s for these with an empty cache on this project's machine, 0.3 s
+    to load a warm one).
     Returns the seconds it took (0.0 on the numpy reference path, ``DLS_NO_JIT=1``).
     """
     if not _jit.ENABLED:

@@ -236,7 +236,7 @@ build_node() {
             --no-deps /stage/wheels/*.whl
         echo "[images.sh] node: installed in the image"
         mkdir -p /app && cp -r /stage/examples /app/examples
-        cd /app && /opt/dlsroute/bin/python -c "from dls.bank import warm_up_kernels as w; print(\"kernels compiled in %.1f s\" % w())"
+        cd /app && /opt/dlsroute/bin/python -c "from broker_node.rehearsal import rehearse; from broker_node.service import NodeService as N; print(\"kernels compiled in %.1f s\" % rehearse(N))"
         /opt/dlsroute/bin/dlsroute --help >/dev/null' >&2 \
         || { "$DOCKER" rm -f "$cid" >/dev/null 2>&1; die "node image build failed"; }
     log "node: container done ($((SECONDS - t0)) s)"
