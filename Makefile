@@ -148,7 +148,7 @@ images: setup ## Build dlsroute-base/-kafka/-node from Debian packages and this 
 	PYTHON=$(PY) bash docker/images.sh build
 
 test-containers: setup ## The container tests (engine and `make images` first): CONTAINER_TESTS on testcontainers' Kafka, then the compose deployment
-	DLS_TEST_KAFKA=testcontainers $(PY) -X faulthandler -m pytest -rA --durations=10 $(CONTAINER_TESTS) tests/test_compose.py $(PYTEST_ARGS)
+	DLS_TEST_KAFKA=testcontainers $(PY) -X faulthandler -m pytest -rA --tb=short --durations=10 $(CONTAINER_TESTS) tests/test_compose.py $(PYTEST_ARGS)
 
 .PHONY: bench-node
 bench-node: setup ## dlsroute node vs a quixstreams router vs a passthrough on the quotes workload, 10K-1M subscriptions, not in CI (long; KAFKA_PORT) -> benchmarks/results/node.json; SIZES=10000,100000@380 -> .cache/bench/node-sizes.json (the committed results stay those of one whole run)

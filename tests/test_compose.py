@@ -113,9 +113,21 @@ def deployment() -> Iterator[Deployment]:
     finally:
         t1 = time.monotonic()
         try:
+            _keep_logs(dep)
             dep.compose("down", "-v", "-t", "10", timeout=300)
         finally:
             print(f"\ncompose: {'; '.join(dep.log)}; down: {time.monotonic() - t1:.0f} s")
+
+
+def _keep_logs(dep: Deployment) -> None:
+    """Every line of the nodes and servers, in ``DLS_TEST_COMPOSE_LOGS`` when that is set."""
+    path = os.environ.get("DLS_TEST_COMPOSE_LOGS", "").strip()
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(dep.compose("logs", "--no-color", "--timestamps", timeout=120))
+        except (AssertionError, OSError) as exc:
+            print(f"compose logs not kept in {path}: {exc}")
 
 
 def _kafka_logs(dep: Deployment) -> str:
@@ -140,6 +152,21 @@ def _node_logs(dep: Deployment) -> str:
         return dep.compose("logs", "--no-color", "--tail", "30", *NODE_SERVICES, timeout=60)
     except AssertionError as exc:
         return str(exc)
+
+
+def _node_summary(dep: Deployment) -> str:
+    """Per node service, its last lines that are neither librdkafka's nor repeated."""
+    out = []
+    for service in NODE_SERVICES:
+        try:
+            lines = dep.compose("logs", "--no-color", "--tail", "300", service,
+                                timeout=60).splitlines()
+        except AssertionError as exc:
+            return str(exc)[:2000]
+        own = [line[:220] for line in lines if "rdkafka" not in line]
+        out += [f"{service}: {len(own)} of its last {len(lines)} lines are its own; the last:",
+                *own[-5:]]
+    return "\n".join(out)
 
 
 def _collect(client: Client, want: int, max_idle: float) -> list[str]:
@@ -168,9 +195,10 @@ def test_the_replicated_deployment_routes_exactly_and_a_killed_node_restarts_los
         try:
             alice.subscribe("sym = IBM and price < 500", wait=240)
             bob.subscribe("price >= 900", wait=120)
-        except Exception:
+        except Exception as exc:
             print(_node_logs(dep))
-            raise
+            pytest.fail(f"not served: {exc}; {'; '.join(dep.log)}\n{_node_summary(dep)}",
+                        pytrace=False)
         dep.log.append(f"first subscription acknowledged after {time.monotonic() - t0:.0f} s")
         _check_replication(dep)
 
@@ -208,10 +236,13 @@ def test_the_replicated_deployment_routes_exactly_and_a_killed_node_restarts_los
         got_a = _collect(alice, len(want_a), max_idle=60)
         got_b = _collect(bob, len(want_b), max_idle=30)
         dep.log.append(f"{len(sent)} events published, {len(got_a) + len(got_b)} delivered")
-        if sorted(got_a) != want_a or sorted(got_b) != want_b:
+        lost = {who: len(set(want) - set(got)) for who, want, got in
+                (("alice", want_a, got_a), ("bob", want_b, got_b))}
+        if any(lost.values()):  # nothing lost across the kill; said in a few lines
             print(_node_logs(dep))
-        assert sorted(got_a) == want_a  # nothing lost across the kill
-        assert sorted(got_b) == want_b
+            pytest.fail(f"events lost: {lost} (of {len(want_a)} and {len(want_b)}); "
+                        f"{'; '.join(dep.log)}\n{_node_summary(dep)}", pytrace=False)
+        assert sorted(got_a) == want_a and sorted(got_b) == want_b  # and none made up
         assert alice.duplicates == bob.duplicates == 0  # exactly once: none repeated
     finally:
         for c in (alice, bob, carol):
