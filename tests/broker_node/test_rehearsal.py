@@ -9,6 +9,7 @@ snapshot and a sliced index, and lists every type compiled after the rehearsal.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,8 @@ def kernels():
                     out[f.__module__ + "." + f.__name__] = set(map(str, obj.signatures))
     return out
 
+import logging
+logging.basicConfig()
 first = rehearse(NodeService)
 before = kernels()
 t.workload(sys.argv[1])
@@ -80,6 +83,18 @@ def workload(tmp: str) -> None:
 def test_rehearsal_runs_once_per_process() -> None:
     rehearse(NodeService)
     assert rehearse(NodeService) == 0.0
+
+
+def test_a_node_s_environment_does_not_reach_the_rehearsal() -> None:
+    """Settings a node takes from DLS_NODE_* (compose sets them) leave the rehearsal as is."""
+    env = dict(os.environ, DLS_NODE_SHARDS="2", DLS_NODE_EXACT_DELIVERY="false",
+               DLS_NODE_DELIVERY="exactly_once", DLS_NODE_CLIENT_INPUTS="true")
+    code = ("from broker_node.rehearsal import rehearse; "
+            "from broker_node.service import NodeService; rehearse(NodeService); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,  # noqa: S603
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "ok", proc.stderr[-3000:]
+    assert "the rehearsal failed" not in proc.stderr, proc.stderr[-3000:]
 
 
 @pytest.mark.skipif(not _jit.ENABLED, reason=f"kernels off: {_jit.REASON}")
