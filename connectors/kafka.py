@@ -344,9 +344,9 @@ def ensure_partitioned_topic(bootstrap: str, name: str, partitions: int, *,
     ensure_topics(bootstrap, [name], partitions=partitions, timeout=timeout, kafka=kafka,
                   replication=replication, min_insync=min_insync)
     deadline = _Deadline(timeout)
+    client = admin(bootstrap, **(kafka or {}))
     while True:
         try:
-            client = admin(bootstrap, **(kafka or {}))
             meta = client.list_topics(name, timeout=deadline.left()).topics.get(name)
         except KafkaException as exc:
             raise ConnectorError(f"cannot read topic metadata from {bootstrap}: {exc}") from exc

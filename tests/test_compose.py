@@ -155,7 +155,7 @@ def _node_logs(dep: Deployment) -> str:
 
 
 def _node_summary(dep: Deployment) -> str:
-    """Per node service, its last lines that are neither librdkafka's nor repeated."""
+    """Per node service, its last five lines that are not librdkafka's (for a failure's message)."""
     out = []
     for service in NODE_SERVICES:
         try:
